@@ -1,0 +1,40 @@
+# make test: everything a fresh Debian machine needs, then ruff, mypy and pytest.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+ZK_JAR := /usr/share/java/zookeeper.jar
+APT    := DEBIAN_FRONTEND=noninteractive apt-get install -y -q
+
+.PHONY: test lint typecheck unit demo bench system-deps clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+# Servers the tests start themselves: ZooKeeper (and a JRE), Redis.
+system-deps:
+	@missing=""; \
+	[ -f $(ZK_JAR) ] || missing="$$missing zookeeper"; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -q && $(APT) $$missing; \
+	fi
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check netdisco monitor
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP) system-deps
+	$(BIN)/pytest
+
+test: lint typecheck unit
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

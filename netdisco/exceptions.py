@@ -1,0 +1,98 @@
+"""Every error netdisco raises, rooted at one base class.
+
+    NetdiscoError
+    ├── ConfigError              a bad setting or config file (names the key)
+    ├── SpiderLoadError          FILE.py:Class or module:Class cannot be loaded
+    ├── RequestError             a request that cannot be made (carries ``url``)
+    │   ├── InvalidURL           malformed or non-http(s) URL
+    │   ├── OutOfScope           the URL (or a redirect hop) is outside the spider's scope
+    │   ├── RobotsDenied         robots.txt disallows the URL
+    │   ├── TooManyRedirects     redirect cap reached or a redirect loop
+    │   ├── ResponseTooLarge     the body passed ``max_response_size``
+    │   └── DownloadFailed       network error or retryable status, retries exhausted
+    ├── DropItem                 raised by a pipeline step to drop one item
+    ├── InvalidTransition        a lifecycle control not allowed in the current state
+    ├── UnknownSpider            no spider of that name in the engine
+    ├── RegistrationError        ZooKeeper registration cannot proceed
+    └── FrontierUnavailable      the shared frontier (Redis) cannot be reached
+"""
+
+from __future__ import annotations
+
+
+class NetdiscoError(Exception):
+    """Base of every netdisco error."""
+
+
+class ConfigError(NetdiscoError):
+    """A setting or configuration file is invalid; ``key`` names the culprit."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+class SpiderLoadError(NetdiscoError):
+    """A spider reference (``FILE.py:Class`` or ``module:Class``) cannot be loaded."""
+
+
+class RequestError(NetdiscoError):
+    """A request that could not be turned into a response."""
+
+    def __init__(self, message: str, *, url: str) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+class InvalidURL(RequestError):
+    """The URL is malformed or its scheme is not http or https."""
+
+
+class OutOfScope(RequestError):
+    """The URL, or a redirect hop, falls outside the spider's scope."""
+
+
+class RobotsDenied(RequestError):
+    """robots.txt disallows the URL for our user agent."""
+
+
+class TooManyRedirects(RequestError):
+    """The redirect cap was reached or a redirect loop was detected."""
+
+
+class ResponseTooLarge(RequestError):
+    """The body grew past ``max_response_size``; reading stopped there."""
+
+
+class DownloadFailed(RequestError):
+    """A network error or retryable status persisted through every retry."""
+
+
+class DropItem(NetdiscoError):
+    """Raised by an item pipeline step: the item goes no further."""
+
+
+class InvalidTransition(NetdiscoError):
+    """A lifecycle control that the spider's current state does not allow."""
+
+    def __init__(self, spider: str, state: str, action: str) -> None:
+        super().__init__(f"spider {spider!r} cannot {action} while {state}")
+        self.spider = spider
+        self.state = state
+        self.action = action
+
+
+class UnknownSpider(NetdiscoError):
+    """No spider of that name runs in this engine."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no spider named {name!r}")
+        self.name = name
+
+
+class RegistrationError(NetdiscoError):
+    """ZooKeeper registration cannot proceed (bad root, ACL refused, ...)."""
+
+
+class FrontierUnavailable(NetdiscoError):
+    """The shared frontier (Redis) cannot be reached."""
