@@ -1,0 +1,262 @@
+"""The engine's configuration file: ``[engine]``, ``[zookeeper]`` and ``[[spiders]]``.
+
+Everything is validated when the file is read, so that ``netdisco engine --config``
+fails at start with the key named (``spiders[1].settings.concurrency``), never
+half-way through a crawl. Engine keys can be overridden from the environment
+(``NETDISCO_ENGINE_<KEY>``) and the command line; spider settings take
+``NETDISCO_<NAME>`` over the file. The control token is read from the variable
+that ``token_env`` names and is kept out of ``repr`` so it cannot leak into logs.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from netdisco import settings as crawl_settings
+from netdisco.exceptions import ConfigError
+from netdisco.settings import Settings
+
+DEFAULT_PORT = 8715
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSettings:
+    """How one engine identifies itself and serves HTTP; durations in seconds."""
+
+    id: str | None = None  # None: derived from host name and port
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT  # 0 picks a free port (tests)
+    advertise: str | None = None  # host written into status_url
+    token_env: str | None = "NETDISCO_TOKEN"
+    token: str | None = field(default=None, repr=False)
+    http: bool = True  # serve the HTTP endpoint at all
+    control: bool = True  # accept POST control routes
+    max_body: int = 1024 * 1024  # largest accepted request body, bytes
+    status_cache: float = 0.1  # seconds a rendered /spiders answer may be reused
+    stop_deadline: float | None = None  # None: each spider's own settings.stop_deadline
+
+    def __post_init__(self) -> None:
+        _validate_engine(self)
+
+    @property
+    def advertised_host(self) -> str:
+        """The host other machines should use to reach this engine."""
+        return self.advertise or self.host
+
+    def default_id(self, port: int) -> str:
+        """A stable id for engines that set none: host name and port survive restarts."""
+        return self.id or f"{socket.gethostname()}-{port}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` binds only to this machine (control without a token is safe there)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _validate_engine(s: EngineSettings) -> None:
+    if s.id is not None and (not s.id or "/" in s.id):
+        raise ConfigError("engine.id", f"must be a non-empty name without '/', got {s.id!r}")
+    if not s.host:
+        raise ConfigError("engine.host", "must not be empty")
+    if not 0 <= s.port <= 65535:
+        raise ConfigError("engine.port", f"must be between 0 and 65535, got {s.port!r}")
+    if s.max_body <= 0:
+        raise ConfigError("engine.max_body", f"must be greater than 0, got {s.max_body!r}")
+    if s.status_cache < 0:
+        raise ConfigError("engine.status_cache", f"must not be negative, got {s.status_cache!r}")
+    if s.stop_deadline is not None and s.stop_deadline < 0:
+        raise ConfigError("engine.stop_deadline", f"must not be negative, got {s.stop_deadline}")
+    if s.token is not None and not s.token.strip():
+        raise ConfigError("engine.token_env", "names a variable that holds an empty token")
+
+
+_ENGINE_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "host": (str,),
+    "port": (int,),
+    "advertise": (str,),
+    "token_env": (str,),
+    "http": (bool,),
+    "control": (bool,),
+    "max_body": (int,),
+    "status_cache": (int, float),
+    "stop_deadline": (int, float),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpiderConfig:
+    """One ``[[spiders]]`` entry: what to load and how it crawls."""
+
+    spider: str  # "FILE.py:Class" or "module:Class"
+    settings: Settings = field(default_factory=Settings)
+    key: str = "spiders[0]"  # where it came from, for error messages
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineConfig:
+    """A whole engine configuration file, validated."""
+
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    zookeeper: Mapping[str, Any] | None = None  # raw table; registry validates it
+    spiders: tuple[SpiderConfig, ...] = ()
+
+
+def engine_settings(
+    table: Mapping[str, Any],
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> EngineSettings:
+    """``[engine]`` under ``NETDISCO_ENGINE_<KEY>`` under ``overrides`` (command line)."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for name, raw in table.items():
+        values[name] = _engine_value(name, raw)
+    for name in _ENGINE_TYPES:
+        text = env.get(f"NETDISCO_ENGINE_{name.upper()}")
+        if text is not None:
+            values[name] = _engine_value(name, _from_text(name, text))
+    for name, raw in (overrides or {}).items():
+        if raw is not None:
+            values[name] = _engine_value(name, raw)
+    token_env = values.get("token_env", EngineSettings.token_env)
+    token = env.get(token_env) if token_env else None
+    return EngineSettings(**values, token=token)
+
+
+def _engine_value(name: str, raw: Any) -> Any:
+    kinds = _ENGINE_TYPES.get(name)
+    if kinds is None:
+        known = ", ".join(sorted(_ENGINE_TYPES))
+        raise ConfigError(f"engine.{name}", f"unknown key (known keys: {known})")
+    value: Any = raw
+    if (isinstance(raw, bool) and bool not in kinds) or not isinstance(raw, kinds):
+        raise ConfigError(f"engine.{name}", f"expected {kinds[0].__name__}, got {raw!r}")
+    return float(value) if float in kinds else value
+
+
+def _from_text(name: str, text: str) -> Any:
+    """An environment value as the key's type; strings stay as they are."""
+    kinds = _ENGINE_TYPES[name]
+    if str in kinds:
+        return text
+    if bool in kinds:
+        lowered = text.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"engine.{name}", f"expected true or false, got {text!r}")
+    try:
+        return int(text) if kinds == (int,) else float(text)
+    except ValueError:
+        raise ConfigError(f"engine.{name}", f"expected a number, got {text!r}") from None
+
+
+def spider_configs(
+    entries: Any,
+    *,
+    environ: Mapping[str, str] | None = None,
+    pairs: Mapping[str, str] | None = None,
+) -> tuple[SpiderConfig, ...]:
+    """``[[spiders]]`` entries, each setting validated and named by its position."""
+    if not isinstance(entries, list):
+        raise ConfigError("spiders", f"expected an array of tables ([[spiders]]), got {entries!r}")
+    result = []
+    for index, entry in enumerate(entries):
+        key = f"spiders[{index}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(key, f"expected a table, got {entry!r}")
+        unknown = set(entry) - {"spider", "settings"}
+        if unknown:
+            raise ConfigError(
+                f"{key}.{sorted(unknown)[0]}", "unknown key (known: spider, settings)"
+            )
+        ref = entry.get("spider")
+        if not isinstance(ref, str) or ":" not in ref:
+            raise ConfigError(
+                f"{key}.spider", f"expected 'FILE.py:Class' or 'module:Class', got {ref!r}"
+            )
+        table = entry.get("settings", {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{key}.settings", f"expected a table, got {table!r}")
+        settings = _spider_settings(f"{key}.settings", table, environ, pairs or {})
+        result.append(SpiderConfig(spider=ref, settings=settings, key=key))
+    return tuple(result)
+
+
+def _spider_settings(
+    key: str, table: Mapping[str, Any], environ: Mapping[str, str] | None, pairs: Mapping[str, str]
+) -> Settings:
+    """File, then environment, then ``-s`` pairs: the later source wins."""
+    try:
+        settings = crawl_settings.from_mapping(table)
+    except ConfigError as exc:
+        raise _nested(key, exc) from None
+    try:
+        settings = crawl_settings.from_env(environ, base=settings)
+    except ConfigError as exc:
+        raise _renamed(f"NETDISCO_{exc.key.upper()}", exc) from None
+    try:
+        return crawl_settings.from_mapping(pairs, base=settings)
+    except ConfigError as exc:
+        raise _renamed(f"-s {exc.key}", exc) from None
+
+
+def _nested(prefix: str, exc: ConfigError) -> ConfigError:
+    """The same error with its key placed under ``prefix``."""
+    return _renamed(f"{prefix}.{exc.key}", exc)
+
+
+def _renamed(key: str, exc: ConfigError) -> ConfigError:
+    """The same error, naming the key the user actually wrote."""
+    return ConfigError(key, str(exc).removeprefix(f"{exc.key}: "))
+
+
+def load_config(
+    path: str | Path,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    pairs: Mapping[str, str] | None = None,
+) -> EngineConfig:
+    """Read and validate an engine TOML file; every error names its key."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError("config", f"cannot read {str(path)!r}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("config", f"{str(path)!r} is not valid TOML: {exc}") from exc
+    return parse_config(data, environ=environ, overrides=overrides, pairs=pairs)
+
+
+def parse_config(
+    data: Mapping[str, Any],
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    pairs: Mapping[str, str] | None = None,
+) -> EngineConfig:
+    """Validate an already parsed configuration mapping."""
+    unknown = set(data) - {"engine", "zookeeper", "spiders"}
+    if unknown:
+        raise ConfigError(sorted(unknown)[0], "unknown section (known: engine, zookeeper, spiders)")
+    for section in ("engine", "zookeeper"):
+        if section in data and not isinstance(data[section], dict):
+            raise ConfigError(section, f"expected a table, got {data[section]!r}")
+    engine = engine_settings(data.get("engine", {}), environ=environ, overrides=overrides)
+    spiders = spider_configs(data.get("spiders", []), environ=environ, pairs=pairs)
+    return EngineConfig(engine=engine, zookeeper=data.get("zookeeper"), spiders=spiders)

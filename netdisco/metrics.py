@@ -1,0 +1,138 @@
+"""Prometheus metrics for one engine, read from the crawlers' stats at scrape time.
+
+Nothing is counted per request here: a custom collector walks the live crawlers
+when ``/metrics`` is scraped, so the crawl pays nothing for being observable, and
+every engine gets its own ``CollectorRegistry`` so two engines can share a process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from netdisco import __version__
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+STATES = ("idle", "running", "paused", "stopping", "stopped", "finished", "failed")
+
+
+class ObservedStats(Protocol):
+    """The part of a crawler's stats the collector reads."""
+
+    @property
+    def outcomes(self) -> Mapping[str, int]: ...
+
+
+class ObservedSpider(Protocol):
+    """The part of a crawler the collector reads."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def stats(self) -> ObservedStats: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+class ObservedEngine(Protocol):
+    """The part of an engine the collector reads."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def started_at(self) -> float | None: ...
+
+    @property
+    def registry_healthy(self) -> bool | None: ...
+
+    def crawlers(self) -> Iterable[ObservedSpider]: ...
+
+
+# status() key -> (metric name, help); counters get "_total" from prometheus_client.
+_COUNTERS = (
+    ("items", "netdisco_items", "Items the spider produced."),
+    ("scheduled", "netdisco_scheduled_requests", "Requests accepted into the frontier."),
+    ("bytes", "netdisco_response_bytes", "Response body bytes downloaded."),
+)
+_GAUGES = (
+    ("queue_size", "netdisco_queue_size", "Requests waiting in the frontier."),
+    ("in_flight", "netdisco_in_flight_requests", "Requests being downloaded now."),
+    ("seen", "netdisco_seen_urls", "Distinct URLs the spider has seen."),
+    ("pages_per_second", "netdisco_pages_per_second", "Pages per second over the last minute."),
+)
+
+
+class EngineCollector(Collector):
+    """Builds every metric family from one snapshot of the engine's crawlers."""
+
+    def __init__(self, engine: ObservedEngine) -> None:
+        self._engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        spiders = [(c.name, c.status(), dict(c.stats.outcomes)) for c in self._engine.crawlers()]
+        yield from self._engine_families()
+        requests = CounterMetricFamily(
+            "netdisco_requests", "Finished requests by outcome.", labels=("spider", "outcome")
+        )
+        state = GaugeMetricFamily(
+            "netdisco_spider_state", "1 for the spider's current state.", labels=("spider", "state")
+        )
+        for name, status, outcomes in spiders:
+            for outcome, count in sorted(outcomes.items()):
+                requests.add_metric((name, outcome), count)
+            for candidate in STATES:
+                state.add_metric((name, candidate), 1.0 if status["state"] == candidate else 0.0)
+        yield requests
+        yield state
+        yield from _per_spider(spiders, _COUNTERS, CounterMetricFamily)
+        yield from _per_spider(spiders, _GAUGES, GaugeMetricFamily)
+
+    def _engine_families(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily(
+            "netdisco_engine_info", "Engine identity (always 1).", labels=("engine", "version")
+        )
+        info.add_metric((self._engine.id, __version__), 1.0)
+        yield info
+        if self._engine.started_at is not None:
+            yield GaugeMetricFamily(
+                "netdisco_engine_start_time_seconds",
+                "When the engine started, seconds since the epoch.",
+                value=self._engine.started_at,
+            )
+        healthy = self._engine.registry_healthy
+        if healthy is not None:
+            yield GaugeMetricFamily(
+                "netdisco_engine_registered",
+                "1 while the engine's ZooKeeper registration is healthy.",
+                value=1.0 if healthy else 0.0,
+            )
+
+
+def _per_spider(
+    spiders: list[tuple[str, dict[str, Any], dict[str, int]]],
+    table: tuple[tuple[str, str, str], ...],
+    family: Callable[..., CounterMetricFamily | GaugeMetricFamily],
+) -> Iterator[Metric]:
+    for key, metric, doc in table:
+        values = family(metric, doc, labels=("spider",))
+        for name, status, _ in spiders:
+            values.add_metric((name,), float(status.get(key) or 0))
+        yield values
+
+
+class EngineMetrics:
+    """One engine's private registry; ``render()`` is the ``/metrics`` body."""
+
+    def __init__(self, engine: ObservedEngine) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(EngineCollector(engine))
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of the engine right now."""
+        return generate_latest(self.registry)
