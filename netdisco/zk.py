@@ -18,16 +18,20 @@ from kazoo.protocol.states import KazooState, WatchedEvent
 
 T = TypeVar("T")
 
-#: ids of kazoo threads, checked by tests: no kazoo call may come from one.
+#: ids of kazoo threads seen so far (kept for callers that read it; ids are reused).
 _kazoo_thread_ids: set[int] = set()
+#: The authoritative mark: thread-local, so it dies with the thread. Thread ids are
+#: recycled at once on Linux, so an id set would flag later, unrelated threads.
+_thread_mark = threading.local()
 
 
 def on_kazoo_thread() -> bool:
     """True when running on one of kazoo's callback threads."""
-    return threading.get_ident() in _kazoo_thread_ids
+    return bool(getattr(_thread_mark, "kazoo", False))
 
 
 def _mark_kazoo_thread() -> None:
+    _thread_mark.kazoo = True
     _kazoo_thread_ids.add(threading.get_ident())
 
 
@@ -44,7 +48,7 @@ async def wait_result(async_result: Any) -> Any:
             return
         try:
             future.set_result(result.get_nowait())
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+        except BaseException as exc:  # handed to the awaiting task, whatever it is
             future.set_exception(exc)
 
     def on_kazoo(result: Any) -> None:
