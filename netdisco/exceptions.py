@@ -1,20 +1,22 @@
 """Every error netdisco raises, rooted at one base class.
 
-    NetdiscoError
-    ├── ConfigError              a bad setting or config file (names the key)
-    ├── SpiderLoadError          FILE.py:Class or module:Class cannot be loaded
-    ├── RequestError             a request that cannot be made (carries ``url``)
-    │   ├── InvalidURL           malformed or non-http(s) URL
-    │   ├── OutOfScope           the URL (or a redirect hop) is outside the spider's scope
-    │   ├── RobotsDenied         robots.txt disallows the URL
-    │   ├── TooManyRedirects     redirect cap reached or a redirect loop
-    │   ├── ResponseTooLarge     the body passed ``max_response_size``
-    │   └── DownloadFailed       network error or retryable status, retries exhausted
-    ├── DropItem                 raised by a pipeline step to drop one item
-    ├── InvalidTransition        a lifecycle control not allowed in the current state
-    ├── UnknownSpider            no spider of that name in the engine
-    ├── RegistrationError        ZooKeeper registration cannot proceed
-    └── FrontierUnavailable      the shared frontier (Redis) cannot be reached
+NetdiscoError
+├── ConfigError              a bad setting or config file (names the key)
+├── SpiderLoadError          FILE.py:Class or module:Class cannot be loaded
+├── RequestError             a request that cannot be made (carries ``url``)
+│   ├── InvalidURL           malformed or non-http(s) URL
+│   ├── OutOfScope           the URL (or a redirect hop) is outside the spider's scope
+│   ├── RobotsDenied         robots.txt disallows the URL
+│   ├── TooManyRedirects     redirect cap reached or a redirect loop
+│   ├── ResponseTooLarge     the body passed ``max_response_size``
+│   ├── DownloadFailed       network error, retries exhausted
+│   └── HttpStatusError      the final response had a 4xx or 5xx status
+├── DropItem                 raised by a pipeline step to drop one item
+├── InvalidTransition        a lifecycle control not allowed in the current state
+├── UnknownSpider            no spider of that name in the engine
+├── DuplicateSpider          a spider of that name already runs in the engine
+├── RegistrationError        ZooKeeper registration cannot proceed
+└── FrontierUnavailable      the shared frontier (Redis) cannot be reached
 """
 
 from __future__ import annotations
@@ -96,3 +98,19 @@ class RegistrationError(NetdiscoError):
 
 class FrontierUnavailable(NetdiscoError):
     """The shared frontier (Redis) cannot be reached."""
+
+
+class HttpStatusError(RequestError):
+    """The final response had an error status (4xx or 5xx after retries)."""
+
+    def __init__(self, message: str, *, url: str, status: int) -> None:
+        super().__init__(message, url=url)
+        self.status = status
+
+
+class DuplicateSpider(NetdiscoError):
+    """A spider of that name already runs in this engine (names address spiders)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"a spider named {name!r} already runs in this engine")
+        self.name = name

@@ -88,9 +88,17 @@ class ZooKeeperServer:
         log = open(self.data_dir / "server.log", "ab")  # noqa: SIM115 - owned by the child
         classpath = f"{ZK_CONF_DIR}:{ZK_JAR}"
         self.process = subprocess.Popen(
-            ["java", "-Xmx256m", "-cp", classpath,
-             "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                "java",
+                "-Xmx256m",
+                "-cp",
+                classpath,
+                "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                str(cfg),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             env={**os.environ, "ZOO_LOG4J_PROP": "WARN,CONSOLE"},
         )
         log.close()

@@ -1,0 +1,133 @@
+"""The ``netdisco`` command: ``crawl`` one spider standalone (``engine`` runs many)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from netdisco import logs
+from netdisco import settings as settings_module
+from netdisco._version import __version__
+from netdisco.crawler import Crawler, SpiderState
+from netdisco.exceptions import ConfigError, NetdiscoError
+from netdisco.loader import load_spider
+from netdisco.pipelines import ConsolePipeline, JsonLinesPipeline, Pipeline
+from netdisco.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+
+def read_toml(path: str) -> dict[str, Any]:
+    """A TOML file as a dict, or a ConfigError naming the file and the problem."""
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError("--config", f"cannot read {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("--config", f"{path} is not valid TOML: {exc}") from exc
+
+
+def crawl_settings(args: argparse.Namespace, custom: dict[str, Any]) -> Settings:
+    """Defaults < spider.custom_settings < --config < NETDISCO_* < -s."""
+    result = settings_module.from_mapping(custom)
+    if args.config:
+        result = settings_module.from_mapping(read_toml(args.config), base=result)
+    result = settings_module.from_env(base=result)
+    return settings_module.from_mapping(settings_module.parse_pairs(args.set), base=result)
+
+
+def output_pipelines(output: str | None) -> list[Pipeline]:
+    """``-o FILE`` writes JSON lines; ``-o -`` prints them."""
+    if output is None:
+        return []
+    if output == "-":
+        return [ConsolePipeline()]
+    return [JsonLinesPipeline(Path(output))]
+
+
+def install_signal_handlers(stop: Any) -> None:
+    """First SIGINT/SIGTERM stops gracefully; a second one exits at once."""
+    loop = asyncio.get_running_loop()
+    received: list[int] = []
+    stopping: set[asyncio.Future[Any]] = set()
+
+    def handler(signum: int) -> None:
+        received.append(signum)
+        if len(received) > 1:
+            log.warning("forced_exit", signal=signal.Signals(signum).name)
+            os._exit(130)
+        log.info("stopping", signal=signal.Signals(signum).name)
+        task = asyncio.ensure_future(stop())
+        stopping.add(task)
+        task.add_done_callback(stopping.discard)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, handler, signum)
+
+
+async def _crawl(args: argparse.Namespace) -> int:
+    spider_class = load_spider(args.spider)
+    settings = crawl_settings(args, dict(spider_class.custom_settings))
+    crawler = Crawler(spider_class(), settings, pipelines=output_pipelines(args.output))
+
+    async def stop() -> None:
+        if crawler.state in (SpiderState.RUNNING, SpiderState.PAUSED):
+            await crawler.stop()
+
+    install_signal_handlers(stop)
+    await crawler.run()
+    return 1 if crawler.state is SpiderState.FAILED else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="netdisco", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"netdisco {__version__}")
+    parser.add_argument(
+        "--log-json",
+        action="store_true",
+        default=None,
+        help="JSON log lines (default when stderr is not a terminal)",
+    )
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    crawl = commands.add_parser("crawl", help="run one spider standalone")
+    crawl.add_argument("spider", help="FILE.py:Class or module:Class")
+    crawl.add_argument("-o", "--output", help="write items as JSON lines to FILE (- = stdout)")
+    crawl.add_argument(
+        "-s",
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting, e.g. -s concurrency=64 (repeatable)",
+    )
+    crawl.add_argument("--config", help="TOML file of settings")
+    crawl.set_defaults(func=_crawl)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logs.configure(json=args.log_json, level=args.log_level)
+    try:
+        code: int = asyncio.run(args.func(args))
+    except NetdiscoError as exc:
+        print(f"netdisco: error: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,362 @@
+"""One spider's crawl: the data flow of steps 1-5, with its lifecycle.
+
+``Crawler`` wires the scheduler (2), the downloader (3), the scraper (4) and the
+item stream (5) around a frontier, runs ``concurrency`` worker tasks on the
+running loop, and moves through ``SpiderState`` on start, pause, resume, stop
+and when the frontier is drained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import enum
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from reactivex import Observable
+
+from netdisco import settings as settings_module
+from netdisco.downloader import Downloader
+from netdisco.exceptions import (
+    InvalidTransition,
+    InvalidURL,
+    OutOfScope,
+    RequestError,
+    ResponseTooLarge,
+    RobotsDenied,
+)
+from netdisco.frontier import Frontier, MemoryFrontier
+from netdisco.pipelines import ItemStream, Pipeline
+from netdisco.request import Request
+from netdisco.scheduler import Scheduler, Scope
+from netdisco.scraper import Scraper
+from netdisco.settings import Settings
+from netdisco.spider import Spider
+from netdisco.stats import Stats
+
+log = structlog.get_logger(__name__)
+
+
+class SpiderState(enum.StrEnum):
+    """Where a spider is in its life (DESIGN.md)."""
+
+    IDLE = "idle"
+    RUNNING = "running"
+    PAUSED = "paused"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+
+TERMINAL = frozenset({SpiderState.STOPPED, SpiderState.FINISHED, SpiderState.FAILED})
+#: action -> states it is allowed from
+ALLOWED = {
+    "start": {SpiderState.IDLE},
+    "pause": {SpiderState.RUNNING},
+    "resume": {SpiderState.PAUSED},
+    "stop": {SpiderState.RUNNING, SpiderState.PAUSED},
+    "push": {SpiderState.IDLE, SpiderState.RUNNING, SpiderState.PAUSED},
+}
+#: how often a frontier that other engines share is polled for new work
+POLL_INTERVAL = 0.25
+
+
+@dataclass
+class PushResult:
+    """What became of URLs pushed into a spider."""
+
+    accepted: list[str] = field(default_factory=list)
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+
+
+class Crawler:
+    """Runs one spider; see the module docstring."""
+
+    def __init__(
+        self,
+        spider: Spider,
+        settings: Settings | None = None,
+        *,
+        pipelines: Sequence[Pipeline] = (),
+        frontier: Frontier | None = None,
+    ) -> None:
+        self.spider = spider
+        self.name = spider.name
+        self.settings = settings or settings_module.from_mapping(spider.custom_settings)
+        self.stats = Stats()
+        self.state = SpiderState.IDLE
+        self.started_at: float | None = None
+        self.frontier: Frontier = frontier or MemoryFrontier()
+        self.scope = Scope(spider.allowed_domains, self.settings.allow, self.settings.deny)
+        self.scheduler = Scheduler(self.settings, self.scope, self.frontier, self.stats)
+        self.downloader = Downloader(self.settings, self.stats, self.scope.reason)
+        self.stream = ItemStream(self.stats, self.settings.item_buffer)
+        self.scraper = Scraper(self._admit, self.stream, self.stats)
+        self._pipelines = [*pipelines, *spider.pipelines()]
+        self._listeners: list[Callable[[Crawler], None]] = []
+        self._unpaused = asyncio.Event()
+        self._work = asyncio.Event()
+        self._idle_workers = 0
+        self._seeding = True
+        self._stopping = False
+        self._finished = False
+        self._workers: list[asyncio.Task[None]] = []
+        self._main: asyncio.Task[None] | None = None
+        self._context = contextvars.copy_context()
+        self._context.run(structlog.contextvars.bind_contextvars, spider=self.name)
+
+    # ----------------------------------------------------------------- lifecycle
+    @property
+    def items(self) -> Observable[Any]:
+        """The reactive item stream (subscribe or compose operators on it)."""
+        return self.stream.observable
+
+    def add_listener(self, callback: Callable[[Crawler], None]) -> None:
+        """Call ``callback(crawler)`` after every state change."""
+        self._listeners.append(callback)
+
+    def _check(self, action: str) -> None:
+        if self.state not in ALLOWED[action]:
+            raise InvalidTransition(self.name, self.state.value, action)
+
+    def _set_state(self, state: SpiderState) -> None:
+        self.state = state
+        for callback in self._listeners:
+            try:
+                callback(self)
+            except Exception as exc:  # a listener must not break the crawl
+                log.error("state_listener_error", spider=self.name, error=repr(exc))
+
+    async def start(self) -> None:
+        """Begin crawling on the running loop; returns at once."""
+        self._check("start")
+        self.started_at = time.time()
+        self.stats.started = time.monotonic()
+        self._unpaused.set()
+        self._set_state(SpiderState.RUNNING)
+        self._main = asyncio.create_task(
+            self._run(), name=f"crawler:{self.name}", context=self._context
+        )
+
+    def pause(self) -> SpiderState:
+        """Stop dispatching new requests; those in flight finish."""
+        self._check("pause")
+        self._unpaused.clear()
+        self._set_state(SpiderState.PAUSED)
+        return self.state
+
+    def resume(self) -> SpiderState:
+        """Dispatch again after a pause."""
+        self._check("resume")
+        self._unpaused.set()
+        self._set_state(SpiderState.RUNNING)
+        return self.state
+
+    async def stop(self, deadline: float | None = None) -> SpiderState:
+        """Stop dispatching, give in-flight requests ``deadline`` s, cancel the rest, close."""
+        self._check("stop")
+        self._set_state(SpiderState.STOPPING)
+        self._stopping = True
+        self._unpaused.set()
+        self._notify()
+        limit = self.settings.stop_deadline if deadline is None else deadline
+        workers = [w for w in self._workers if not w.done()]
+        if workers:
+            _, late = await asyncio.wait(workers, timeout=limit)
+            for task in late:
+                task.cancel()
+        return await self.wait()
+
+    async def wait(self) -> SpiderState:
+        """Wait until the spider is finished, stopped or failed."""
+        if self._main is not None:
+            await asyncio.shield(self._main)
+        return self.state
+
+    async def run(self) -> Stats:
+        """Start and wait: crawl to the end."""
+        await self.start()
+        await self.wait()
+        return self.stats
+
+    async def push(self, urls: Iterable[str]) -> PushResult:
+        """Queue URLs into the spider (depth 0, default callback); say which were refused."""
+        self._check("push")
+        urls = list(urls)
+        requests = [Request(url, callback=self.spider.parse) for url in urls]
+        reasons = await self._admit(requests)
+        result = PushResult()
+        for url, reason in zip(urls, reasons, strict=True):
+            if reason is None:
+                result.accepted.append(url)
+            else:
+                result.rejected.append((url, reason))
+        return result
+
+    def status(self) -> dict[str, Any]:
+        """The spider status object of DESIGN.md."""
+        return {
+            "name": self.name,
+            "state": self.state.value,
+            "started_at": self.started_at,
+            **self.stats.as_dict(),
+        }
+
+    # ----------------------------------------------------------------- the crawl
+    async def _run(self) -> None:
+        progress = asyncio.create_task(self._progress())
+        try:
+            await self.downloader.open()
+            await self.stream.open(self._pipelines)
+            seeding = asyncio.create_task(self._seed())
+            self._workers = [
+                asyncio.create_task(self._worker()) for _ in range(self.settings.concurrency)
+            ]
+            await asyncio.gather(*self._workers, return_exceptions=True)
+            seeding.cancel()
+            end = SpiderState.STOPPED if self._stopping else SpiderState.FINISHED
+        except Exception as exc:  # reported as the spider's failure
+            self.stats.error(f"spider failed: {exc!r}")
+            log.error("spider_failed", error=repr(exc), exc_info=exc)
+            end = SpiderState.FAILED
+        finally:
+            progress.cancel()
+            await self._close()
+        self._set_state(end)
+        log.info("spider_closed", state=end.value, **self.stats.as_dict())
+
+    async def _close(self) -> None:
+        await self.stream.close()
+        await self.downloader.close()
+        await self._refresh_counts()
+
+    async def _seed(self) -> None:
+        batch: list[Request] = []
+        try:
+            async for request in self.spider.start():
+                batch.append(request)
+                if len(batch) >= 100:
+                    await self._admit(batch)
+                    batch = []
+            await self._admit(batch)
+        except Exception as exc:  # the seeds that made it still count
+            self.stats.callback_errors += 1
+            self.stats.error(f"start(): {exc!r}")
+            log.error("seed_error", error=repr(exc), exc_info=exc)
+        finally:
+            self._seeding = False
+            self._notify()
+
+    async def _admit(self, requests: list[Request]) -> list[str | None]:
+        reasons = await self.scheduler.admit(requests)
+        self._notify()
+        return reasons
+
+    def _notify(self) -> None:
+        """Wake idle workers: there is new work, or the crawl may be over."""
+        if self._idle_workers:
+            self._work.set()
+            self._work = asyncio.Event()
+
+    async def _worker(self) -> None:
+        while not (self._stopping or self._finished):
+            if not self._unpaused.is_set():
+                await self._unpaused.wait()
+                continue
+            if self._budget_spent():
+                await self._idle()
+                continue
+            request = await self.frontier.take()
+            if request is None:
+                await self._idle()
+                continue
+            await self._process(request)
+
+    def _budget_spent(self) -> bool:
+        limit = self.settings.max_pages
+        if not limit:
+            return False
+        if self.stats.succeeded >= limit:
+            self._finish()
+        return self.stats.succeeded + self.stats.in_flight >= limit
+
+    async def _idle(self) -> None:
+        """Wait for work, or end the crawl when nothing is queued or in flight anywhere."""
+        if not self._seeding and self.stats.in_flight == 0:
+            queued, leased, _ = await self.frontier.counts()
+            if queued == 0 and leased == 0:
+                self._finish()
+                return
+        event = self._work
+        self._idle_workers += 1
+        try:
+            await asyncio.wait_for(event.wait(), POLL_INTERVAL)
+        except TimeoutError:
+            pass
+        finally:
+            self._idle_workers -= 1
+
+    def _finish(self) -> None:
+        self._finished = True
+        self._notify()
+
+    async def _process(self, request: Request) -> None:
+        self.stats.in_flight += 1
+        finished = False
+        try:
+            try:
+                response = await self.downloader.fetch(request)
+            except RequestError as exc:
+                await self._failed(request, exc)
+            else:
+                self.stats.succeeded += 1
+                self.stats.pages.add()
+                callback = request.callback or self.spider.parse
+                await self.scraper.run(callback, response, url=response.url)
+            finished = True
+        finally:
+            self.stats.in_flight -= 1
+            await self.frontier.done(request, requeue=not finished)
+            self._notify()
+
+    async def _failed(self, request: Request, exc: RequestError) -> None:
+        if isinstance(exc, RobotsDenied):
+            self.stats.robots_blocked += 1
+        elif isinstance(exc, ResponseTooLarge):
+            self.stats.too_large += 1
+        elif isinstance(exc, OutOfScope):
+            self.stats.filtered += 1
+        elif isinstance(exc, InvalidURL):
+            self.stats.invalid += 1
+        else:
+            self.stats.failed += 1
+        self.stats.error(f"{request.url}: {exc}")
+        log.warning("request_failed", url=request.url, error=str(exc), kind=type(exc).__name__)
+        if request.errback is not None:
+            await self.scraper.run(request.errback, request, exc, url=request.url)
+
+    async def _refresh_counts(self) -> None:
+        queued, _, seen = await self.frontier.counts()
+        self.stats.queue_size, self.stats.seen = queued, seen
+
+    async def _progress(self) -> None:
+        """Refresh gauges twice a second; log a progress line every ``progress_interval``."""
+        last_line = time.monotonic()
+        while True:
+            await asyncio.sleep(0.5)
+            await self._refresh_counts()
+            interval = self.settings.progress_interval
+            if interval and time.monotonic() - last_line >= interval:
+                last_line = time.monotonic()
+                log.info(
+                    "progress",
+                    pages=self.stats.succeeded,
+                    pages_per_second=round(self.stats.pages.per_second(5), 1),
+                    queue=self.stats.queue_size,
+                    in_flight=self.stats.in_flight,
+                )

@@ -1,0 +1,213 @@
+"""Step 3 of the data flow: fetch a request politely, retrying what is worth retrying.
+
+One aiohttp session for the spider. Per host: a concurrency cap and a delay that
+gates when a request may *start*. Redirects are followed by hand so that every
+hop is re-checked against scope and robots.txt, and loops are caught.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Mapping
+from email.utils import parsedate_to_datetime
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+
+from netdisco.exceptions import (
+    DownloadFailed,
+    HttpStatusError,
+    InvalidURL,
+    OutOfScope,
+    ResponseTooLarge,
+    RobotsDenied,
+    TooManyRedirects,
+)
+from netdisco.request import Request
+from netdisco.response import Response
+from netdisco.robots import RobotsCache
+from netdisco.scheduler import canonical_url, check_url
+from netdisco.settings import Settings
+from netdisco.stats import Stats
+
+RETRY_STATUSES = frozenset({408, 429, *range(500, 600)})
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+#: network failures worth another try; DNS failures are not (the name will not appear)
+RETRY_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError)
+
+ScopeCheck = Callable[[str, str], "str | None"]
+
+
+class HostSlot:
+    """Politeness for one host: how many requests at once, and when the next may start."""
+
+    __slots__ = ("next_start", "semaphore")
+
+    def __init__(self, concurrency: int) -> None:
+        self.semaphore = asyncio.Semaphore(concurrency)
+        self.next_start = 0.0
+
+    async def wait_turn(self, delay: float) -> None:
+        """Sleep until this host's next start time, and book the one after it."""
+        if delay <= 0:
+            return
+        now = time.monotonic()
+        start = max(now, self.next_start)
+        self.next_start = start + delay
+        if start > now:
+            await asyncio.sleep(start - now)
+
+
+def retry_after(headers: Mapping[str, str], cap: float) -> float | None:
+    """Seconds asked for by a Retry-After header (delta or HTTP date), capped."""
+    value = headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+    return min(max(seconds, 0.0), cap)
+
+
+class Downloader:
+    """Fetches requests under global and per-host limits; see the module docstring."""
+
+    def __init__(self, settings: Settings, stats: Stats, scope: ScopeCheck) -> None:
+        self.settings = settings
+        self.stats = stats
+        self.scope = scope
+        self._slots: dict[str, HostSlot] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._robots: RobotsCache | None = None
+
+    async def open(self) -> None:
+        """Create the session (inside the running loop)."""
+        s = self.settings
+        connector = aiohttp.TCPConnector(limit=s.concurrency, limit_per_host=0, ttl_dns_cache=300)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=s.timeout, sock_connect=s.connect_timeout),
+            headers={"User-Agent": s.user_agent},
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+        if s.obey_robots:
+            self._robots = RobotsCache(self._session, s.user_agent, s.timeout)
+
+    async def close(self) -> None:
+        """Close the session and its connections."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def fetch(self, request: Request) -> Response:
+        """Download ``request`` with retries; raise a ``RequestError`` when it cannot be had."""
+        s = self.settings
+        while True:
+            request.attempts += 1
+            try:
+                response = await self._follow(request)
+            except RETRY_ERRORS as exc:
+                if request.attempts > s.retries or isinstance(exc, aiohttp.ClientConnectorDNSError):
+                    raise DownloadFailed(_describe(exc), url=request.url) from exc
+                delay = self._backoff(request.attempts)
+            else:
+                if response.status < 400:
+                    return response
+                if response.status not in RETRY_STATUSES or request.attempts > s.retries:
+                    raise HttpStatusError(
+                        f"HTTP {response.status}", url=response.url, status=response.status
+                    )
+                asked = retry_after(response.headers, s.retry_max_delay)
+                delay = self._backoff(request.attempts) if asked is None else asked
+            self.stats.retried += 1
+            await asyncio.sleep(delay)
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential backoff with full jitter around the nominal delay, capped."""
+        nominal = self.settings.retry_backoff * (2 ** (attempt - 1))
+        jittered: float = nominal * random.uniform(0.5, 1.5)
+        return min(jittered, self.settings.retry_max_delay)
+
+    async def _follow(self, request: Request) -> Response:
+        """One attempt: the request and its redirect hops, each checked before it is made."""
+        url, method, body = request.url, request.method, request.body
+        visited: set[str] = set()
+        for hop in range(self.settings.max_redirects + 1):
+            await self._check(url, hop)
+            response = await self._get(request, url, method, body)
+            location = response.headers.get("Location")
+            if response.status not in REDIRECT_STATUSES or not location:
+                return response
+            visited.add(canonical_url(url))
+            url = urljoin(url, location)
+            if canonical_url(url) in visited:
+                raise TooManyRedirects(f"redirect loop back to {url}", url=request.url)
+            if response.status in (301, 302, 303) and method != "HEAD":
+                method, body = "GET", None
+        raise TooManyRedirects(
+            f"more than {self.settings.max_redirects} redirects", url=request.url
+        )
+
+    async def _check(self, url: str, hop: int) -> None:
+        if hop:
+            reason, host = check_url(url)
+            reason = reason or self.scope(url, host)
+            if reason is not None:
+                raise OutOfScope(f"redirect to {url}: {reason}", url=url)
+        if self._robots is not None and not await self._robots.allowed(url):
+            raise RobotsDenied("disallowed by robots.txt", url=url)
+
+    def _slot(self, url: str) -> HostSlot:
+        key = urlsplit(url).netloc
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = HostSlot(self.settings.per_host_concurrency)
+        return slot
+
+    async def _get(self, request: Request, url: str, method: str, body: bytes | None) -> Response:
+        assert self._session is not None, "Downloader.open() was not awaited"
+        slot = self._slot(url)
+        async with slot.semaphore:
+            await slot.wait_turn(self.settings.download_delay)
+            try:
+                async with self._session.request(
+                    method,
+                    url,
+                    headers=request.headers or None,
+                    data=body,
+                    proxy=request.proxy or self.settings.proxy,
+                    allow_redirects=False,
+                ) as resp:
+                    data = await self._read(resp, url)
+            except (aiohttp.InvalidURL, ValueError) as exc:
+                raise InvalidURL(f"cannot request {url!r}: {exc}", url=url) from exc
+        self.stats.bytes += len(data)
+        return Response(url, resp.status, resp.headers, data, request)
+
+    async def _read(self, resp: aiohttp.ClientResponse, url: str) -> bytes:
+        """The body, or ResponseTooLarge as soon as it passes ``max_response_size``."""
+        limit = self.settings.max_response_size
+        length = resp.content_length
+        if limit and length is not None and length > limit:
+            raise ResponseTooLarge(f"Content-Length {length} > {limit} bytes", url=url)
+        if not limit or (length is not None and "Content-Encoding" not in resp.headers):
+            return await resp.read()
+        data = bytearray()
+        async for chunk in resp.content.iter_any():
+            data += chunk
+            if len(data) > limit:
+                raise ResponseTooLarge(f"body passed {limit} bytes", url=url)
+        return bytes(data)
+
+
+def _describe(exc: BaseException) -> str:
+    """A readable reason for a network failure (TimeoutError has no message)."""
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,202 @@
+"""Step 5 of the data flow: items travel a reactivex Observable into the pipelines.
+
+Every pipeline subscribes to the spider's item stream through its own chain of
+reactive ``operators`` (filter, map, buffer_with_count, ...) and handles what comes
+out in ``process``. ``DropItem`` ends an item's way through one pipeline.
+
+Backpressure: ``process`` may return an awaitable; the stream keeps at most
+``item_buffer`` of them pending and makes the spider wait when it is full, so a
+slow pipeline slows the crawl instead of growing memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import json
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import reactivex
+import structlog
+from reactivex import Observable, abc
+from reactivex.subject import Subject
+
+from netdisco.exceptions import DropItem
+from netdisco.stats import Stats
+
+log = structlog.get_logger(__name__)
+Operator = Callable[[Observable[Any]], Observable[Any]]
+
+
+def to_jsonable(item: Any) -> Any:
+    """Dataclass items become dicts; everything else is left to ``json``."""
+    if dataclasses.is_dataclass(item) and not isinstance(item, type):
+        return dataclasses.asdict(item)
+    return item
+
+
+class Pipeline:
+    """Base class: override ``process`` (sync or async) and optionally ``operators``."""
+
+    operators: Sequence[Operator] = ()
+
+    def process(self, item: Any) -> Any:
+        """Handle one item (or one batch, after a buffering operator)."""
+        return None
+
+    async def open(self) -> None:
+        """Acquire resources (files, connections) before the first item."""
+
+    async def close(self) -> None:
+        """Flush and release resources after the last item."""
+
+
+class ConsolePipeline(Pipeline):
+    """Prints each item as one JSON line on standard output."""
+
+    def process(self, item: Any) -> None:
+        sys.stdout.write(json.dumps(to_jsonable(item), ensure_ascii=False, default=str) + "\n")
+
+
+class JsonLinesPipeline(Pipeline):
+    """Writes UTF-8 JSON lines to ``path``: one object per line, flushed and closed on stop.
+
+    A buffering operator upstream makes ``process`` receive lists: each element is a line.
+    """
+
+    def __init__(self, path: str | Path, *, operators: Sequence[Operator] = ()) -> None:
+        self.path = Path(path)
+        self.operators = operators
+        self._file: IO[str] | None = None
+
+    async def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("w", encoding="utf-8")
+
+    def process(self, item: Any) -> None:
+        assert self._file is not None, "JsonLinesPipeline.open() was not awaited"
+        batch = item if isinstance(item, list) else (item,)
+        self._file.write(
+            "".join(
+                json.dumps(to_jsonable(i), ensure_ascii=False, default=str) + "\n" for i in batch
+            )
+        )
+
+    async def close(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+            self._file.close()
+            self._file = None
+
+
+class CallablePipeline(Pipeline):
+    """Hands each item (or batch) to a user function, sync or async."""
+
+    def __init__(self, func: Callable[[Any], Any], *, operators: Sequence[Operator] = ()) -> None:
+        self.func = func
+        self.operators = operators
+
+    def process(self, item: Any) -> Any:
+        return self.func(item)
+
+
+class ItemStream:
+    """The spider's item Observable, its subscribed pipelines and their pending work."""
+
+    def __init__(self, stats: Stats, buffer: int) -> None:
+        self.stats = stats
+        self.buffer = buffer
+        self._subject: Subject[Any] = Subject()
+        self._pipelines: list[Pipeline] = []
+        self._subscriptions: list[abc.DisposableBase] = []
+        self._pending: set[asyncio.Future[Any]] = set()
+
+    @property
+    def observable(self) -> Observable[Any]:
+        """The raw item stream, for users who subscribe directly."""
+        return self._subject
+
+    async def open(self, pipelines: Sequence[Pipeline]) -> None:
+        """Open each pipeline and subscribe it through its operators."""
+        for pipeline in pipelines:
+            await pipeline.open()
+            source: Observable[Any] = self._subject
+            for operator in pipeline.operators:
+                source = operator(source)
+            self._subscriptions.append(
+                source.subscribe(
+                    on_next=lambda value, p=pipeline: self._deliver(p, value),  # type: ignore[misc]
+                    on_error=lambda exc, p=pipeline: self._failed(p, exc),  # type: ignore[misc]
+                )
+            )
+            self._pipelines.append(pipeline)
+
+    def _deliver(self, pipeline: Pipeline, value: Any) -> None:
+        try:
+            result = pipeline.process(value)
+        except DropItem as exc:
+            self.stats.dropped_items += 1
+            log.debug("item_dropped", pipeline=type(pipeline).__name__, reason=str(exc))
+            return
+        except Exception as exc:  # a pipeline's bug must not stop the crawl
+            self._failed(pipeline, exc)
+            return
+        if inspect.isawaitable(result):
+            self._track(pipeline, result)
+
+    def _track(self, pipeline: Pipeline, result: Awaitable[Any]) -> None:
+        future = asyncio.ensure_future(result)
+        self._pending.add(future)
+
+        def finished(done: asyncio.Future[Any]) -> None:
+            self._pending.discard(done)
+            if done.cancelled():
+                return
+            exc = done.exception()
+            if isinstance(exc, DropItem):
+                self.stats.dropped_items += 1
+            elif exc is not None:
+                self._failed(pipeline, exc)
+
+        future.add_done_callback(finished)
+
+    def _failed(self, pipeline: Pipeline, exc: BaseException) -> None:
+        self.stats.pipeline_errors += 1
+        self.stats.error(f"pipeline {type(pipeline).__name__}: {exc!r}")
+        log.error("pipeline_error", pipeline=type(pipeline).__name__, error=repr(exc))
+
+    async def emit(self, item: Any) -> None:
+        """Send one item down the stream; wait while too much pipeline work is pending."""
+        self.stats.items += 1
+        self._subject.on_next(item)
+        while len(self._pending) >= self.buffer:
+            await asyncio.wait(self._pending, return_when=asyncio.FIRST_COMPLETED)
+
+    async def close(self) -> None:
+        """Complete the stream (flushing buffers), await pending work, close pipelines."""
+        self._subject.on_completed()
+        while self._pending:
+            await asyncio.wait(set(self._pending))
+        for subscription in self._subscriptions:
+            subscription.dispose()
+        for pipeline in self._pipelines:
+            try:
+                await pipeline.close()
+            except Exception as exc:  # close the others all the same
+                self._failed(pipeline, exc)
+
+
+__all__ = [
+    "CallablePipeline",
+    "ConsolePipeline",
+    "ItemStream",
+    "JsonLinesPipeline",
+    "Operator",
+    "Pipeline",
+    "reactivex",
+    "to_jsonable",
+]

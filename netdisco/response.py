@@ -1,0 +1,125 @@
+"""What came back: a ``Response`` with charset-aware text and parsel selectors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import urljoin
+
+from charset_normalizer import from_bytes
+from parsel import Selector, SelectorList
+from w3lib.encoding import html_body_declared_encoding, html_to_unicode, http_content_type_encoding
+
+from netdisco.request import Callback, Request
+
+
+def _detect(body: bytes) -> str | None:
+    """Guess an undeclared charset: UTF-8 if it decodes, else charset-normalizer's best."""
+    try:
+        body.decode("utf-8")
+        return "utf-8"
+    except UnicodeDecodeError:
+        best = from_bytes(body[:65536]).best()
+        return best.encoding if best is not None else None
+
+
+class Response:
+    """A downloaded page. ``text`` and the selector are built lazily, once."""
+
+    __slots__ = ("_selector", "_text", "body", "encoding", "headers", "request", "status", "url")
+
+    def __init__(
+        self, url: str, status: int, headers: Mapping[str, str], body: bytes, request: Request
+    ) -> None:
+        self.url = url
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.request = request
+        self.encoding: str | None = None
+        self._text: str | None = None
+        self._selector: Selector | None = None
+
+    def __repr__(self) -> str:
+        return f"<Response {self.status} {self.url}>"
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The request's meta, as in Scrapy."""
+        return self.request.meta
+
+    @property
+    def text(self) -> str:
+        """The body decoded: HTTP header charset, then BOM and <meta>, then detection."""
+        if self._text is None:
+            content_type = self.headers.get("Content-Type", "")
+            declared = http_content_type_encoding(content_type) or html_body_declared_encoding(
+                self.body
+            )
+            detect = None if declared else _detect
+            self.encoding, self._text = html_to_unicode(
+                content_type, self.body, auto_detect_fun=detect
+            )
+        return self._text
+
+    @property
+    def selector(self) -> Selector:
+        """The parsel selector over ``text`` (built on first use)."""
+        if self._selector is None:
+            self._selector = Selector(text=self.text, type="html")
+        return self._selector
+
+    def css(self, query: str) -> SelectorList[Selector]:
+        """``selector.css(query)``."""
+        return self.selector.css(query)
+
+    def xpath(self, query: str, **namespaces: Any) -> SelectorList[Selector]:
+        """``selector.xpath(query)``."""
+        return self.selector.xpath(query, **namespaces)
+
+    def urljoin(self, url: str) -> str:
+        """Resolve ``url`` against this page's URL."""
+        return urljoin(self.url, url.strip())
+
+    def follow(
+        self, url: str | Selector, callback: Callback | None = None, **kwargs: Any
+    ) -> Request:
+        """A request for ``url`` (a string or an ``<a>``/``<link>`` selector), one level deeper.
+
+        Invalid URLs (``mailto:``, garbage) still make a request: the scheduler rejects and
+        counts them, so one bad link never hides the page's other links.
+        """
+        if isinstance(url, Selector):
+            url = _href(url)
+        return Request(self.urljoin(url), callback=callback, depth=self.request.depth + 1, **kwargs)
+
+    def follow_all(
+        self,
+        urls: Iterable[str | Selector] | None = None,
+        callback: Callback | None = None,
+        *,
+        css: str | None = None,
+        xpath: str | None = None,
+        **kwargs: Any,
+    ) -> list[Request]:
+        """Requests for ``urls``, or for the links matched by ``css``/``xpath``."""
+        if urls is None:
+            if css is not None:
+                urls = self.css(css)
+            elif xpath is not None:
+                urls = self.xpath(xpath)
+            else:
+                raise ValueError("follow_all needs urls, css or xpath")
+        return [self.follow(u, callback, **kwargs) for u in urls]
+
+
+def _href(selector: Selector) -> str:
+    """The link a selector points at: its text if it is an attribute, else its href/src."""
+    root = selector.root
+    if isinstance(root, str):
+        return root
+    for attribute in ("href", "src"):
+        value = selector.attrib.get(attribute)
+        if value is not None:
+            return str(value)
+    raise ValueError(f"selector {selector!r} has no href or src")

@@ -1,0 +1,57 @@
+"""robots.txt, fetched once per origin and cached (parsed by protego).
+
+RFC 9309: a 4xx answer means no restrictions; a 5xx answer means the site is
+unreachable, so everything is disallowed. A network error is treated as "no
+robots.txt": the page fetch that follows will fail with the real reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import urlsplit
+
+import aiohttp
+import structlog
+from protego import Protego
+
+log = structlog.get_logger(__name__)
+
+#: RFC 9309 asks crawlers to parse at least 500 KiB
+MAX_ROBOTS_SIZE = 512 * 1024
+_ALLOW_ALL = Protego.parse("")
+_DENY_ALL = Protego.parse("User-agent: *\nDisallow: /")
+
+
+class RobotsCache:
+    """One parsed robots.txt per origin; concurrent asks for one origin share one fetch."""
+
+    def __init__(self, session: aiohttp.ClientSession, user_agent: str, timeout: float) -> None:
+        self.session = session
+        self.user_agent = user_agent
+        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self._rules: dict[str, asyncio.Future[Protego]] = {}
+
+    async def allowed(self, url: str) -> bool:
+        """Whether robots.txt lets us fetch ``url``."""
+        parts = urlsplit(url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        rules = self._rules.get(origin)
+        if rules is None:
+            rules = asyncio.ensure_future(self._fetch(origin))
+            self._rules[origin] = rules
+        return bool((await rules).can_fetch(url, self.user_agent))
+
+    async def _fetch(self, origin: str) -> Protego:
+        url = origin + "/robots.txt"
+        try:
+            async with self.session.get(url, timeout=self.timeout, allow_redirects=True) as resp:
+                if resp.status >= 500:
+                    log.warning("robots_unavailable", url=url, status=resp.status)
+                    return _DENY_ALL
+                if resp.status >= 400:
+                    return _ALLOW_ALL
+                body = await resp.content.read(MAX_ROBOTS_SIZE)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.info("robots_fetch_failed", url=url, error=repr(exc))
+            return _ALLOW_ALL
+        return Protego.parse(body.decode("utf-8", errors="replace"))

@@ -1,0 +1,68 @@
+"""Step 4 of the data flow: run a callback and sort what it yields.
+
+Requests go back to the scheduler (step 2), everything else is an item for the
+item stream (step 5). A callback that raises is counted and logged with the URL;
+what it yielded before the error is kept, and the crawl goes on.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any
+
+import structlog
+
+from netdisco.pipelines import ItemStream
+from netdisco.request import CallbackResult, Request
+from netdisco.stats import Stats
+
+log = structlog.get_logger(__name__)
+Admit = Callable[[list[Request]], Awaitable[Any]]
+
+
+class Scraper:
+    """Feeds callback output to the scheduler (requests) and the item stream (items)."""
+
+    def __init__(self, admit: Admit, items: ItemStream, stats: Stats) -> None:
+        self.admit = admit
+        self.items = items
+        self.stats = stats
+
+    async def run(self, callback: Callable[..., CallbackResult], *args: Any, url: str) -> None:
+        """Call ``callback(*args)`` and route everything it produces."""
+        requests: list[Request] = []
+        try:
+            result = callback(*args)
+            if inspect.isawaitable(result):
+                result = await result
+            if isinstance(result, AsyncIterator):
+                async for value in result:
+                    await self._route(value, requests)
+            elif isinstance(result, Iterable) and not isinstance(result, str | bytes | dict):
+                for value in result:
+                    await self._route(value, requests)
+            elif result is not None:
+                await self._route(result, requests)
+        except Exception as exc:  # a spider's bug must not stop the crawl
+            self.stats.callback_errors += 1
+            self.stats.error(f"callback {getattr(callback, '__name__', callback)}: {exc!r}")
+            log.error(
+                "callback_error",
+                url=url,
+                callback=getattr(callback, "__name__", "?"),
+                error=repr(exc),
+                exc_info=exc,
+            )
+        finally:
+            if requests:
+                await self.admit(requests)
+
+    async def _route(self, value: Any, requests: list[Request]) -> None:
+        if isinstance(value, Request):
+            requests.append(value)
+            if len(requests) >= 256:  # bound the batch for huge pages
+                await self.admit(requests[:])
+                requests.clear()
+        elif value is not None:
+            await self.items.emit(value)

@@ -1,0 +1,188 @@
+"""Crawl settings: one frozen dataclass, defaults in one place.
+
+The same names work with ``-s name=value``, in TOML and as ``NETDISCO_<NAME>``
+environment variables; every value is validated here so that a bad one fails at
+start with the key named, never half-way through a crawl.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from netdisco._version import __version__
+from netdisco.exceptions import ConfigError
+
+DEFAULT_USER_AGENT = f"netdisco/{__version__} (+https://pypi.org/project/netdiscovery/)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """How one spider crawls. Sizes in bytes, durations in seconds; 0 means no limit."""
+
+    concurrency: int = 16
+    per_host_concurrency: int = 8
+    download_delay: float = 0.0
+    obey_robots: bool = True
+    max_pages: int = 0
+    depth_limit: int = 0
+    timeout: float = 30.0
+    connect_timeout: float = 10.0
+    retries: int = 2
+    retry_backoff: float = 0.5
+    retry_max_delay: float = 60.0
+    max_redirects: int = 10
+    max_response_size: int = 10 * 1024 * 1024
+    user_agent: str = DEFAULT_USER_AGENT
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    proxy: str | None = None
+    stop_deadline: float = 10.0
+    progress_interval: float = 5.0
+    item_buffer: int = 256
+    frontier: str = "memory"
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with some values changed (validated)."""
+        return from_mapping(changes, base=self)
+
+
+_FIELDS = {f.name: f for f in fields(Settings)}
+_POSITIVE = ("concurrency", "per_host_concurrency", "timeout", "connect_timeout", "item_buffer")
+_NON_NEGATIVE = (
+    "download_delay",
+    "max_pages",
+    "depth_limit",
+    "retries",
+    "retry_backoff",
+    "retry_max_delay",
+    "max_redirects",
+    "max_response_size",
+    "stop_deadline",
+    "progress_interval",
+)
+
+
+def _validate(s: Settings) -> None:
+    for name in _POSITIVE:
+        if getattr(s, name) <= 0:
+            raise ConfigError(name, f"must be greater than 0, got {getattr(s, name)!r}")
+    for name in _NON_NEGATIVE:
+        if getattr(s, name) < 0:
+            raise ConfigError(name, f"must not be negative, got {getattr(s, name)!r}")
+    for name in ("allow", "deny"):
+        for pattern in getattr(s, name):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ConfigError(name, f"invalid regular expression {pattern!r}: {exc}") from exc
+    if not s.frontier.startswith(("memory", "redis://", "rediss://", "unix://")):
+        raise ConfigError("frontier", f"expected 'memory' or a redis:// URL, got {s.frontier!r}")
+
+
+def _as_bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError
+    return value
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise TypeError
+    return int(value)
+
+
+def _as_float(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError
+    return float(value)
+
+
+def _as_strings(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+        raise TypeError
+    return tuple(value)
+
+
+def _as_optional_str(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError
+    return value
+
+
+_CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    "bool": _as_bool,
+    "int": _as_int,
+    "float": _as_float,
+    "tuple[str, ...]": _as_strings,
+}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Turn a TOML, CLI or environment value into the field's type, or say why not."""
+    kind = str(_FIELDS[name].type)
+    if isinstance(value, str) and kind in _CONVERTERS:
+        value = _parse_text(name, value, kind)
+    try:
+        converter: Callable[[Any], Any] = _CONVERTERS.get(kind, _as_optional_str)
+        return converter(value)
+    except TypeError:
+        raise ConfigError(name, f"expected {kind}, got {value!r}") from None
+
+
+def _parse_text(name: str, text: str, kind: str) -> Any:
+    if kind == "bool":
+        lowered = text.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(name, f"expected true or false, got {text!r}")
+    if kind == "tuple[str, ...]":
+        if text.lstrip().startswith("["):
+            try:
+                return json.loads(text)
+            except ValueError as exc:
+                raise ConfigError(name, f"expected a JSON list of strings: {exc}") from exc
+        return [part for part in text.split(",") if part]
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ConfigError(name, f"expected {kind}, got {text!r}") from None
+
+
+def from_mapping(data: Mapping[str, Any], *, base: Settings | None = None) -> Settings:
+    """Settings from a mapping (TOML table, ``-s`` pairs); unknown keys are errors."""
+    values: dict[str, Any] = {}
+    for name, raw in data.items():
+        if name not in _FIELDS:
+            known = ", ".join(sorted(_FIELDS))
+            raise ConfigError(name, f"unknown setting (known settings: {known})")
+        values[name] = _coerce(name, raw)
+    return dataclasses.replace(base or Settings(), **values)
+
+
+def from_env(environ: Mapping[str, str] | None = None, *, base: Settings | None = None) -> Settings:
+    """Settings from ``NETDISCO_<NAME>`` variables over ``base``."""
+    env = os.environ if environ is None else environ
+    found = {n: env[f"NETDISCO_{n.upper()}"] for n in _FIELDS if f"NETDISCO_{n.upper()}" in env}
+    return from_mapping(found, base=base)
+
+
+def parse_pairs(pairs: list[str]) -> dict[str, str]:
+    """``["concurrency=64", ...]`` from ``-s`` flags into a mapping."""
+    result: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(pair, "expected name=value")
+        result[name.strip()] = value
+    return result

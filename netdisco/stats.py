@@ -1,0 +1,101 @@
+"""Per-spider counters: plain integers, cheap enough to bump on every request."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+#: request outcomes, as counted in ``Stats.outcomes`` and Prometheus' ``outcome`` label
+OUTCOMES = (
+    "succeeded",
+    "failed",
+    "retried",
+    "filtered",
+    "invalid",
+    "robots_blocked",
+    "too_large",
+)
+
+
+class Rate:
+    """Events per second over the last minute, in one-second buckets."""
+
+    __slots__ = ("_buckets", "_last")
+
+    def __init__(self) -> None:
+        self._buckets = [0] * 60
+        self._last = int(time.monotonic())
+
+    def _advance(self, now: int) -> None:
+        gap = now - self._last
+        if gap <= 0:
+            return
+        for step in range(1, min(gap, 60) + 1):
+            self._buckets[(self._last + step) % 60] = 0
+        self._last = now
+
+    def add(self, count: int = 1) -> None:
+        """Count ``count`` events now."""
+        now = int(time.monotonic())
+        self._advance(now)
+        self._buckets[now % 60] += count
+
+    def per_second(self, window: int = 60) -> float:
+        """Mean rate over the last ``window`` full seconds."""
+        now = int(time.monotonic())
+        self._advance(now)
+        total = sum(self._buckets[(now - back) % 60] for back in range(1, window + 1))
+        return total / window
+
+
+class Stats:
+    """What one spider did. ``outcomes`` feeds ``netdisco_requests_total{outcome}``."""
+
+    def __init__(self) -> None:
+        self.scheduled = 0
+        self.in_flight = 0
+        self.succeeded = 0
+        self.failed = 0
+        self.retried = 0
+        self.filtered = 0
+        self.invalid = 0
+        self.robots_blocked = 0
+        self.too_large = 0
+        self.items = 0
+        self.dropped_items = 0
+        self.pipeline_errors = 0
+        self.callback_errors = 0
+        self.bytes = 0
+        self.queue_size = 0
+        self.seen = 0
+        self.last_error: str | None = None
+        self.started = time.monotonic()
+        self.pages = Rate()
+
+    @property
+    def outcomes(self) -> dict[str, int]:
+        """Requests by outcome."""
+        return {name: getattr(self, name) for name in OUTCOMES}
+
+    def error(self, message: str) -> None:
+        """Remember the latest error for the status endpoint."""
+        self.last_error = message
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every counter, for status objects and the summary line."""
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        return {
+            "scheduled": self.scheduled,
+            "in_flight": self.in_flight,
+            **self.outcomes,
+            "items": self.items,
+            "dropped_items": self.dropped_items,
+            "pipeline_errors": self.pipeline_errors,
+            "callback_errors": self.callback_errors,
+            "bytes": self.bytes,
+            "queue_size": self.queue_size,
+            "seen": self.seen,
+            "pages_per_second": round(self.pages.per_second(), 2),
+            "elapsed": round(elapsed, 3),
+            "last_error": self.last_error,
+        }
