@@ -98,11 +98,35 @@ _ENGINE_TYPES: dict[str, tuple[type, ...]] = {
 
 @dataclass(frozen=True, kw_only=True)
 class SpiderConfig:
-    """One ``[[spiders]]`` entry: what to load and how it crawls."""
+    """One ``[[spiders]]`` entry: what to load and the setting layers over its defaults."""
 
     spider: str  # "FILE.py:Class" or "module:Class"
-    settings: Settings = field(default_factory=Settings)
+    table: Mapping[str, Any] = field(default_factory=dict)  # the entry's settings table
+    environ: Mapping[str, str] = field(default_factory=dict, repr=False)  # NETDISCO_* values
+    pairs: Mapping[str, str] = field(default_factory=dict)  # -s name=value
     key: str = "spiders[0]"  # where it came from, for error messages
+
+    def __post_init__(self) -> None:
+        self.settings()  # fail at load time, not when the spider starts
+
+    def settings(self, custom: Mapping[str, Any] | None = None) -> Settings:
+        """Defaults < the spider's ``custom_settings`` < file < environment < ``-s``."""
+        try:
+            base = crawl_settings.from_mapping(custom or {})
+        except ConfigError as exc:
+            raise _renamed(f"{self.spider} custom_settings.{exc.key}", exc) from None
+        try:
+            base = crawl_settings.from_mapping(self.table, base=base)
+        except ConfigError as exc:
+            raise _renamed(f"{self.key}.settings.{exc.key}", exc) from None
+        try:
+            base = crawl_settings.from_env(self.environ, base=base)
+        except ConfigError as exc:
+            raise _renamed(f"NETDISCO_{exc.key.upper()}", exc) from None
+        try:
+            return crawl_settings.from_mapping(self.pairs, base=base)
+        except ConfigError as exc:
+            raise _renamed(f"-s {exc.key}", exc) from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,6 +197,7 @@ def spider_configs(
     pairs: Mapping[str, str] | None = None,
 ) -> tuple[SpiderConfig, ...]:
     """``[[spiders]]`` entries, each setting validated and named by its position."""
+    env = os.environ if environ is None else environ
     if not isinstance(entries, list):
         raise ConfigError("spiders", f"expected an array of tables ([[spiders]]), got {entries!r}")
     result = []
@@ -193,32 +218,11 @@ def spider_configs(
         table = entry.get("settings", {})
         if not isinstance(table, dict):
             raise ConfigError(f"{key}.settings", f"expected a table, got {table!r}")
-        settings = _spider_settings(f"{key}.settings", table, environ, pairs or {})
-        result.append(SpiderConfig(spider=ref, settings=settings, key=key))
+        spider_env = {k: v for k, v in env.items() if k.startswith("NETDISCO_")}
+        result.append(
+            SpiderConfig(spider=ref, table=table, environ=spider_env, pairs=pairs or {}, key=key)
+        )
     return tuple(result)
-
-
-def _spider_settings(
-    key: str, table: Mapping[str, Any], environ: Mapping[str, str] | None, pairs: Mapping[str, str]
-) -> Settings:
-    """File, then environment, then ``-s`` pairs: the later source wins."""
-    try:
-        settings = crawl_settings.from_mapping(table)
-    except ConfigError as exc:
-        raise _nested(key, exc) from None
-    try:
-        settings = crawl_settings.from_env(environ, base=settings)
-    except ConfigError as exc:
-        raise _renamed(f"NETDISCO_{exc.key.upper()}", exc) from None
-    try:
-        return crawl_settings.from_mapping(pairs, base=settings)
-    except ConfigError as exc:
-        raise _renamed(f"-s {exc.key}", exc) from None
-
-
-def _nested(prefix: str, exc: ConfigError) -> ConfigError:
-    """The same error with its key placed under ``prefix``."""
-    return _renamed(f"{prefix}.{exc.key}", exc)
 
 
 def _renamed(key: str, exc: ConfigError) -> ConfigError:

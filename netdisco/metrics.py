@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from netdisco import __version__
+from netdisco._version import __version__
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 STATES = ("idle", "running", "paused", "stopping", "stopped", "finished", "failed")

@@ -1,0 +1,294 @@
+"""The engine's HTTP endpoint: status, lifecycle control and metrics (DESIGN.md routes).
+
+It runs inside the engine's own loop (``AppRunner`` / ``TCPSite``), so handlers
+read crawler state directly, without locks. Every answer is JSON with a real
+status code; errors are ``{"error": {"code", "message"}}``, and a middleware makes
+sure even a bug answers a logged JSON 500 rather than a stack trace. Control
+(POST) routes check the bearer token before they look at anything else; the
+token is never logged or echoed. ``GET /netdiscovery/spiders`` reuses its
+rendered body for ``status_cache`` seconds (counters may lag that long; any state
+change clears it at once), because dashboards poll it hard while the same loop crawls.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from netdisco.crawler import SpiderState
+from netdisco.engine import EngineState, SpiderEngine
+from netdisco.exceptions import InvalidTransition, UnknownSpider
+from netdisco.metrics import CONTENT_TYPE, EngineMetrics
+
+log = structlog.get_logger(__name__)
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+}
+
+
+class ApiError(Exception):
+    """An error answer: HTTP status, a stable machine code and a sentence for humans."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def _dumps(data: Any) -> bytes:
+    return json.dumps(data, default=str, separators=(",", ":")).encode()
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    """A JSON answer (compact: this endpoint is polled by machines)."""
+    return web.Response(body=_dumps(data), status=status, content_type="application/json")
+
+
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    """The one shape every error takes."""
+    body = _dumps({"error": {"code": code, "message": message}})
+    response = web.Response(body=body, status=status, content_type="application/json")
+    response.headers.update(headers or {})
+    return response
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Turn every failure into a JSON error with a real status code."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return error_response(exc.status, exc.code, exc.message, headers)
+    except UnknownSpider as exc:
+        return error_response(404, "unknown_spider", str(exc))
+    except InvalidTransition as exc:
+        return error_response(409, "invalid_transition", str(exc))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        code = _CODES.get(exc.status, "http_error")
+        return error_response(exc.status, code, exc.reason, headers)
+    except Exception:
+        log.exception("http_handler_failed", method=request.method, path=request.path)
+        return error_response(500, "internal_error", "the engine failed to answer; see its log")
+
+
+class StatusCache:
+    """The rendered ``/spiders`` body, reused for ``ttl`` seconds or until a change."""
+
+    def __init__(self, engine: SpiderEngine, ttl: float) -> None:
+        self._engine = engine
+        self._ttl = ttl
+        self._body: bytes | None = None
+        self._expires = 0.0
+
+    def body(self) -> bytes:
+        """The current body, rendering it again when stale."""
+        now = time.monotonic()
+        if self._body is None or now >= self._expires:
+            self._body = _dumps([c.status() for c in self._engine.crawlers()])
+            self._expires = now + self._ttl
+        return self._body
+
+    def clear(self, _engine: SpiderEngine | None = None) -> None:
+        """Forget the body (a spider was added or changed state)."""
+        self._body = None
+
+
+ENGINE = web.AppKey("engine", SpiderEngine)
+CACHE = web.AppKey("spiders_cache", StatusCache)
+METRICS = web.AppKey("metrics", EngineMetrics)
+
+
+# -- read-only routes ----------------------------------------------------------------
+
+
+async def health(request: web.Request) -> web.Response:
+    """200 while running and registered (or standalone); 503 otherwise."""
+    engine = request.app[ENGINE]
+    registered = engine.registry_healthy
+    ok = engine.state is EngineState.RUNNING and registered is not False
+    counts: dict[str, int] = {}
+    for crawler in engine.crawlers():
+        counts[str(crawler.state)] = counts.get(str(crawler.state), 0) + 1
+    body = {
+        "status": "ok" if ok else "degraded",
+        "engine": str(engine.state),
+        "id": engine.id,
+        "incarnation": engine.incarnation,
+        "registry": _registry_state(engine),
+        "spiders": counts,
+    }
+    return json_response(body, 200 if ok else 503)
+
+
+def _registry_state(engine: SpiderEngine) -> str:
+    if engine.registry is None:
+        return "standalone"
+    return str(engine.registry.status().get("state", "unknown"))
+
+
+async def engine_status(request: web.Request) -> web.Response:
+    """Identity, incarnation, registry state and spider summaries."""
+    return json_response(request.app[ENGINE].status())
+
+
+async def spiders(request: web.Request) -> web.Response:
+    """Every spider's status object."""
+    body = request.app[CACHE].body()
+    return web.Response(body=body, content_type="application/json")
+
+
+async def spider(request: web.Request) -> web.Response:
+    """One spider's status object (404 if unknown)."""
+    return json_response(request.app[ENGINE].crawler(request.match_info["name"]).status())
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text exposition, built from the crawlers' stats right now."""
+    body = request.app[METRICS].render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+# -- control routes ------------------------------------------------------------------
+
+
+def authorize(request: web.Request) -> SpiderEngine:
+    """Let a control request through, or raise 401/403; the token is compared in constant time."""
+    engine = request.app[ENGINE]
+    if not engine.settings.control:
+        raise ApiError(403, "control_disabled", "control is disabled on this engine")
+    token = engine.settings.token
+    if token is None:
+        return engine
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        raise ApiError(401, "unauthorized", "control needs an 'Authorization: Bearer' token")
+    if not hmac.compare_digest(given.strip().encode(), token.encode()):
+        raise ApiError(403, "forbidden", "the bearer token is not valid for this engine")
+    return engine
+
+
+def _control(action: str) -> Handler:
+    async def handle(request: web.Request) -> web.Response:
+        engine = authorize(request)
+        name = request.match_info["name"]
+        state: SpiderState
+        if action == "pause":
+            state = engine.pause(name)
+        elif action == "resume":
+            state = engine.resume(name)
+        else:
+            state = await engine.stop_spider(name)
+        request.app[CACHE].clear()
+        log.info("spider_control", engine=engine.id, spider=name, action=action, state=str(state))
+        return json_response({"name": name, "state": str(state)})
+
+    handle.__doc__ = f"POST .../{action}: 200 with the new state, 409 if not allowed now."
+    return handle
+
+
+async def push_requests(request: web.Request) -> web.Response:
+    """Schedule URLs on a spider: 202 with what was accepted and why the rest was not."""
+    engine = authorize(request)
+    crawler = engine.crawler(request.match_info["name"])
+    urls = await _read_urls(request, engine.settings.max_body)
+    valid = [u for u in urls if isinstance(u, str)]
+    result = await engine.push(crawler.name, valid)
+    rejected = [{"url": url, "reason": reason} for url, reason in result.rejected]
+    rejected += [{"url": u, "reason": "not a string"} for u in urls if not isinstance(u, str)]
+    body = {"name": crawler.name, "accepted": len(result.accepted), "rejected": rejected}
+    return json_response(body, 202)
+
+
+async def _read_urls(request: web.Request, max_body: int) -> list[Any]:
+    """The ``urls`` list of a JSON body, or the 415/413/400 that explains why not."""
+    if request.content_type != "application/json":
+        raise ApiError(415, "unsupported_media_type", "send the body as application/json")
+    if request.content_length is not None and request.content_length > max_body:
+        raise ApiError(413, "payload_too_large", f"the body must not exceed {max_body} bytes")
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(
+            413, "payload_too_large", f"the body must not exceed {max_body} bytes"
+        ) from None
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("urls"), list):
+        raise ApiError(400, "invalid_body", 'expected a JSON object {"urls": [...]}')
+    urls: list[Any] = data["urls"]
+    if not urls:
+        raise ApiError(400, "invalid_body", '"urls" must not be empty')
+    return urls
+
+
+def create_app(engine: SpiderEngine) -> web.Application:
+    """The endpoint's application; routes exactly as DESIGN.md lists them."""
+    app = web.Application(middlewares=[errors_middleware], client_max_size=engine.settings.max_body)
+    cache = StatusCache(engine, engine.settings.status_cache)
+    engine.add_listener(cache.clear)
+    app[ENGINE] = engine
+    app[CACHE] = cache
+    app[METRICS] = EngineMetrics(engine)
+    app.router.add_get("/netdiscovery/health", health, allow_head=False)
+    app.router.add_get("/netdiscovery/engine", engine_status, allow_head=False)
+    app.router.add_get("/netdiscovery/spiders", spiders, allow_head=False)
+    app.router.add_get("/netdiscovery/spiders/{name}", spider, allow_head=False)
+    for action in ("pause", "resume", "stop"):
+        app.router.add_post(f"/netdiscovery/spiders/{{name}}/{action}", _control(action))
+    app.router.add_post("/netdiscovery/spiders/{name}/requests", push_requests)
+    app.router.add_get("/metrics", metrics, allow_head=False)
+    return app
+
+
+class HttpEndpoint:
+    """The endpoint bound to a TCP port in the running loop."""
+
+    def __init__(self, engine: SpiderEngine) -> None:
+        self._engine = engine
+        self._runner: web.AppRunner | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        """Bind and serve; the port actually bound (``port=0`` picks a free one)."""
+        runner = web.AppRunner(
+            create_app(self._engine), access_log=None, handle_signals=False, shutdown_timeout=5.0
+        )
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, host, port, backlog=1024).start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise OSError(exc.errno, f"cannot serve HTTP on {host}:{port}: {exc.strerror}") from exc
+        self._runner = runner
+        return int(runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        """Close the listener and idle connections."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

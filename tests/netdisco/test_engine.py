@@ -1,0 +1,214 @@
+"""SpiderEngine embedded in the test's own loop: lifecycle, registry wiring, config."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from netdisco.config import EngineSettings, engine_settings, is_loopback, load_config
+from netdisco.crawler import SpiderState
+from netdisco.engine import EngineState, SpiderEngine
+from netdisco.exceptions import ConfigError, DuplicateSpider, InvalidTransition, UnknownSpider
+from netdisco.settings import Settings
+
+from .engine_site import FakeRegistry, site_spider, start_site, wait_for
+
+QUIET = Settings(progress_interval=0, concurrency=4)
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[str]:
+    runner, base = await start_site()
+    yield base
+    await runner.cleanup()
+
+
+def standalone(**kwargs: Any) -> EngineSettings:
+    return EngineSettings(http=False, **kwargs)
+
+
+async def test_run_crawls_every_spider_to_the_end(site: str) -> None:
+    async with SpiderEngine(standalone()) as engine:
+        engine.add_spider(site_spider("a", site), QUIET)
+        engine.add_spider(site_spider("b", site), QUIET)
+        states = await engine.run()
+    assert states == {"a": SpiderState.FINISHED, "b": SpiderState.FINISHED}
+    assert [c.stats.items for c in engine.crawlers()] == [200, 200]
+    assert engine.state is EngineState.STOPPED
+
+
+async def test_spider_added_while_running_starts_at_once(site: str) -> None:
+    async with SpiderEngine(standalone()) as engine:
+        engine.add_spider(site_spider("slow", site, "slow"), QUIET)
+        await engine.start()
+        late = engine.add_spider(site_spider("late", site), QUIET)
+        await wait_for(lambda: late.state is SpiderState.FINISHED)
+        assert late.stats.items == 200
+        assert engine.pause("slow") is SpiderState.PAUSED
+        assert await engine.stop_spider("slow") is SpiderState.STOPPED
+        assert await engine.wait() == {"slow": SpiderState.STOPPED, "late": SpiderState.FINISHED}
+
+
+async def test_lifecycle_controls_and_their_errors(site: str) -> None:
+    async with SpiderEngine(standalone()) as engine:
+        engine.add_spider(site_spider("s", site, "slow"), QUIET)
+        with pytest.raises(InvalidTransition, match="cannot pause while idle"):
+            engine.pause("s")
+        await engine.start()
+        with pytest.raises(InvalidTransition, match="cannot resume while running"):
+            engine.resume("s")
+        assert engine.pause("s") is SpiderState.PAUSED
+        with pytest.raises(InvalidTransition):
+            engine.pause("s")
+        assert engine.resume("s") is SpiderState.RUNNING
+        assert await engine.stop_spider("s", deadline=5) is SpiderState.STOPPED
+        with pytest.raises(InvalidTransition, match="cannot stop while stopped"):
+            await engine.stop_spider("s")
+        with pytest.raises(UnknownSpider):
+            engine.pause("nobody")
+        with pytest.raises(DuplicateSpider):
+            engine.add_spider(site_spider("s", site), QUIET)
+
+
+async def test_stop_deregisters_before_the_crawl_drains(site: str) -> None:
+    order: list[str] = []
+    registries: list[FakeRegistry] = []
+
+    def factory(engine_id: str, describe: Any) -> FakeRegistry:
+        registries.append(FakeRegistry(engine_id, describe, order))
+        return registries[-1]
+
+    engine = SpiderEngine(EngineSettings(id="e1", port=0), registry_factory=factory)
+    crawler = engine.add_spider(site_spider("s", site, "slow"), QUIET)
+    crawler.add_listener(lambda c: order.append(f"spider.{c.state}"))
+    await engine.start()
+    registry = registries[0]
+    assert registry.engine_id == "e1"
+    data = registry.describe()
+    assert data["spiders"] == [{"name": "s", "state": "running"}]
+    assert data["status_url"] == f"http://127.0.0.1:{engine.port}/netdiscovery/engine"
+    assert len(data["incarnation"]) == 32
+    changes = registry.changes
+    engine.add_spider(site_spider("t", site, "slow"), QUIET)
+    assert registry.changes > changes
+    await engine.stop()
+    assert order == [
+        "registry.start",
+        "spider.running",
+        "registry.stop",
+        "spider.stopping",
+        "spider.stopped",
+    ]
+    assert {c.state for c in engine.crawlers()} == {SpiderState.STOPPED}
+
+
+async def test_two_engines_share_one_loop_without_sharing_state(site: str) -> None:
+    first = SpiderEngine(EngineSettings(port=0))
+    second = SpiderEngine(EngineSettings(port=0))
+    first.add_spider(site_spider("a", site), QUIET)
+    second.add_spider(site_spider("a", site), QUIET)
+    await first.start()
+    await second.start()
+    assert first.port != second.port
+    assert first.id != second.id and first.incarnation != second.incarnation
+    await first.wait()
+    await second.wait()
+    await first.stop()
+    await second.stop()
+    assert first.crawler("a") is not second.crawler("a")
+    assert first.crawler("a").stats.items == second.crawler("a").stats.items == 200
+
+
+async def test_control_on_a_public_address_needs_a_token() -> None:
+    engine = SpiderEngine(EngineSettings(host="0.0.0.0", port=0))
+    with pytest.raises(ConfigError, match="not a loopback address") as info:
+        await engine.start()
+    assert info.value.key == "engine.token_env"
+    assert is_loopback("::1") and is_loopback("localhost") and not is_loopback("10.0.0.5")
+
+
+async def test_a_busy_port_fails_start_and_leaves_nothing_running() -> None:
+    runner = web.AppRunner(web.Application())
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    engine = SpiderEngine(EngineSettings(port=port))
+    with pytest.raises(OSError, match=f"cannot serve HTTP on 127.0.0.1:{port}"):
+        await engine.start()
+    assert engine.state is EngineState.STOPPED
+    await runner.cleanup()
+
+
+def test_engine_id_defaults_to_host_name_and_port() -> None:
+    assert EngineSettings(id="x").default_id(1) == "x"
+    assert EngineSettings().default_id(8715).endswith("-8715")
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "engine.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("[engine]\nport = 'x'\n", "engine.port"),
+        ("[engine]\nport = 70000\n", "engine.port"),
+        ("[engine]\nbogus = 1\n", "engine.bogus"),
+        ("[engine]\nid = 'a/b'\n", "engine.id"),
+        ("[[spiders]]\nspider = 'nocolon'\n", "spiders[0].spider"),
+        (
+            "[[spiders]]\nspider = 'm:A'\n[[spiders]]\nspider = 'm:B'\n"
+            "settings = { concurrency = 0 }\n",
+            "spiders[1].settings.concurrency",
+        ),
+        ("[[spiders]]\nspider = 'm:A'\nsettings = { nope = 1 }\n", "spiders[0].settings.nope"),
+        ("[[spiders]]\nspider = 'm:A'\nextra = 1\n", "spiders[0].extra"),
+        ("[engine\n", "config"),
+        ("[other]\n", "other"),
+    ],
+)
+def test_bad_config_names_the_key(tmp_path: Path, text: str, key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text), environ={})
+    assert info.value.key == key
+
+
+def test_config_layers_file_environment_and_command_line(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "[engine]\nid = 'e'\nport = 9000\n[[spiders]]\nspider = 'm:A'\n"
+        "settings = { concurrency = 3, retries = 1 }\n",
+    )
+    environ = {"NETDISCO_ENGINE_PORT": "9001", "NETDISCO_RETRIES": "4", "TOK": "s3cret"}
+    config = load_config(
+        path, environ={**environ, "NETDISCO_ENGINE_TOKEN_ENV": "TOK"}, pairs={"timeout": "7"}
+    )
+    assert config.engine.port == 9001 and config.engine.token == "s3cret"
+    assert "s3cret" not in repr(config)
+    settings = config.spiders[0].settings({"concurrency": 9, "depth_limit": 2})
+    assert (settings.concurrency, settings.retries, settings.timeout) == (3, 4, 7.0)
+    assert settings.depth_limit == 2
+    overridden = engine_settings({"port": 1}, environ={}, overrides={"port": 2, "host": None})
+    assert overridden.port == 2
+
+
+async def test_from_config_names_a_spider_that_cannot_load(tmp_path: Path) -> None:
+    spider_file = tmp_path / "spiders.py"
+    spider_file.write_text("from netdisco import Spider\nclass A(Spider):\n    name = 'a'\n")
+    path = write(
+        tmp_path,
+        f"[[spiders]]\nspider = '{spider_file}:A'\n[[spiders]]\nspider = '{spider_file}:Nope'\n",
+    )
+    with pytest.raises(ConfigError) as info:
+        SpiderEngine.from_config(load_config(path, environ={}))
+    assert info.value.key == "spiders[1].spider"
+    path = write(tmp_path, f"[[spiders]]\nspider = '{spider_file}:A'\n" * 2)
+    with pytest.raises(ConfigError, match="already runs") as info:
+        SpiderEngine.from_config(load_config(path, environ={}))
+    assert info.value.key == "spiders[1].spider"
