@@ -115,7 +115,54 @@ def build_parser() -> argparse.ArgumentParser:
     )
     crawl.add_argument("--config", help="TOML file of settings")
     crawl.set_defaults(func=_crawl)
+    _add_engine_parser(commands)
     return parser
+
+
+def _add_engine_parser(commands: Any) -> None:
+    engine = commands.add_parser("engine", help="run the spiders of a config file, with HTTP")
+    engine.add_argument("--config", help="engine TOML file ([engine], [zookeeper], [[spiders]])")
+    engine.add_argument("--id", help="engine id (default: host name and port)")
+    engine.add_argument("--host", help="bind address of the HTTP endpoint")
+    engine.add_argument("--port", type=int, help="HTTP port (default 8715)")
+    engine.add_argument(
+        "-s",
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a crawl setting for every spider, e.g. -s concurrency=64 (repeatable)",
+    )
+    engine.set_defaults(func=_engine)
+
+
+async def _engine(args: argparse.Namespace) -> int:
+    """Serve until SIGINT/SIGTERM, then deregister, drain the spiders and exit 0."""
+    from netdisco.config import load_config, parse_config  # the crawl command needs neither
+    from netdisco.engine import SpiderEngine
+
+    overrides = {"id": args.id, "host": args.host, "port": args.port}
+    pairs = settings_module.parse_pairs(args.set)
+    if args.config:
+        config = load_config(args.config, overrides=overrides, pairs=pairs)
+    else:
+        config = parse_config({}, overrides=overrides, pairs=pairs)
+    engine = SpiderEngine.from_config(config)
+    stop_requested = asyncio.Event()
+
+    async def stop() -> None:
+        stop_requested.set()
+
+    install_signal_handlers(stop)
+    try:
+        await engine.start()
+    except OSError as exc:
+        print(f"netdisco: error: {exc}", file=sys.stderr)
+        return 2
+    log.info("engine_ready", engine=engine.id, status_url=engine.status_url)
+    await stop_requested.wait()
+    await engine.stop()
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -114,7 +114,8 @@ async def test_two_engines_share_one_loop_without_sharing_state(site: str) -> No
     await first.start()
     await second.start()
     assert first.port != second.port
-    assert first.id != second.id and first.incarnation != second.incarnation
+    assert first.id != second.id
+    assert first.incarnation != second.incarnation
     await first.wait()
     await second.wait()
     await first.stop()
@@ -128,7 +129,9 @@ async def test_control_on_a_public_address_needs_a_token() -> None:
     with pytest.raises(ConfigError, match="not a loopback address") as info:
         await engine.start()
     assert info.value.key == "engine.token_env"
-    assert is_loopback("::1") and is_loopback("localhost") and not is_loopback("10.0.0.5")
+    assert is_loopback("::1")
+    assert is_loopback("localhost")
+    assert not is_loopback("10.0.0.5")
 
 
 async def test_a_busy_port_fails_start_and_leaves_nothing_running() -> None:
@@ -189,7 +192,8 @@ def test_config_layers_file_environment_and_command_line(tmp_path: Path) -> None
     config = load_config(
         path, environ={**environ, "NETDISCO_ENGINE_TOKEN_ENV": "TOK"}, pairs={"timeout": "7"}
     )
-    assert config.engine.port == 9001 and config.engine.token == "s3cret"
+    assert config.engine.port == 9001
+    assert config.engine.token == "s3cret"
     assert "s3cret" not in repr(config)
     settings = config.spiders[0].settings({"concurrency": 9, "depth_limit": 2})
     assert (settings.concurrency, settings.retries, settings.timeout) == (3, 4, 7.0)
