@@ -36,5 +36,9 @@ unit: $(STAMP) system-deps
 
 test: lint typecheck unit
 
+# The crawl benchmark beside Scrapy and the bare aiohttp loop (about 10 minutes).
+bench: $(STAMP)
+	bench/run.sh
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -21,7 +21,7 @@ from netdisco.settings import Settings
 from netdisco.stats import Stats
 
 
-@lru_cache(maxsize=1 << 16)
+@lru_cache(maxsize=4096)  # small: peak memory matters more than the rare miss
 def canonical_url(url: str) -> str:
     """The URL in canonical form (sorted query, no fragment, normalised escapes)."""
     return canonicalize_url(url, keep_fragments=False)

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# `make bench`: the crawl benchmark of ../shared/bench with netdisco beside Scrapy and the
+# bare aiohttp+parsel loop, in one run on one machine. The harness is copied into
+# bench/work/ (shared/ may be read-only); its venvs come from its pinned lock files.
+#   BENCH_ARGS="--pages 20000 --rounds 3"   passed to bench.py (see its --help)
+#   BENCH_CRAWLERS="scrapy,aio"             add crawlee if you want it (slow to install)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(dirname "$here")
+src=${BENCH_SRC:-$top/../shared/bench}
+work=$here/work
+[ -f "$src/bench.py" ] || { echo "bench harness not found at $src (set BENCH_SRC)" >&2; exit 1; }
+
+mkdir -p "$work"
+for f in bench.py gen_site.py slow_server.py nginx.conf.template crawlers requirements; do
+    cp -r "$src/$f" "$work/"
+done
+
+if ! command -v nginx >/dev/null || ! command -v wrk >/dev/null; then
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light wrk
+fi
+IFS=, read -r -a crawlers <<< "${BENCH_CRAWLERS:-scrapy,aio}"
+for c in "${crawlers[@]}"; do
+    if [ ! -x "$work/venv-$c/bin/python" ]; then
+        python3 -m venv "$work/venv-$c"
+        "$work/venv-$c/bin/pip" install -q -r "$work/requirements/$c.lock.txt"
+    fi
+done
+
+cd "$work"
+# shellcheck disable=SC2086
+exec python3 bench.py --crawlers "${BENCH_CRAWLERS:-scrapy,aio}" --reference scrapy \
+    --add "netdisco=$top/.venv/bin/python $here/netdisco_crawler.py" ${BENCH_ARGS:-}
