@@ -1,0 +1,490 @@
+"""Registration in ZooKeeper against a real server (tickTime 500 ms, session timeout 2 s)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+from kazoo.security import Permissions
+
+from netdisco.exceptions import ConfigError, RegistrationError
+from netdisco.registry import Registration, ZooKeeperSettings
+from netdisco.testing import ZooKeeperServer
+from netdisco.zk import _mark_kazoo_thread, wait_result
+
+from .registry_support import Describe, Guard, eventually, hijack_session, read_node
+
+T = 2.0  # session timeout used throughout
+PATH = "/netdiscovery/engine-1"
+PROC = Path(__file__).with_name("registry_proc.py")
+
+Make = Callable[..., Awaitable[Registration]]
+
+
+@pytest.fixture
+def guard() -> Iterator[Guard]:
+    """Every client the registrations build; no kazoo call may come from a kazoo thread."""
+    recorded = Guard()
+    yield recorded
+    assert recorded.violations == []
+
+
+async def _client(hosts: str, **kwargs: Any) -> KazooClient:
+    client = KazooClient(hosts=hosts, **kwargs)
+    await asyncio.to_thread(client.start, 15)
+    return client
+
+
+async def _close(client: KazooClient) -> None:
+    await asyncio.to_thread(lambda: (client.stop(), client.close()))
+
+
+@pytest.fixture
+async def observer(zk_hosts: str) -> AsyncIterator[KazooClient]:
+    """A separate, unauthenticated client that looks at the nodes."""
+    client = await _client(zk_hosts)
+    yield client
+    await _close(client)
+
+
+@pytest.fixture
+async def make(guard: Guard) -> AsyncIterator[Make]:
+    """Build (and by default start) registrations; all are stopped at teardown."""
+    made: list[Registration] = []
+
+    async def build(
+        hosts: str,
+        engine_id: str = "engine-1",
+        describe: Describe | None = None,
+        **settings: Any,
+    ) -> Registration:
+        options: dict[str, Any] = {"session_timeout": T, "audit_interval": 1.0, **settings}
+        zk = ZooKeeperSettings(hosts=hosts, **options)
+        registration = Registration(
+            zk, engine_id, describe or Describe(engine_id), client_factory=guard.factory
+        )
+        made.append(registration)
+        await registration.start()
+        return registration
+
+    yield build
+    await asyncio.gather(*(registration.stop() for registration in made))
+
+
+@pytest.fixture
+def own_zk() -> Iterator[ZooKeeperServer]:
+    """A private server this test may stop and restart (never the shared one)."""
+    server = ZooKeeperServer()
+    yield server
+    server.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def spawn(tmp_path: Path) -> Iterator[Callable[[str, str], subprocess.Popen[bytes]]]:
+    """Start ``registry_proc.py`` engines; any still running are killed by pid at teardown."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(hosts: str, engine_id: str) -> subprocess.Popen[bytes]:
+        log = open(tmp_path / f"{engine_id}.log", "wb")  # noqa: SIM115 - owned by the child
+        proc = subprocess.Popen(
+            [sys.executable, str(PROC), hosts, engine_id, str(T)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+            proc.wait(10)
+
+
+async def _registered(registration: Registration) -> None:
+    await eventually(lambda: registration.healthy, f"{registration.path} registered")
+
+
+# -- the lifecycle ------------------------------------------------------------------
+
+
+async def test_register_data_and_deregister(
+    zk_hosts: str, observer: KazooClient, make: Make, guard: Guard
+) -> None:
+    describe = Describe("engine-1")
+    registration = await make(zk_hosts, describe=describe)
+    await _registered(registration)
+
+    node = await read_node(observer, PATH)
+    assert node is not None
+    assert node.data == {**describe.data, "state": "running"}
+    status = registration.status()
+    assert status["state"] == "registered"
+    assert status["path"] == PATH
+    assert status["session_id"] == f"0x{node.owner:x}"
+    assert status["registrations"] == 1
+    assert json.loads(json.dumps(status)) == status
+
+    await registration.stop()
+    assert await read_node(observer, PATH) is None
+    assert not registration.healthy
+    assert registration.status()["state"] == "stopped"
+    writes = [(name, args) for name, args in guard.calls if name in ("set_async", "delete_async")]
+    assert [name for name, _ in writes[-2:]] == ["set_async", "delete_async"]
+    assert json.loads(writes[-2][1][1])["state"] == "leaving"
+
+
+async def test_start_twice_is_refused(zk_hosts: str, make: Make) -> None:
+    registration = await make(zk_hosts)
+    with pytest.raises(RegistrationError, match="already started"):
+        await registration.start()
+
+
+async def test_data_changes_are_coalesced_into_one_write(
+    zk_hosts: str, observer: KazooClient, make: Make, guard: Guard
+) -> None:
+    describe = Describe("engine-1")
+    registration = await make(zk_hosts, describe=describe)
+    await _registered(registration)
+    writes_before = guard.count("set_async")
+
+    spiders = [{"name": "quotes", "state": "running"}]
+    describe.data["spiders"] = spiders
+    for _ in range(5):
+        registration.data_changed()
+
+    async def rewritten() -> bool:
+        node = await read_node(observer, PATH)
+        return node is not None and node.data["spiders"] == spiders
+
+    await eventually(rewritten, "node data shows the new spider")
+    await asyncio.sleep(0.3)  # let the watch-triggered re-check run: it must not write again
+    assert guard.count("set_async") == writes_before + 1
+
+
+async def test_data_overwritten_by_someone_else_is_restored(
+    zk_hosts: str, observer: KazooClient, make: Make
+) -> None:
+    registration = await make(zk_hosts)
+    await _registered(registration)
+    await wait_result(observer.set_async(PATH, b'{"id": "vandal"}'))
+
+    async def restored() -> bool:
+        node = await read_node(observer, PATH)
+        return node is not None and node.data.get("id") == "engine-1"
+
+    await eventually(restored, "our data written back")
+
+
+# -- healing --------------------------------------------------------------------------
+
+
+async def test_forced_session_expiry_brings_the_node_back(
+    zk_hosts: str, observer: KazooClient, make: Make, guard: Guard
+) -> None:
+    registration = await make(zk_hosts)
+    await _registered(registration)
+    first = await read_node(observer, PATH)
+    assert first is not None
+
+    await hijack_session(zk_hosts, guard.clients[0].client_id)
+
+    async def recreated() -> bool:
+        node = await read_node(observer, PATH)
+        return node is not None and node.owner != first.owner
+
+    await eventually(recreated, "node re-created by a new session")
+    await _registered(registration)
+    node = await read_node(observer, PATH)
+    assert node is not None
+    assert registration.status()["session_id"] == f"0x{node.owner:x}"
+    assert registration.status()["registrations"] == 2
+
+
+async def test_node_of_our_older_session_is_replaced(
+    zk_hosts: str, observer: KazooClient, make: Make
+) -> None:
+    describe = Describe("engine-1")
+    stale = json.dumps({**describe.data, "state": "running"}).encode()
+    await wait_result(observer.create_async(PATH, stale, ephemeral=True, makepath=True))
+    stale_node = await read_node(observer, PATH)
+    assert stale_node is not None
+
+    registration = await make(zk_hosts, describe=describe)
+    await _registered(registration)
+    node = await read_node(observer, PATH)
+    assert node is not None
+    assert node.owner != stale_node.owner
+    assert registration.status()["session_id"] == f"0x{node.owner:x}"
+
+
+async def test_duplicate_id_waits_then_takes_over(
+    zk_hosts: str, observer: KazooClient, make: Make
+) -> None:
+    first = await make(zk_hosts, describe=Describe("engine-1"))
+    await _registered(first)
+    second_describe = Describe("engine-1")
+    with structlog.testing.capture_logs() as logs:
+        second = await make(zk_hosts, describe=second_describe)
+        await eventually(lambda: second.status()["state"] == "waiting", "second one waits")
+    assert not second.healthy
+    assert "another live session" in second.status()["detail"]
+    assert any("another live session" in entry["event"] for entry in logs)
+
+    await first.stop()
+    await _registered(second)
+    node = await read_node(observer, PATH)
+    assert node is not None
+    assert node.data["incarnation"] == second_describe.data["incarnation"]
+    assert second.status()["session_id"] == f"0x{node.owner:x}"
+
+
+async def test_twenty_engines_at_once_race_for_the_root(
+    zk_hosts: str, observer: KazooClient, make: Make
+) -> None:
+    registrations = await asyncio.gather(*(make(zk_hosts, f"engine-{n}") for n in range(20)))
+    await eventually(lambda: all(r.healthy for r in registrations), "all 20 registered", 30)
+    children = await wait_result(observer.get_children_async("/netdiscovery"))
+    assert sorted(children) == sorted(f"engine-{n}" for n in range(20))
+
+
+# -- processes and the server going away ----------------------------------------------
+
+
+async def _owner(observer: KazooClient, path: str) -> int | None:
+    node = await read_node(observer, path)
+    return None if node is None else node.owner
+
+
+async def test_sigkill_node_gone_within_session_timeout(
+    zk_hosts: str, observer: KazooClient, spawn: Callable[[str, str], subprocess.Popen[bytes]]
+) -> None:
+    proc = spawn(zk_hosts, "engine-k")
+    path = "/netdiscovery/engine-k"
+    await eventually(lambda: _exists(observer, path), "subprocess registered")
+    proc.kill()
+    # the one deadline the issue fixes: the session timeout plus one second
+    await eventually(lambda: _gone(observer, path), "node gone after SIGKILL", timeout=T + 1.0)
+
+
+async def test_sigstop_beyond_timeout_then_sigcont_node_back(
+    zk_hosts: str, observer: KazooClient, spawn: Callable[[str, str], subprocess.Popen[bytes]]
+) -> None:
+    proc = spawn(zk_hosts, "engine-s")
+    path = "/netdiscovery/engine-s"
+    await eventually(lambda: _exists(observer, path), "subprocess registered")
+    owner = await _owner(observer, path)
+    proc.send_signal(signal.SIGSTOP)
+    await eventually(lambda: _gone(observer, path), "session expired while stopped")
+    proc.send_signal(signal.SIGCONT)
+
+    async def back() -> bool:
+        new = await _owner(observer, path)
+        return new is not None and new != owner
+
+    await eventually(back, "node back under a new session after SIGCONT")
+    proc.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(proc.wait, 15) == 0
+    assert await read_node(observer, path) is None  # left cleanly on SIGTERM
+
+
+async def test_server_restart_keeps_the_node_without_a_storm(
+    own_zk: ZooKeeperServer, make: Make, guard: Guard
+) -> None:
+    await asyncio.to_thread(own_zk.start)
+    registration = await make(own_zk.hosts)
+    await _registered(registration)
+    before = await _read_once(own_zk.hosts, PATH)
+    creates = guard.count("create_async", PATH)
+
+    await asyncio.to_thread(own_zk.stop)
+    # local expiry: a session timeout without a connection means "not registered"
+    await eventually(lambda: registration.status()["state"] == "expired", "locally expired")
+    assert not registration.healthy
+    await asyncio.to_thread(own_zk.start)
+    await _registered(registration)
+
+    after = await _read_once(own_zk.hosts, PATH)
+    assert after == before  # same node, same owner: the session survived
+    assert registration.status()["registrations"] == 1
+    assert guard.count("create_async", PATH) == creates  # not one re-registration
+
+
+async def test_unreachable_at_start_registers_when_it_answers(
+    own_zk: ZooKeeperServer, make: Make
+) -> None:
+    with structlog.testing.capture_logs() as logs:
+        registration = await make(own_zk.hosts)
+        assert registration.status()["state"] == "connecting"
+        assert not registration.healthy
+        await eventually(
+            lambda: any("unreachable" in entry["event"] for entry in logs), "unreachable logged"
+        )
+    assert "unreachable" in registration.status()["detail"]
+    await asyncio.to_thread(own_zk.start)
+    await _registered(registration)
+    assert await _read_once(own_zk.hosts, PATH) is not None
+
+
+async def _exists(observer: KazooClient, path: str) -> bool:
+    return await read_node(observer, path) is not None
+
+
+async def _gone(observer: KazooClient, path: str) -> bool:
+    return await read_node(observer, path) is None
+
+
+async def _read_once(hosts: str, path: str) -> Any:
+    client = await _client(hosts)
+    try:
+        return await read_node(client, path)
+    finally:
+        await _close(client)
+
+
+# -- ACL and secrets ------------------------------------------------------------------
+
+SECRET = "s3cret-Pw"
+
+
+async def test_digest_acl_protects_the_node(
+    zk_hosts: str, observer: KazooClient, make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NETDISCO_TEST_ZK_DIGEST", f"engines:{SECRET}")
+    with structlog.testing.capture_logs() as logs:
+        registration = await make(zk_hosts, digest_env="NETDISCO_TEST_ZK_DIGEST")
+        await _registered(registration)
+
+    node = await read_node(observer, PATH)  # anyone may read
+    assert node is not None
+    with pytest.raises(NoAuthError):
+        await wait_result(observer.delete_async(PATH))
+    with pytest.raises(NoAuthError):
+        await wait_result(observer.set_async(PATH, b"{}"))
+    wrong = await _client(zk_hosts, auth_data=[("digest", "engines:wrong")])
+    try:
+        with pytest.raises(NoAuthError):
+            await wait_result(wrong.delete_async(PATH))
+    finally:
+        await _close(wrong)
+
+    acls, _ = await wait_result(observer.get_acls_async(PATH))
+    perms = {(acl.id.scheme, acl.perms) for acl in acls}
+    assert perms == {("world", Permissions.READ), ("digest", Permissions.ALL)}
+    shown = json.dumps([node.data, registration.status(), logs], default=str)
+    assert SECRET not in shown
+
+
+# -- settings and the guard (no server) -----------------------------------------------
+
+
+def test_settings_defaults_and_full_mapping() -> None:
+    assert ZooKeeperSettings.from_mapping({"hosts": "127.0.0.1:2181"}) == ZooKeeperSettings(
+        hosts="127.0.0.1:2181"
+    )
+    settings = ZooKeeperSettings.from_mapping(
+        {
+            "hosts": "zk1:2181,zk2,[::1]:2182/apps/crawl",
+            "root": "/nd/engines",
+            "session_timeout": 4,
+            "digest_file": "/run/secrets/zk",
+            "audit_interval": 2.5,
+        }
+    )
+    assert settings.root == "/nd/engines"
+    assert settings.session_timeout == 4.0
+    assert settings.digest_file == "/run/secrets/zk"
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({}, "zookeeper.hosts"),
+        ({"hosts": ""}, "zookeeper.hosts"),
+        ({"hosts": "zk:notaport"}, "zookeeper.hosts"),
+        ({"hosts": "zk:2181/chroot/"}, "zookeeper.hosts"),
+        ({"hosts": "zk", "root": "netdiscovery"}, "zookeeper.root"),
+        ({"hosts": "zk", "root": "/a//b"}, "zookeeper.root"),
+        ({"hosts": "zk", "session_timeout": 0}, "zookeeper.session_timeout"),
+        ({"hosts": "zk", "session_timeout": "10"}, "zookeeper.session_timeout"),
+        ({"hosts": "zk", "session_timeout": True}, "zookeeper.session_timeout"),
+        ({"hosts": "zk", "audit_interval": float("nan")}, "zookeeper.audit_interval"),
+        ({"hosts": "zk", "digest_env": "NOT-A-NAME"}, "zookeeper.digest_env"),
+        ({"hosts": "zk", "digest_env": "A", "digest_file": "f"}, "zookeeper.digest_file"),
+        ({"hosts": "zk", "sesion_timeout": 3}, "zookeeper.sesion_timeout"),
+    ],
+)
+def test_bad_settings_name_the_key(data: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        ZooKeeperSettings.from_mapping(data)
+    assert info.value.key == key
+
+
+def test_credentials_from_env_and_file_never_leak(tmp_path: Path) -> None:
+    settings = ZooKeeperSettings(hosts="zk", digest_env="ZK_DIGEST")
+    creds = settings.credentials({"ZK_DIGEST": f"engines:{SECRET}"})
+    assert creds is not None
+    assert (creds.user, creds.password) == ("engines", SECRET)
+    assert SECRET not in repr(creds)
+    assert SECRET not in repr(settings)
+    with pytest.raises(ConfigError, match="ZK_DIGEST is not set") as unset:
+        settings.credentials({})
+    assert unset.value.key == "zookeeper.digest_env"
+    with pytest.raises(ConfigError, match="user:password") as malformed:
+        settings.credentials({"ZK_DIGEST": SECRET})
+    assert SECRET not in str(malformed.value)
+
+    secret_file = tmp_path / "digest"
+    secret_file.write_text(f"engines:{SECRET}\n")
+    from_file = ZooKeeperSettings(hosts="zk", digest_file=str(secret_file)).credentials()
+    assert from_file == creds
+    with pytest.raises(ConfigError) as missing:
+        ZooKeeperSettings(hosts="zk", digest_file=str(tmp_path / "nope")).credentials()
+    assert missing.value.key == "zookeeper.digest_file"
+    assert ZooKeeperSettings(hosts="zk").credentials() is None
+
+
+def test_registration_checks_engine_id_and_secret_at_construction() -> None:
+    settings = ZooKeeperSettings(hosts="127.0.0.1:1")
+    for bad in ("", "a/b", "..", "bad\nid"):
+        with pytest.raises(ConfigError) as info:
+            Registration(settings, bad, Describe("x"))
+        assert info.value.key == "engine.id"
+    unset = ZooKeeperSettings(hosts="127.0.0.1:1", digest_env="NETDISCO_TEST_UNSET_DIGEST")
+    os.environ.pop("NETDISCO_TEST_UNSET_DIGEST", None)
+    with pytest.raises(ConfigError, match="digest_env"):
+        Registration(unset, "engine-1", Describe("engine-1"))
+
+
+def test_guard_flags_calls_from_kazoo_threads_only() -> None:
+    guard = Guard()
+    client = guard.wrap(KazooClient(hosts="127.0.0.1:1"))
+
+    def as_kazoo_thread() -> None:
+        _mark_kazoo_thread()
+        client.exists_async("/x")  # a closed client fails the result; no network
+
+    def plain_thread() -> None:  # may reuse the dead thread's id: must not be flagged
+        client.exists_async("/y")
+
+    for target in (as_kazoo_thread, plain_thread):
+        thread = threading.Thread(target=target)
+        thread.start()
+        thread.join()
+    client.exists_async("/z")
+    assert guard.violations == ["exists_async called from a kazoo thread"]
+    client.close()
