@@ -265,14 +265,14 @@ class Registration:
                 client.create_async(self.path, data, acl=acl, ephemeral=True, include_data=True)
             )
         except NoNodeError:
-            await self._ensure_root(client, acl)
-            self._wake.set()
+            if await self._ensure_root(client, acl):
+                self._wake.set()
             return
         self._written = (data, stat.version)
         self._registrations += 1
         self._registered("created")
 
-    async def _ensure_root(self, client: KazooClient, acl: Any) -> None:
+    async def _ensure_root(self, client: KazooClient, acl: Any) -> bool:
         """Create the root one level at a time; a concurrent creator is no error."""
         parts = self.settings.root.strip("/").split("/")
         for depth in range(1, len(parts) + 1):
@@ -284,7 +284,8 @@ class Registration:
             except NoNodeError:
                 self._set_state(RegistryState.ERROR, "the chroot in zookeeper.hosts is missing")
                 self._log("error", "zk chroot missing", hosts=self.settings.hosts)
-                return
+                return False
+        return True
 
     async def _keep(self, client: KazooClient, stat: Any) -> None:
         """Our node: rewrite its data when the engine's (or anyone's) change left it stale."""

@@ -262,6 +262,16 @@ async def test_twenty_engines_at_once_race_for_the_root(
     assert sorted(children) == sorted(f"engine-{n}" for n in range(20))
 
 
+async def test_missing_chroot_is_an_error_not_a_busy_loop(
+    zk_server: ZooKeeperServer, make: Make, guard: Guard
+) -> None:
+    registration = await make(f"{zk_server.hosts}/no-such-chroot-{os.getpid()}")
+    await eventually(lambda: registration.status()["state"] == "error", "error reported")
+    assert "chroot" in registration.status()["detail"]
+    await asyncio.sleep(0.5)  # a retry loop without a pause would make hundreds of calls here
+    assert guard.count("create_async") <= 6
+
+
 # -- processes and the server going away ----------------------------------------------
 
 
