@@ -1,0 +1,135 @@
+"""``netdisco engine --config`` as a real subprocess: serve, control, SIGTERM -> exit 0."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from netdisco.testing import free_port
+
+from .engine_site import start_site
+
+TOKEN = "cli-secret-token-42"
+SPIDERS = """
+from netdisco import Spider
+
+class One(Spider):
+    name = "one"
+    start_urls = ["{base}/slow/p/0"]
+    allowed_domains = ["127.0.0.1"]
+
+    def parse(self, response):
+        yield {{"url": response.url}}
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, callback=self.parse)
+
+class Two(One):
+    name = "two"
+"""
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[str]:
+    runner, base = await start_site()
+    yield base
+    await runner.cleanup()
+
+
+def write_config(tmp_path: Path, base: str, port: int, settings: str = "concurrency = 2") -> Path:
+    (tmp_path / "spiders.py").write_text(SPIDERS.format(base=base))
+    config = tmp_path / "engine.toml"
+    config.write_text(
+        f'[engine]\nid = "cli-engine"\nport = {port}\n'
+        f'[[spiders]]\nspider = "{tmp_path}/spiders.py:One"\nsettings = {{ {settings} }}\n'
+        f'[[spiders]]\nspider = "{tmp_path}/spiders.py:Two"\n'
+    )
+    return config
+
+
+async def spawn(*args: str, token: str | None = None) -> asyncio.subprocess.Process:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NETDISCO_")}
+    if token:
+        env["NETDISCO_TOKEN"] = token
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "netdisco.cli", "--log-json", "engine", *args,
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+
+
+async def get_json(session: aiohttp.ClientSession, url: str, deadline: float = 20.0) -> object:
+    """GET ``url`` until the engine answers (it is still starting), then its JSON."""
+    loop = asyncio.get_running_loop()
+    stop_at = loop.time() + deadline
+    while True:
+        try:
+            async with session.get(url) as response:
+                assert response.status == 200
+                return await response.json()
+        except aiohttp.ClientConnectionError:
+            if loop.time() > stop_at:
+                raise
+            await asyncio.sleep(0.05)
+
+
+async def test_engine_serves_its_spiders_and_exits_0_on_sigterm(tmp_path: Path, site: str) -> None:
+    port = free_port()
+    proc = await spawn("--config", str(write_config(tmp_path, site, port)), token=TOKEN)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            health = await get_json(session, f"{base}/netdiscovery/health")
+            assert isinstance(health, dict)
+            assert (health["status"], health["id"]) == ("ok", "cli-engine")
+            spiders = await get_json(session, f"{base}/netdiscovery/spiders")
+            assert isinstance(spiders, list)
+            assert sorted(s["name"] for s in spiders) == ["one", "two"]
+            headers = {"Authorization": f"Bearer {TOKEN}"}
+            async with session.post(f"{base}/netdiscovery/spiders/one/pause") as response:
+                assert response.status == 401
+            url = f"{base}/netdiscovery/spiders/one/pause"
+            async with session.post(url, headers=headers) as response:
+                assert (response.status, (await response.json())["state"]) == (200, "paused")
+            async with session.get(f"{base}/metrics") as response:
+                text = await response.text()
+            names = {f.name for f in text_string_to_metric_families(text)}
+            assert {"netdisco_requests", "netdisco_spider_state"} <= names
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, stderr.decode()
+    output = (stdout + stderr).decode()
+    assert "engine_stopped" in output
+    assert TOKEN not in output
+
+
+@pytest.mark.parametrize(
+    ("settings", "args", "needle"),
+    [
+        ("concurrency = 0", (), "spiders[0].settings.concurrency"),
+        ("concurrency = 2", ("--host", "0.0.0.0"), "engine.token_env"),
+    ],
+)
+async def test_bad_config_fails_at_start_naming_the_key(
+    tmp_path: Path, settings: str, args: tuple[str, ...], needle: str
+) -> None:
+    config = write_config(tmp_path, "http://127.0.0.1:9", free_port(), settings)
+    proc = await spawn("--config", str(config), *args)
+    try:
+        _, stderr = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 2
+    assert needle in stderr.decode()
