@@ -63,7 +63,9 @@ async def crawl(args: argparse.Namespace) -> dict[str, Any]:
     spider = BenchSpider(args.start_url)
     crawler = Crawler(spider, settings, pipelines=[JsonLinesPipeline(args.out)])
     stats = await crawler.run()
-    return stats.as_dict()
+    robots = crawler.downloader.robots
+    # the harness compares pages with the requests nginx served: say how many were robots.txt
+    return {**stats.as_dict(), "robots_requests": robots.fetches if robots else 0}
 
 
 def main() -> None:

@@ -84,7 +84,7 @@ class Downloader:
         self.scope = scope
         self._slots: dict[str, HostSlot] = {}
         self._session: aiohttp.ClientSession | None = None
-        self._robots: RobotsCache | None = None
+        self.robots: RobotsCache | None = None
 
     async def open(self) -> None:
         """Create the session (inside the running loop)."""
@@ -97,7 +97,7 @@ class Downloader:
             cookie_jar=aiohttp.DummyCookieJar(),
         )
         if s.obey_robots:
-            self._robots = RobotsCache(self._session, s.user_agent, s.timeout)
+            self.robots = RobotsCache(self._session, s.user_agent, s.timeout)
 
     async def close(self) -> None:
         """Close the session and its connections."""
@@ -160,7 +160,7 @@ class Downloader:
             reason = reason or self.scope(url, host)
             if reason is not None:
                 raise OutOfScope(f"redirect to {url}: {reason}", url=url)
-        if self._robots is not None and not await self._robots.allowed(url):
+        if self.robots is not None and not await self.robots.allowed(url):
             raise RobotsDenied("disallowed by robots.txt", url=url)
 
     def _slot(self, url: str) -> HostSlot:

@@ -31,6 +31,11 @@ class RobotsCache:
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self._rules: dict[str, asyncio.Future[Protego]] = {}
 
+    @property
+    def fetches(self) -> int:
+        """How many robots.txt files were requested (one per origin)."""
+        return len(self._rules)
+
     async def allowed(self, url: str) -> bool:
         """Whether robots.txt lets us fetch ``url``."""
         parts = urlsplit(url)
