@@ -34,6 +34,11 @@ def describe() -> dict[str, Any]:
     return {"id": "bench-engine", "incarnation": uuid.uuid4().hex, "spiders": []}
 
 
+def settle(fired: asyncio.Future[tuple[float, str]], value: tuple[float, str]) -> None:
+    if not fired.done():
+        fired.set_result(value)
+
+
 async def until(observer: KazooClient, want: Callable[[ZnodeStat | None], bool]) -> float:
     """perf_counter() when our node's stat satisfies ``want``.
 
@@ -47,7 +52,7 @@ async def until(observer: KazooClient, want: Callable[[ZnodeStat | None], bool])
 
         def watch(event: WatchedEvent, fired: asyncio.Future[tuple[float, str]] = fired) -> None:
             stamp = time.perf_counter()
-            loop.call_soon_threadsafe(lambda: fired.done() or fired.set_result((stamp, event.type)))
+            loop.call_soon_threadsafe(settle, fired, (stamp, event.type))
 
         stat = await wait_result(observer.exists_async(PATH, watch=watch))
         if want(stat):

@@ -323,14 +323,23 @@ class Registration:
             )
 
     async def _leave(self, client: KazooClient) -> None:
+        """Write ``leaving``, then delete: both sent at once, applied in order.
+
+        ZooKeeper applies one session's requests in order, so the delete need not
+        wait for the write's reply: one round trip, and watchers still see the
+        ``leaving`` data before the deletion. Both are version-checked, so a node
+        changed behind our back is left to the session close.
+        """
         self._set_state(RegistryState.LEAVING, "leaving")
-        version = -1 if self._written is None else self._written[1]
+        version = self._written[1] if self._written is not None else None
         try:
+            if version is None:
+                raise BadVersionError("our node's version is unknown")
             async with asyncio.timeout(min(2.0, self.settings.session_timeout)):
-                stat = await wait_result(
-                    client.set_async(self.path, self._payload("leaving"), version=version)
-                )
-                await wait_result(client.delete_async(self.path, version=stat.version))
+                written = client.set_async(self.path, self._payload("leaving"), version=version)
+                deleted = client.delete_async(self.path, version=version + 1)
+                await wait_result(written)
+                await wait_result(deleted)
         except Exception as exc:
             self._log(
                 "warning",
