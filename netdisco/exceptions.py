@@ -16,7 +16,8 @@ NetdiscoError
 ├── UnknownSpider            no spider of that name in the engine
 ├── DuplicateSpider          a spider of that name already runs in the engine
 ├── RegistrationError        ZooKeeper registration cannot proceed
-└── FrontierUnavailable      the shared frontier (Redis) cannot be reached
+├── FrontierUnavailable      the shared frontier (Redis) cannot be reached
+└── RequestNotShareable      a request cannot be stored in a shared frontier (carries ``url``)
 """
 
 from __future__ import annotations
@@ -114,3 +115,12 @@ class DuplicateSpider(NetdiscoError):
     def __init__(self, name: str) -> None:
         super().__init__(f"a spider named {name!r} already runs in this engine")
         self.name = name
+
+
+class RequestNotShareable(NetdiscoError):
+    """A request cannot go into a shared frontier: its callback is not a method of the
+    spider (only method names travel between engines) or its meta is not JSON-able."""
+
+    def __init__(self, message: str, *, url: str) -> None:
+        super().__init__(f"{url}: {message}")
+        self.url = url

@@ -2,12 +2,14 @@
 
 ``ZooKeeperServer`` starts Debian's ZooKeeper (``/usr/share/java/zookeeper.jar``)
 as a child process, known by pid, on a free loopback port; it can be stopped
-and restarted on the same data directory to test server restarts.
+and restarted on the same data directory to test server restarts. ``RedisServer``
+does the same for Debian's ``redis-server`` (optionally with AOF persistence).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -133,6 +135,100 @@ class ZooKeeperServer:
         self.start()
 
     def __enter__(self) -> ZooKeeperServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def redis_ping(host: str, port: int) -> bool:
+    """True when Redis answers PING with PONG (not while it is still loading its data)."""
+    try:
+        with socket.create_connection((host, port), timeout=1.0) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class RedisServer:
+    """Debian's ``redis-server`` on a free loopback port, known by pid.
+
+    ``appendonly`` turns on AOF persistence (fsync ``appendfsync``) so that
+    ``restart()`` on the same directory keeps the data, as a production server would.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path | None = None,
+        *,
+        appendonly: bool = False,
+        appendfsync: str = "everysec",
+    ) -> None:
+        self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="netdisco-redis-"))
+        self.appendonly = appendonly
+        self.appendfsync = appendfsync
+        self.host = "127.0.0.1"
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The connection URL for clients (database 0)."""
+        return f"redis://{self.host}:{self.port}/0"
+
+    def _arguments(self) -> list[str]:
+        return [
+            "redis-server",
+            "--bind", self.host,
+            "--port", str(self.port),
+            "--dir", str(self.data_dir),
+            "--save", "",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--appendfsync", self.appendfsync,
+            "--daemonize", "no",
+            "--logfile", str(self.data_dir / "server.log"),
+        ]  # fmt: skip
+
+    def start(self, timeout: float = 20.0) -> None:
+        """Start (or restart, on the same directory) and wait until it answers PING."""
+        if shutil.which("redis-server") is None:
+            raise RuntimeError("redis-server is missing: install Debian's redis-server package")
+        self.process = subprocess.Popen(
+            self._arguments(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"redis-server exited; see {self.data_dir / 'server.log'}")
+            if redis_ping(self.host, self.port):
+                return
+            time.sleep(0.02)
+        raise TimeoutError(f"redis-server did not answer PING within {timeout} s")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Stop by pid (SIGTERM writes the AOF out; SIGKILL after 10 s)."""
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(sig)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+    def restart(self, downtime: float = 0.0) -> None:
+        """Stop, stay down ``downtime`` seconds, start again on the same port and directory."""
+        self.stop()
+        time.sleep(downtime)
+        self.start()
+
+    def __enter__(self) -> RedisServer:
         self.start()
         return self
 
