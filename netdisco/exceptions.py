@@ -124,3 +124,11 @@ class RequestNotShareable(NetdiscoError):
     def __init__(self, message: str, *, url: str) -> None:
         super().__init__(f"{url}: {message}")
         self.url = url
+
+
+class HookError(NetdiscoError):
+    """A monitor hook (e-mail, webhook, command, callable) could not deliver an event."""
+
+    def __init__(self, hook: str, message: str) -> None:
+        super().__init__(f"{hook} hook: {message}")
+        self.hook = hook
