@@ -168,13 +168,15 @@ class Registration:
         if self._task is not None:
             self._task.cancel()
             await asyncio.wait([self._task])
-        if self._state is RegistryState.REGISTERED and self._connection == "connected":
-            await self._leave(client)
-        self._set_state(RegistryState.STOPPED, "stopped")
-        self._connection = "closed"
-        client.remove_listener(self._listener)
-        await asyncio.to_thread(_shutdown, client)
-        self._client = None
+        try:
+            if self._state is RegistryState.REGISTERED and self._connection == "connected":
+                await self._leave(client)
+        finally:
+            self._set_state(RegistryState.STOPPED, "stopped")
+            self._connection = "closed"
+            client.remove_listener(self._listener)
+            await asyncio.to_thread(_shutdown, client)
+            self._client = None
 
     # -- events handed over from kazoo's threads (run on the loop) ---------------
 
