@@ -1,0 +1,181 @@
+"""The monitor's settings: TOML file, then ``NETDISCO_MONITOR_*`` variables, then flags.
+
+Each key is ``section.key`` (``alerts.grace``); its variable is
+``NETDISCO_MONITOR_ALERTS_GRACE`` (lists comma-separated). Settings are frozen
+keyword-only dataclasses with their defaults in one place, and any bad value
+fails at start with a :class:`~netdisco.exceptions.ConfigError` naming the key.
+Secrets (SMTP credentials) are read from the variables the file names, never
+from the file, and never shown by ``repr``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from monitor import validate
+from monitor.settings import (
+    AlertSettings,
+    CallableSettings,
+    CommandSettings,
+    EmailSettings,
+    HttpSettings,
+    MonitorConfig,
+    WebhookSettings,
+    ZooKeeperSettings,
+)
+from netdisco.exceptions import ConfigError
+
+__all__ = [
+    "AlertSettings",
+    "CallableSettings",
+    "CommandSettings",
+    "EmailSettings",
+    "HttpSettings",
+    "MonitorConfig",
+    "WebhookSettings",
+    "ZooKeeperSettings",
+    "load_config",
+]
+
+ENV_PREFIX = "NETDISCO_MONITOR_"
+
+# section -> key -> kind; kinds: str, int, float, bool, list (of str)
+_SCHEMA: dict[str, dict[str, str]] = {
+    "zookeeper": {"hosts": "str", "root": "str", "session_timeout": "float",
+                  "resync_interval": "float"},
+    "http": {"host": "str", "port": "int", "recent_events": "int"},
+    "alerts": {"grace": "float", "state_file": "str", "batch_window": "float",
+               "max_age": "float", "retry_initial": "float", "retry_max": "float",
+               "hook_timeout": "float", "offline_events": "list", "leave_window": "float"},
+    "email": {"host": "str", "port": "int", "starttls": "bool", "tls": "bool", "sender": "str",
+              "to": "list", "username_env": "str", "password_env": "str", "events": "list",
+              "subject_prefix": "str"},
+    "webhook": {"url": "str", "events": "list"},
+    "command": {"argv": "list", "events": "list", "timeout": "float"},
+    "callable": {"target": "str", "events": "list"},
+    "log": {"json": "bool", "level": "str"},
+}  # fmt: skip
+
+Raw = dict[str, dict[str, Any]]
+
+
+def load_config(
+    path: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> MonitorConfig:
+    """Read, merge and check every setting; ``overrides`` maps ``"section.key"`` to values."""
+    raw = _read_toml(path) if path is not None else {}
+    _check_keys(raw)
+    _merge(raw, _from_env(os.environ if env is None else env))
+    _merge(raw, _from_flags(overrides or {}))
+    values = {
+        s: {k: _typed(f"{s}.{k}", v, _SCHEMA[s][k]) for k, v in t.items()} for s, t in raw.items()
+    }
+    return _build(values, os.environ if env is None else env)
+
+
+def _read_toml(path: Path) -> Raw:
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError("--config", f"cannot read {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("--config", f"{path} is not valid TOML: {exc}") from exc
+    for section, table in data.items():
+        if not isinstance(table, dict):
+            raise ConfigError(section, "must be a table ([section])")
+    return data
+
+
+def _check_keys(raw: Raw) -> None:
+    for section, table in raw.items():
+        if section not in _SCHEMA:
+            raise ConfigError(section, f"unknown section; known: {', '.join(_SCHEMA)}")
+        for key in table:
+            if key not in _SCHEMA[section]:
+                raise ConfigError(f"{section}.{key}", "unknown key")
+
+
+def _from_env(env: Mapping[str, str]) -> Raw:
+    raw: Raw = {}
+    for section, keys in _SCHEMA.items():
+        for key in keys:
+            name = f"{ENV_PREFIX}{section}_{key}".upper()
+            if name in env:
+                raw.setdefault(section, {})[key] = env[name]
+    return raw
+
+
+def _from_flags(overrides: Mapping[str, Any]) -> Raw:
+    raw: Raw = {}
+    for dotted, value in overrides.items():
+        section, _, key = dotted.partition(".")
+        if value is not None:
+            raw.setdefault(section, {})[key] = value
+    _check_keys(raw)
+    return raw
+
+
+def _merge(base: Raw, top: Raw) -> None:
+    for section, table in top.items():
+        base.setdefault(section, {}).update(table)
+
+
+def _typed(key: str, value: Any, kind: str) -> Any:
+    """Coerce strings from the environment; reject wrong types from TOML."""
+    if isinstance(value, str) and kind != "str":
+        return _from_string(key, value, kind)
+    checks: dict[str, Callable[[Any], bool]] = {
+        "str": lambda v: isinstance(v, str),
+        "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "float": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+        "bool": lambda v: isinstance(v, bool),
+        "list": lambda v: isinstance(v, list | tuple) and all(isinstance(i, str) for i in v),
+    }
+    if not checks[kind](value):
+        raise ConfigError(key, f"must be a {_KIND_NAMES[kind]}, not {value!r}")
+    return float(value) if kind == "float" else value
+
+
+_KIND_NAMES = {"str": "string", "int": "whole number", "float": "number",
+               "bool": "boolean (true/false)", "list": "list of strings"}  # fmt: skip
+
+
+def _from_string(key: str, value: str, kind: str) -> Any:
+    try:
+        if kind == "int":
+            return int(value)
+        if kind == "float":
+            return float(value)
+    except ValueError:
+        raise ConfigError(key, f"must be a {_KIND_NAMES[kind]}, not {value!r}") from None
+    if kind == "bool":
+        if value.lower() in ("1", "true", "yes", "on"):
+            return True
+        if value.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(key, f"must be true or false, not {value!r}")
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _build(values: Raw, env: Mapping[str, str]) -> MonitorConfig:
+    zk = validate.zookeeper(values.get("zookeeper", {}))
+    log = values.get("log", {})
+    return MonitorConfig(
+        zookeeper=zk,
+        http=validate.http(values.get("http", {})),
+        alerts=validate.alerts(values.get("alerts", {}), zk.session_timeout),
+        email=validate.email(values["email"], env) if "email" in values else None,
+        webhook=validate.webhook(values["webhook"]) if "webhook" in values else None,
+        command=validate.command(values["command"]) if "command" in values else None,
+        callable=validate.target(values["callable"]) if "callable" in values else None,
+        log_json=log.get("json"),
+        log_level=validate.level(log.get("level", "info")),
+    )

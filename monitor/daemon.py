@@ -1,0 +1,171 @@
+"""The monitor daemon: watcher, alerts and HTTP wired together, with an arq-like lifecycle.
+
+``Monitor(config).run()`` blocks until SIGTERM or SIGINT, then stops cleanly and
+logs one summary line; ``start()`` / ``close()`` let tests and embedders drive it
+inside their own loop. Every event is logged here (the always-on log hook),
+kept for the HTTP routes, counted, then handed to the alert router.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from monitor import __version__
+from monitor.alerts import Alerts
+from monitor.events import Event, EventType, iso
+from monitor.hooks import build_hooks
+from monitor.http import HttpServer
+from monitor.metrics import Metrics
+from monitor.settings import MonitorConfig
+from monitor.watcher import Watcher
+
+log = structlog.get_logger(__name__)
+
+_WARN = frozenset({EventType.ENGINE_LOST, EventType.CLUSTER_EMPTY, EventType.ZK_DISCONNECTED})
+
+
+class Monitor:
+    """One monitor: a ZooKeeper view, hooks, and an HTTP endpoint."""
+
+    def __init__(self, config: MonitorConfig) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.recent: deque[Event] = deque(maxlen=config.http.recent_events)
+        self.counts: Counter[str] = Counter()
+        self.listeners: list[Callable[[Event], None]] = []  # e.g. tests, benchmarks
+        self.watcher = Watcher(
+            config.zookeeper,
+            self.record,
+            state_file=config.alerts.state_file,
+            leave_window=config.alerts.leave_window,
+            on_unobserved=self.metrics.unobserved.inc,
+        )
+        self.alerts = Alerts(
+            build_hooks(config),
+            config.alerts,
+            self.metrics,
+            fresh=self.watcher.fresh,
+            present=self._present,
+            record=self.record,
+        )
+        self.http = HttpServer(self, config.http.host, config.http.port)
+        self.metrics.bind(
+            online=lambda: len(self.watcher.members()),
+            connected=lambda: float(self.watcher.connected),
+            fresh=lambda: float(self.watcher.fresh.is_set()),
+        )
+        self.started_at = time.time()
+
+    def _present(self, engine_id: str) -> bool:
+        view = self.watcher.view
+        return view is not None and engine_id in view.members
+
+    def record(self, event: Event) -> None:
+        """Log, keep, count, then route one event. Called on the loop, never blocks."""
+        engine = event.engine
+        fields: dict[str, Any] = {"engine_id": event.engine_id} if event.engine_id else {}
+        if engine:
+            fields.update(host=engine.get("host"), status_url=engine.get("status_url"))
+        (log.warning if event.type in _WARN else log.info)(
+            event.type.value, **fields, **event.detail
+        )
+        self.recent.append(event)
+        self.counts[event.type.value] += 1
+        self.metrics.events.labels(event.type.value).inc()
+        for listener in self.listeners:
+            listener(event)
+        self.alerts.submit(event)
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.http.start()
+        await self.watcher.start()
+        log.info("monitor_started", version=__version__, zk=self.config.zookeeper.hosts,
+                 root=self.config.zookeeper.root, http=self.http.url)  # fmt: skip
+
+    async def close(self) -> None:
+        """Stop watching, flush alerts, stop serving; then one summary line."""
+        await self.watcher.close()
+        await self.alerts.close()
+        await self.http.close()
+        log.info("monitor_stopped", **self.summary())
+
+    def summary(self) -> dict[str, Any]:
+        def total(metric: Any) -> int:
+            return int(sum(s.value for m in metric.collect() for s in m.samples
+                           if s.name.endswith("_total")))  # fmt: skip
+
+        return {
+            "uptime": round(time.time() - self.started_at, 1),
+            "engines_online": len(self.watcher.members()),
+            "events": dict(self.counts),
+            "unobserved_changes": self.watcher.unobserved_total,
+            "alerts_sent": total(self.metrics.alerts_sent),
+            "alerts_failed": total(self.metrics.alerts_failed),
+            "alerts_dropped": total(self.metrics.alerts_dropped),
+        }
+
+    async def async_run(self) -> None:
+        """Run until SIGTERM or SIGINT."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await self.start()
+            await stop.wait()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            await self.close()
+
+    def run(self) -> None:
+        asyncio.run(self.async_run())
+
+    # -- what the HTTP routes read ----------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        engines = []
+        for member in self.watcher.members():
+            item = member.describe()
+            item["since_iso"] = iso(member.since) if member.since else None
+            engines.append(item)
+        return {
+            "root": self.config.zookeeper.root,
+            "version": __version__,
+            "started_at": self.started_at,
+            "zookeeper": {
+                "connected": self.watcher.connected,
+                "fresh": self.watcher.fresh.is_set(),
+            },
+            "unobserved_changes": self.watcher.unobserved_total,
+            "engines": engines,
+        }
+
+    def recent_events(self, since: int, limit: int) -> list[dict[str, Any]]:
+        newer = [e.to_json() for e in self.recent if e.seq > since]
+        return newer[-limit:] if limit else []
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        connected, fresh = self.watcher.connected, self.watcher.fresh.is_set()
+        ok = connected and fresh
+        reason = None if ok else ("not connected to ZooKeeper" if not connected else "view stale")
+        body = {
+            "status": "ok" if ok else "degraded",
+            "reason": reason,
+            "connected": connected,
+            "fresh": fresh,
+            "engines": len(self.watcher.members()),
+        }
+        return ok, body
+
+    def metrics_text(self) -> bytes:
+        return self.metrics.render()

@@ -1,0 +1,122 @@
+"""The monitor's HTTP endpoint (aiohttp.web inside the running loop).
+
+Routes (DESIGN.md): ``GET /netdiscovery/monitor`` (engines with state, since,
+incarnation, status_url), ``GET /netdiscovery/events`` (recent events; ``?since=SEQ``
+for polling, ``?limit=N``), ``GET /netdiscovery/health`` (200, or 503 while the
+view is stale), ``GET /metrics`` (Prometheus), ``GET /`` (the dashboard, which
+polls the JSON routes). Errors are real status codes with a JSON body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any, Protocol
+
+import structlog
+from aiohttp import web
+
+log = structlog.get_logger(__name__)
+
+
+class MonitorState(Protocol):
+    """What the routes read from the daemon."""
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    def recent_events(self, since: int, limit: int) -> list[dict[str, Any]]: ...
+
+    def health(self) -> tuple[bool, dict[str, Any]]: ...
+
+    def metrics_text(self) -> bytes: ...
+
+
+STATE = web.AppKey("monitor", MonitorState)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error(status: int, code: str, message: str) -> web.Response:
+    return web.json_response({"error": {"code": code, "message": message}}, status=status)
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """404/405 and friends as JSON, like every other answer of the API."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _error(exc.status, exc.reason.lower().replace(" ", "_"), exc.text or exc.reason)
+
+
+def _int_param(request: web.Request, name: str, default: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise web.HTTPBadRequest(text=f"{name} must be a whole number >= 0, not {raw!r}")
+    return value
+
+
+async def monitor_view(request: web.Request) -> web.Response:
+    return web.json_response(request.app[STATE].snapshot())
+
+
+async def events(request: web.Request) -> web.Response:
+    since = _int_param(request, "since", 0)
+    limit = _int_param(request, "limit", 100)
+    return web.json_response({"events": request.app[STATE].recent_events(since, limit)})
+
+
+async def health(request: web.Request) -> web.Response:
+    ok, body = request.app[STATE].health()
+    return web.json_response(body, status=200 if ok else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[STATE].metrics_text()
+    return web.Response(body=body, content_type="text/plain", charset="utf-8")
+
+
+async def dashboard(request: web.Request) -> web.Response:
+    html = resources.files("monitor").joinpath("static/dashboard.html").read_text("utf-8")
+    return web.Response(text=html, content_type="text/html", charset="utf-8")
+
+
+def make_app(state: MonitorState) -> web.Application:
+    app = web.Application(middlewares=[json_errors])
+    app[STATE] = state
+    app.router.add_get("/", dashboard)
+    app.router.add_get("/netdiscovery/monitor", monitor_view)
+    app.router.add_get("/netdiscovery/events", events)
+    app.router.add_get("/netdiscovery/health", health)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+class HttpServer:
+    """AppRunner + TCPSite; ``port`` is the bound one (useful with port 0)."""
+
+    def __init__(self, state: MonitorState, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self._runner = web.AppRunner(make_app(state), access_log=None)
+
+    async def start(self) -> None:
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        log.info("http_listening", url=self.url)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def close(self) -> None:
+        await self._runner.cleanup()

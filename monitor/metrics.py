@@ -1,0 +1,67 @@
+"""Prometheus metrics of one monitor, in its own registry.
+
+No global registry: two monitors (or a monitor and an engine) can live in one
+process, as they do in the tests, without clashing metric names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+
+class Metrics:
+    """The monitor's counters and gauges; ``render()`` gives the text format."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.engines_online = Gauge(
+            "netdisco_monitor_engines_online", "Engines in the monitor's view.", registry=r
+        )
+        self.events = Counter(
+            "netdisco_monitor_events", "Events reported, by type.", ["type"], registry=r
+        )
+        self.alerts_sent = Counter(
+            "netdisco_monitor_alerts_sent", "Alerts delivered, by hook.", ["hook"], registry=r
+        )
+        self.alerts_failed = Counter(
+            "netdisco_monitor_alerts_failed",
+            "Alert delivery attempts that failed (each is retried until max_age).",
+            ["hook"],
+            registry=r,
+        )
+        self.alerts_dropped = Counter(
+            "netdisco_monitor_alerts_dropped",
+            "Alerts given up after max_age or at shutdown, by hook.",
+            ["hook"],
+            registry=r,
+        )
+        self.unobserved = Counter(
+            "netdisco_monitor_unobserved_changes",
+            "Child creates/deletes too fast to observe (from the root's cversion).",
+            registry=r,
+        )
+        self.zk_connected = Gauge(
+            "netdisco_monitor_zk_connected", "1 while connected to ZooKeeper.", registry=r
+        )
+        self.view_fresh = Gauge(
+            "netdisco_monitor_view_fresh",
+            "1 while the view reflects a current listing.",
+            registry=r,
+        )
+
+    def bind(
+        self,
+        online: Callable[[], float],
+        connected: Callable[[], float],
+        fresh: Callable[[], float],
+    ) -> None:
+        """Read the gauges from live state at scrape time, so they are never out of date."""
+        self.engines_online.set_function(online)
+        self.zk_connected.set_function(connected)
+        self.view_fresh.set_function(fresh)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

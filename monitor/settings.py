@@ -1,0 +1,86 @@
+"""The monitor's settings as frozen keyword-only dataclasses, defaults in one place.
+
+:mod:`monitor.config` fills them from TOML, the environment and flags;
+:mod:`monitor.validate` checks each value before it gets here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from monitor.events import EventType
+
+
+@dataclass(frozen=True, kw_only=True)
+class ZooKeeperSettings:
+    hosts: str
+    root: str = "/netdiscovery"
+    session_timeout: float = 10.0
+    resync_interval: float = 30.0  # full re-read, in case a watch was missed
+
+
+@dataclass(frozen=True, kw_only=True)
+class HttpSettings:
+    host: str = "127.0.0.1"
+    port: int = 8316  # 0: any free port (tests)
+    recent_events: int = 500
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlertSettings:
+    grace: float  # default: session_timeout + 5
+    state_file: Path | None = None
+    batch_window: float = 2.0  # e-mails: events within it go out as one message
+    max_age: float = 3600.0  # a failing alert is retried until this old, then dropped
+    retry_initial: float = 0.5
+    retry_max: float = 60.0
+    hook_timeout: float = 10.0
+    offline_events: frozenset[EventType] = frozenset({EventType.ENGINE_LOST})
+    leave_window: float = 0.5  # a write this close before a delete means "left"
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmailSettings:
+    sender: str
+    to: tuple[str, ...]
+    host: str = "127.0.0.1"
+    port: int = 25
+    starttls: bool = False
+    tls: bool = False
+    username: str | None = field(default=None, repr=False)
+    password: str | None = field(default=None, repr=False)
+    events: frozenset[EventType] = frozenset({EventType.ENGINE_LOST, EventType.CLUSTER_EMPTY})
+    subject_prefix: str = "[netdisco]"
+
+
+@dataclass(frozen=True, kw_only=True)
+class WebhookSettings:
+    url: str
+    events: frozenset[EventType] = frozenset({EventType.ENGINE_LOST})
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommandSettings:
+    argv: tuple[str, ...]
+    events: frozenset[EventType] = frozenset({EventType.ENGINE_LOST})
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallableSettings:
+    target: str  # "package.module:function" or "package.module.function"
+    events: frozenset[EventType] = frozenset({EventType.ENGINE_LOST})
+
+
+@dataclass(frozen=True, kw_only=True)
+class MonitorConfig:
+    zookeeper: ZooKeeperSettings
+    alerts: AlertSettings
+    http: HttpSettings = HttpSettings()
+    email: EmailSettings | None = None
+    webhook: WebhookSettings | None = None
+    command: CommandSettings | None = None
+    callable: CallableSettings | None = None
+    log_json: bool | None = None  # None: JSON when stderr is not a TTY
+    log_level: str = "info"

@@ -1,0 +1,312 @@
+"""One reconcile task that keeps a view of ``<root>``'s children and reports changes.
+
+Wake-ups come from the children watch, from data watches on every child, from
+CONNECTED and from a periodic full resync; each wake-up lists the root, re-reads
+the children that are new or were notified, and diffs the result with the last
+reported view (:func:`monitor.snapshot.diff`). Events come from that diff,
+never from counting callbacks, so missed or duplicated notifications cannot
+produce wrong events. kazoo's threads only hand events to the loop
+(:class:`netdisco.zk.Bridge`); every ZooKeeper call is awaited here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError
+from kazoo.protocol.states import EventType as ZkEventType
+from kazoo.protocol.states import KazooState, WatchedEvent
+
+from monitor import statefile
+from monitor.events import Event, EventType
+from monitor.settings import ZooKeeperSettings
+from monitor.snapshot import Change, Member, Parent, View, assemble, diff, parse_data
+from netdisco.zk import Bridge, wait_result
+
+log = structlog.get_logger(__name__)
+
+
+class Watcher:
+    """Owns the monitor's ZooKeeper session and its view of the engines.
+
+    ``view`` is ``None`` until the first listing (the baseline, which reports
+    nothing unless a ``state_file`` held an older view). ``fresh`` is set while
+    the view reflects a listing made on the current connection: offline alerts
+    wait for it.
+    """
+
+    def __init__(
+        self,
+        settings: ZooKeeperSettings,
+        on_event: Callable[[Event], None],
+        *,
+        state_file: Path | None = None,
+        leave_window: float = 0.5,
+        on_unobserved: Callable[[int], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.client = KazooClient(
+            hosts=settings.hosts,
+            timeout=settings.session_timeout,
+            connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 2.0},
+        )
+        self.view: View | None = None
+        self.fresh = asyncio.Event()
+        self.connected = False
+        self.unobserved_total = 0
+        self._on_event = on_event
+        self._on_unobserved = on_unobserved
+        self._state_file = state_file
+        self._leave_window = leave_window
+        self._prefix = settings.root.rstrip("/") + "/"
+        self._wake = asyncio.Event()
+        self._full = True
+        self._dirty: set[str] = set()
+        self._written: dict[str, float] = {}  # name -> when a data change was notified
+        self._deleted: dict[str, float] = {}  # name -> when its deletion was notified
+        self._garbage_seen: set[tuple[str, int]] = set()
+        self._ever_connected = False
+        self._closing = False
+        self._listed_wall = 0.0  # wall time of the listing behind ``view``
+        self._task: asyncio.Task[None] | None = None
+        self._save_task: asyncio.Task[None] | None = None
+        self._watch: Callable[[WatchedEvent], None] | None = None
+
+    async def start(self) -> None:
+        """Connect (in the background, retrying for ever) and start reconciling."""
+        if self._state_file is not None:
+            self.view = statefile.load(
+                self._state_file, hosts=self.settings.hosts, root=self.settings.root
+            )
+        bridge = Bridge(self.client, asyncio.get_running_loop())
+        self._watch = bridge.watcher(self._on_watch)
+        bridge.add_listener(self._on_state)
+        self.client.start_async()
+        self._task = asyncio.create_task(self._run(), name="monitor-reconcile")
+
+    async def close(self) -> None:
+        """Stop reconciling, persist the view, and end the session."""
+        self._closing = True
+        for task in (self._task, self._save_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._save_now()
+        await asyncio.to_thread(self.client.stop)
+        await asyncio.to_thread(self.client.close)
+
+    def members(self) -> list[Member]:
+        """The engines in the current view, by name."""
+        return sorted((self.view.members if self.view else {}).values(), key=lambda m: m.name)
+
+    # -- kazoo hand-overs (already on the loop) ---------------------------------------
+
+    def _on_state(self, state: KazooState) -> None:
+        if self._closing:
+            return
+        if state == KazooState.CONNECTED:
+            was_down = self._ever_connected and not self.connected
+            self.connected = self._ever_connected = True
+            self._full = True  # kazoo does not restore watches: re-read and re-arm all
+            self._wake.set()
+            if was_down:
+                self._emit(Event(type=EventType.ZK_RECONNECTED))
+            return
+        self.fresh.clear()
+        if self.connected:
+            self.connected = False
+            self._emit(Event(type=EventType.ZK_DISCONNECTED, detail={"state": str(state)}))
+        if state == KazooState.LOST:
+            log.warning("zk_session_lost", hosts=self.settings.hosts)
+
+    def _on_watch(self, event: WatchedEvent) -> None:
+        if event.type == ZkEventType.NONE:  # session reset: every watch is gone
+            self._full = True
+        elif event.path and event.path.startswith(self._prefix):
+            name = event.path[len(self._prefix) :]
+            self._dirty.add(name)
+            if event.type == ZkEventType.CHANGED:
+                self._written[name] = time.monotonic()
+            elif event.type == ZkEventType.DELETED:
+                self._deleted[name] = time.monotonic()
+        self._wake.set()
+
+    # -- the reconcile task -----------------------------------------------------------
+
+    async def _run(self) -> None:
+        next_full = time.monotonic() + self.settings.resync_interval
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), max(0.0, next_full - time.monotonic()))
+            except TimeoutError:
+                self._full = True
+            if self._full:
+                next_full = time.monotonic() + self.settings.resync_interval
+            self._wake.clear()
+            if self.connected:
+                await self._reconcile_once()
+
+    async def _reconcile_once(self) -> None:
+        try:
+            await self._reconcile()
+        except NoNodeError:
+            await self._ensure_root()
+        except KazooException as exc:  # connection loss: CONNECTED will wake us
+            log.info("zk_listing_interrupted", error=repr(exc))
+            self._full = True
+        except Exception:
+            log.exception("reconcile_failed")
+            self._full = True
+            await asyncio.sleep(0.5)
+            self._wake.set()
+
+    async def _ensure_root(self) -> None:
+        """Re-create a missing root so engines can register and the watch can be armed."""
+        try:
+            await wait_result(self.client.create_async(self.settings.root, makepath=True))
+            log.warning("zk_root_created", root=self.settings.root)
+        except NodeExistsError:
+            pass
+        except NoAuthError:
+            log.warning("zk_root_missing_no_permission", root=self.settings.root)
+            await wait_result(self.client.exists_async(self.settings.root, watch=self._watch))
+            return
+        self._full = True
+        self._wake.set()
+
+    async def _reconcile(self) -> None:
+        full, self._full = self._full, False
+        dirty, self._dirty = self._dirty, set()
+        children, stat = await wait_result(
+            self.client.get_children_async(self.settings.root, watch=self._watch, include_data=True)
+        )
+        listed_at = time.monotonic()
+        prev = self.view or View()
+        to_read = {n for n in children if full or n in dirty or n not in prev.members}
+        results = await asyncio.gather(*(self._read(name) for name in to_read))
+        reads = dict(zip(to_read, results, strict=True))
+        parent = Parent(czxid=stat.czxid, cversion=stat.cversion, pzxid=stat.pzxid)
+        view, retry = assemble(prev, children, reads, parent, time.time())
+        if retry:  # changed after the listing: look again at once
+            self._dirty |= retry
+            self._wake.set()
+        self._apply(prev, view, listed_at, baseline=self.view is None)
+        if self.connected:
+            self.fresh.set()
+
+    async def _read(self, name: str) -> Member | None:
+        try:
+            raw, stat = await wait_result(
+                self.client.get_async(self._prefix + name, watch=self._watch)
+            )
+        except NoNodeError:
+            self._deleted.setdefault(name, time.monotonic())
+            return None
+        data, garbage = parse_data(raw)
+        if garbage and (name, stat.czxid) not in self._garbage_seen:
+            self._garbage_seen.add((name, stat.czxid))
+            log.warning("engine_data_garbage", engine_id=name, size=len(raw or b""))
+        return Member(
+            name=name,
+            czxid=stat.czxid,
+            session=stat.ephemeralOwner,
+            mzxid=stat.mzxid,
+            data=data,
+            garbage=garbage,
+        )
+
+    def _apply(self, prev: View, view: View, listed_at: float, *, baseline: bool) -> None:
+        self.view = view
+        last_seen, self._listed_wall = self._listed_wall, time.time()
+        if baseline:
+            log.info("baseline", engines=len(view.members), root=self.settings.root)
+            self._schedule_save()
+            return
+        result = diff(prev, view, self._departing(prev, view, listed_at))
+        for change in result.changes:
+            self._emit(_to_event(change, last_seen=last_seen))
+        if result.unobserved:
+            self.unobserved_total += result.unobserved
+            log.warning("changes_unobserved", count=result.unobserved)
+            if self._on_unobserved is not None:
+                self._on_unobserved(result.unobserved)
+        self._forget(prev, view)
+        if result.changes or result.unobserved:
+            self._schedule_save()
+
+    def _departing(self, prev: View, view: View, listed_at: float) -> frozenset[str]:
+        """Removed nodes deleted right after a write: their engine deleted them, it left.
+
+        An engine's own write renews its session, so ZooKeeper cannot expire it
+        within a session timeout of that write: a deletion that soon after a
+        write (``leave_window``, well under any session timeout) was made by a
+        live client. This covers the ``leaving`` write that was deleted before
+        we could read it. The deletion time is bounded by the first of: its
+        notification, a read finding no node, the listing without it.
+        """
+        departing = set()
+        for name in prev.members.keys() - view.members.keys():
+            written = self._written.get(name)
+            deleted = self._deleted.get(name, listed_at)
+            if written is not None and 0.0 <= deleted - written <= self._leave_window:
+                departing.add(name)
+        return frozenset(departing)
+
+    def _forget(self, prev: View, view: View) -> None:
+        """Drop notification times that no longer explain a future removal."""
+        now = time.monotonic()
+        for name in list(self._written.keys() | self._deleted.keys()):
+            old, new = prev.members.get(name), view.members.get(name)
+            gone = new is None or (old is not None and old.czxid != new.czxid)
+            stale = now - self._written.get(name, now) > 60.0
+            if gone or stale:
+                self._written.pop(name, None)
+                self._deleted.pop(name, None)
+
+    def _emit(self, event: Event) -> None:
+        try:
+            self._on_event(event)
+        except Exception:  # a consumer bug must not stop the watcher
+            log.exception("event_consumer_failed", event=event.type.value)
+
+    # -- persistence ------------------------------------------------------------------
+
+    def _schedule_save(self) -> None:
+        if self._state_file is None or (self._save_task and not self._save_task.done()):
+            return
+        self._save_task = asyncio.create_task(self._save_soon())
+
+    async def _save_soon(self) -> None:
+        await asyncio.sleep(1.0)  # coalesce bursts of changes into one write
+        view, path = self.view, self._state_file
+        if view is not None and path is not None:
+            await asyncio.to_thread(
+                statefile.save, path, view, hosts=self.settings.hosts, root=self.settings.root
+            )
+
+    def _save_now(self) -> None:
+        if self.view is not None and self._state_file is not None:
+            statefile.save(
+                self._state_file, self.view, hosts=self.settings.hosts, root=self.settings.root
+            )
+
+
+def _to_event(change: Change, last_seen: float) -> Event:
+    """``last_seen``: when the listing before this one, the last to show the engine, was made."""
+    if change.type is EventType.CLUSTER_EMPTY:
+        return Event(type=change.type, engine=change.member.describe())
+    gone = change.type in (EventType.ENGINE_LEFT, EventType.ENGINE_LOST)
+    return Event(
+        type=change.type,
+        engine_id=change.name,
+        engine=change.member.describe(),
+        previous=change.previous.describe() if change.previous else None,
+        detail={"last_seen": last_seen} if gone and last_seen else {},
+    )

@@ -1,0 +1,173 @@
+"""Fake engines for the monitor's tests and benchmark: plain kazoo clients.
+
+They write exactly what real engines write (DESIGN.md "Registration"): an
+ephemeral ``<root>/<engine_id>`` with UTF-8 JSON, ``state: leaving`` written
+just before a graceful delete. Used in-process (sync, call through
+``asyncio.to_thread``) or as a subprocess::
+
+    python -m tests.monitor.fake_engines serve HOSTS ROOT ENGINE_ID [--timeout S]
+    python -m tests.monitor.fake_engines churn HOSTS ROOT PREFIX --engines N --ops K
+
+``serve`` prints ``ready`` once registered and leaves gracefully on SIGTERM.
+``churn`` runs N engines (a kazoo client each, in threads) doing K random
+joins, leaves, restarts and updates each, prints one JSON line with the true
+number of creates and deletes and the nodes it holds, then keeps its sessions
+open until stdin closes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+from kazoo.client import KazooClient
+
+_TALLY_LOCK = threading.Lock()
+
+
+def engine_data(engine_id: str, state: str = "running", **extra: Any) -> bytes:
+    """The znode data of an engine, as the registration contract fixes it."""
+    data = {
+        "id": engine_id,
+        "incarnation": uuid.uuid4().hex,
+        "host": "127.0.0.1",
+        "port": 8715,
+        "status_url": f"http://127.0.0.1:8715/netdiscovery/engine#{engine_id}",
+        "pid": os.getpid(),
+        "version": "0.1.0",
+        "started_at": time.time(),
+        "spiders": [{"name": "quotes", "state": "running"}],
+        "state": state,
+        **extra,
+    }
+    return json.dumps(data).encode()
+
+
+class FakeEngine:
+    """One engine registration on its own session (synchronous kazoo)."""
+
+    def __init__(self, hosts: str, root: str, engine_id: str, timeout: float = 1.0) -> None:
+        self.path = f"{root.rstrip('/')}/{engine_id}"
+        self.engine_id = engine_id
+        self.client = KazooClient(hosts=hosts, timeout=timeout)
+        self.client.start(timeout=15)
+        self.data = b""
+
+    def join(self, **extra: Any) -> int:
+        """Create the node; return its czxid."""
+        self.data = engine_data(self.engine_id, **extra)
+        self.client.create(self.path, self.data, ephemeral=True, makepath=True)
+        return int(self.client.exists(self.path).czxid)
+
+    def update(self, **extra: Any) -> None:
+        self.data = engine_data(self.engine_id, **extra)
+        self.client.set(self.path, self.data)
+
+    def leave(self) -> None:
+        """Graceful: write ``state: leaving``, then delete."""
+        data = json.loads(self.data)
+        data["state"] = "leaving"
+        self.client.set(self.path, json.dumps(data).encode())
+        self.client.delete(self.path)
+
+    def vanish(self) -> None:
+        """Delete without writing ``leaving``: looks like a loss to the monitor."""
+        self.client.delete(self.path)
+
+    def close(self) -> None:
+        self.client.stop()
+        self.client.close()
+
+
+def _serve(args: argparse.Namespace) -> None:
+    engine = FakeEngine(args.hosts, args.root, args.engine_id, args.timeout)
+    engine.join()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print("ready", flush=True)
+    stop.wait()
+    engine.leave()
+    engine.close()
+
+
+def _churn_one(engine: FakeEngine, ops: int, rng: random.Random, tally: dict[str, int]) -> None:
+    present = False
+    creates = deletes = 0
+    for _ in range(ops):
+        roll = rng.random()
+        if not present:
+            engine.join()
+            creates, present = creates + 1, True
+        elif roll < 0.35:
+            engine.leave()
+            deletes, present = deletes + 1, False
+        elif roll < 0.6:  # restart: gone and back between two looks, if we are quick
+            engine.vanish()
+            engine.join()
+            creates, deletes = creates + 1, deletes + 1
+        else:
+            engine.update(tick=rng.random())
+        time.sleep(rng.random() * 0.01)
+    with _TALLY_LOCK:
+        tally["creates"] += creates
+        tally["deletes"] += deletes
+
+
+def _churn(args: argparse.Namespace) -> None:
+    engines = [
+        FakeEngine(args.hosts, args.root, f"{args.prefix}{i}", args.timeout)
+        for i in range(args.engines)
+    ]
+    print("ready", flush=True)
+    sys.stdin.readline()  # "go"
+    tally = {"creates": 0, "deletes": 0}
+    threads = [
+        threading.Thread(
+            target=_churn_one, args=(e, args.ops, random.Random(f"{args.prefix}{i}"), tally)
+        )
+        for i, e in enumerate(engines)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    held = {}
+    for engine in engines:
+        stat = engine.client.exists(engine.path)
+        if stat is not None:
+            held[engine.engine_id] = stat.czxid
+    print(json.dumps({**tally, "held": held}), flush=True)
+    sys.stdin.readline()  # hold the sessions until told
+    for engine in engines:
+        engine.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="mode", required=True)
+    serve = sub.add_parser("serve")
+    serve.add_argument("hosts")
+    serve.add_argument("root")
+    serve.add_argument("engine_id")
+    serve.add_argument("--timeout", type=float, default=1.0)
+    churn = sub.add_parser("churn")
+    churn.add_argument("hosts")
+    churn.add_argument("root")
+    churn.add_argument("prefix")
+    churn.add_argument("--engines", type=int, default=50)
+    churn.add_argument("--ops", type=int, default=20)
+    churn.add_argument("--timeout", type=float, default=10.0)
+    args = parser.parse_args()
+    {"serve": _serve, "churn": _churn}[args.mode](args)
+
+
+if __name__ == "__main__":
+    main()
