@@ -54,8 +54,8 @@ class CheapProducts(Spider):
     """Crawls the catalogue of ``local_site.py``; its own pipeline batches the cheap items."""
 
     name = "cheap_products"
-    start_urls = [os.environ.get("LOCAL_SITE_URL", "http://127.0.0.1:8000/")]
-    allowed_domains = ["127.0.0.1"]
+    start_urls = (os.environ.get("LOCAL_SITE_URL", "http://127.0.0.1:8000/"),)
+    allowed_domains = ("127.0.0.1",)
     batch_path = os.environ.get("BATCH_FILE", "batches.jsonl")
     batch_size = 10
 

@@ -45,7 +45,8 @@ def page_html(number: int) -> str:
     """Product page ``number``: its item block and links to two other pages."""
     title, price, sku = product(number)
     links = "".join(
-        f'<a class="page" href="{n}">page {n}</a>' for n in ((number + 1) % PAGES, (2 * number + 1) % PAGES)
+        f'<a class="page" href="{n}">page {n}</a>'
+        for n in ((number + 1) % PAGES, (2 * number + 1) % PAGES)
     )
     return (
         f"<html><head><title>{title}</title></head><body>"
@@ -56,7 +57,10 @@ def page_html(number: int) -> str:
 
 
 async def _index(request: web.Request) -> web.Response:
-    return web.Response(text='<html><body><a class="page" href="p/0">start</a></body></html>', content_type="text/html")
+    return web.Response(
+        text='<html><body><a class="page" href="p/0">start</a></body></html>',
+        content_type="text/html",
+    )
 
 
 async def _page(request: web.Request) -> web.Response:
@@ -78,8 +82,8 @@ class Catalogue(Spider):
     """Takes every product block and follows the page links."""
 
     name = "catalogue"
-    start_urls = [os.environ.get("LOCAL_SITE_URL", "http://127.0.0.1:8000/")]
-    allowed_domains = ["127.0.0.1"]
+    start_urls = (os.environ.get("LOCAL_SITE_URL", "http://127.0.0.1:8000/"),)
+    allowed_domains = ("127.0.0.1",)
 
     async def parse(self, response: Response) -> AsyncIterator[Any]:
         for block in response.css("div.product"):

@@ -22,6 +22,7 @@ from reactivex import Observable
 from netdisco import settings as settings_module
 from netdisco.downloader import Downloader
 from netdisco.exceptions import (
+    DownloadFailed,
     InvalidTransition,
     InvalidURL,
     OutOfScope,
@@ -313,6 +314,9 @@ class Crawler:
                 response = await self.downloader.fetch(request)
             except RequestError as exc:
                 await self._failed(request, exc)
+            except Exception as exc:  # an unforeseen failure costs one request, never a worker
+                log.error("download_error", url=request.url, error=repr(exc), exc_info=exc)
+                await self._failed(request, DownloadFailed(repr(exc), url=request.url))
             else:
                 self.stats.succeeded += 1
                 self.stats.pages.add()

@@ -116,6 +116,8 @@ class Downloader:
                 if request.attempts > s.retries or isinstance(exc, aiohttp.ClientConnectorDNSError):
                     raise DownloadFailed(_describe(exc), url=request.url) from exc
                 delay = self._backoff(request.attempts)
+            except aiohttp.ClientError as exc:  # a malformed answer: retrying will not mend it
+                raise DownloadFailed(_describe(exc), url=request.url) from exc
             else:
                 if response.status < 400:
                     return response
@@ -140,14 +142,15 @@ class Downloader:
         visited: set[str] = set()
         for hop in range(self.settings.max_redirects + 1):
             await self._check(url, hop)
+            key = canonical_url(url)
+            if key in visited:
+                raise TooManyRedirects(f"redirect loop back to {url}", url=request.url)
+            visited.add(key)
             response = await self._get(request, url, method, body)
             location = response.headers.get("Location")
             if response.status not in REDIRECT_STATUSES or not location:
                 return response
-            visited.add(canonical_url(url))
-            url = urljoin(url, location)
-            if canonical_url(url) in visited:
-                raise TooManyRedirects(f"redirect loop back to {url}", url=request.url)
+            url = _join(url, location)
             if response.status in (301, 302, 303) and method != "HEAD":
                 method, body = "GET", None
         raise TooManyRedirects(
@@ -155,9 +158,12 @@ class Downloader:
         )
 
     async def _check(self, url: str, hop: int) -> None:
+        """A redirect hop must be a valid URL in scope; every hop must pass robots.txt."""
         if hop:
             reason, host = check_url(url)
-            reason = reason or self.scope(url, host)
+            if reason is not None:
+                raise InvalidURL(f"redirect to {url!r}: {reason}", url=url)
+            reason = self.scope(url, host)
             if reason is not None:
                 raise OutOfScope(f"redirect to {url}: {reason}", url=url)
         if self.robots is not None and not await self.robots.allowed(url):
@@ -204,6 +210,14 @@ class Downloader:
             if len(data) > limit:
                 raise ResponseTooLarge(f"body passed {limit} bytes", url=url)
         return bytes(data)
+
+
+def _join(base: str, location: str) -> str:
+    """The absolute redirect target; a Location that cannot be parsed is an InvalidURL."""
+    try:
+        return urljoin(base, location)
+    except ValueError as exc:
+        raise InvalidURL(f"redirect to {location!r}: {exc}", url=base) from exc
 
 
 def _describe(exc: BaseException) -> str:

@@ -9,22 +9,24 @@ virtual hosts such as ``shop.example.test`` (subdomain tests without DNS).
 ``RawServer`` speaks broken HTTP on purpose (truncated bodies, garbage).
 """
 
+# ruff: noqa: RUF001 - the CJK sample texts use full-width punctuation on purpose
 from __future__ import annotations
 
 import asyncio
 import gzip
 import importlib.util
+import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from netdisco import CallablePipeline, Crawler, Pipeline, Request, Response, Settings, Spider
+from netdisco import CallablePipeline, Crawler, Pipeline, Response, Settings, Spider
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -54,12 +56,16 @@ TEXTS = {
 
 
 def load_example(name: str) -> Any:
-    """The module ``examples/<name>.py`` (examples are files, not a package)."""
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The module ``examples/<name>.py``, loaded once (examples are files, not a package)."""
+    key = f"netdisco_example_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, EXAMPLES / f"{name}.py")
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,7 @@ class Site:
     def __init__(self) -> None:
         self.hits: list[Hit] = []
         self.robots = "User-agent: *\nDisallow: /private/\n"
+        self.robots_status = 200
         self.tree_size = 15
         self.active: Counter[str] = Counter()
         self.peak: Counter[str] = Counter()
@@ -129,10 +136,8 @@ class Site:
 
     async def wait_closing(self, seconds: float) -> None:
         """Sleep ``seconds``, or less if the site shuts down (handlers never outlive a test)."""
-        try:
+        with suppress(TimeoutError):
             await asyncio.wait_for(self.closing.wait(), seconds)
-        except TimeoutError:
-            pass
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self.record])
@@ -172,7 +177,7 @@ class _Routes:
 
     async def robots(self, request: web.Request) -> web.Response:
         """robots.txt: ``Site.robots`` (disallows /private/ by default)."""
-        return web.Response(text=self.site.robots)
+        return web.Response(text=self.site.robots, status=self.site.robots_status)
 
     async def tree(self, request: web.Request) -> web.Response:
         """A binary tree of pages: /tree/N links to 2N+1 and 2N+2 (while < tree_size)."""
@@ -224,8 +229,8 @@ class _Routes:
         raise web.HTTPMovedPermanently(f"/redirect/chain/{n - 1}")
 
     async def redirect_to(self, request: web.Request) -> web.Response:
-        """302 to ``?url=``."""
-        raise web.HTTPFound(request.query["url"])
+        """302 to ``?url=``, verbatim (even when it is not a valid URL)."""
+        return web.Response(status=302, headers={"Location": request.query["url"]})
 
     async def big(self, request: web.Request) -> web.Response:
         """``?size=`` bytes of HTML, with Content-Length."""
@@ -270,7 +275,9 @@ def _filler(size: int) -> bytes:
 async def running_site() -> AsyncIterator[Site]:
     """Serve a fresh ``Site`` on a free loopback port in the running loop."""
     site = Site()
-    runner = web.AppRunner(site.app(), access_log=None, handler_cancellation=True, shutdown_timeout=1)
+    runner = web.AppRunner(
+        site.app(), access_log=None, handler_cancellation=True, shutdown_timeout=1
+    )
     await runner.setup()
     tcp = web.TCPSite(runner, "127.0.0.1", 0)
     await tcp.start()
@@ -305,7 +312,7 @@ async def running_raw(replies: dict[str, bytes]) -> AsyncIterator[RawServer]:
     """Serve ``RawServer(replies)`` on a free loopback port."""
     raw = RawServer(replies)
     server = await asyncio.start_server(raw._handle, "127.0.0.1", 0)
-    raw.base = "http://127.0.0.1:{}".format(server.sockets[0].getsockname()[1])
+    raw.base = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     try:
         yield raw
     finally:
@@ -345,8 +352,3 @@ async def crawl(
 def seeds(*urls: str, **kwargs: Any) -> PageSpider:
     """A PageSpider starting from ``urls`` (extra attributes as keyword arguments)."""
     return PageSpider(start_urls=list(urls), **kwargs)
-
-
-def request_of(url: str, **kwargs: Any) -> Request:
-    """A Request with the PageSpider's defaults (for tests that build requests by hand)."""
-    return Request(url, **kwargs)
