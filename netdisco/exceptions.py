@@ -17,7 +17,8 @@ NetdiscoError
 ├── DuplicateSpider          a spider of that name already runs in the engine
 ├── RegistrationError        ZooKeeper registration cannot proceed
 ├── FrontierUnavailable      the shared frontier (Redis) cannot be reached
-└── RequestNotShareable      a request cannot be stored in a shared frontier (carries ``url``)
+├── RequestNotShareable      a request cannot be stored in a shared frontier (carries ``url``)
+└── DemoFailed               ``netdisco demo``: a step it shows did not happen in time
 """
 
 from __future__ import annotations
@@ -132,3 +133,7 @@ class HookError(NetdiscoError):
     def __init__(self, hook: str, message: str) -> None:
         super().__init__(f"{hook} hook: {message}")
         self.hook = hook
+
+
+class DemoFailed(NetdiscoError):
+    """``netdisco demo`` waited in vain for something it means to show (a join, an e-mail)."""
