@@ -58,9 +58,18 @@ class ZooKeeperSettings:
 
     @classmethod
     def from_mapping(
-        cls, data: Mapping[str, Any], *, prefix: str = "zookeeper"
+        cls,
+        data: Mapping[str, Any],
+        *,
+        prefix: str = "zookeeper",
+        environ: Mapping[str, str] | None = None,
     ) -> ZooKeeperSettings:
-        """Validate a ``[zookeeper]`` table; a ``ConfigError`` names the bad key."""
+        """Validate a ``[zookeeper]`` table; a ``ConfigError`` names the bad key.
+
+        With ``environ``, ``NETDISCO_ZOOKEEPER_<KEY>`` variables override the table.
+        """
+        if environ is not None:
+            data = {**data, **_from_environ(environ, prefix)}
         for key in data:
             if key not in _KEYS:
                 raise ConfigError(
@@ -108,6 +117,23 @@ class ZooKeeperSettings:
         if not sep or not user or not password:
             raise ConfigError(key, "the secret must have the form 'user:password'")
         return DigestCredentials(user=user, password=password)
+
+
+def _from_environ(environ: Mapping[str, str], prefix: str) -> dict[str, Any]:
+    """``NETDISCO_ZOOKEEPER_SESSION_TIMEOUT=4`` and the like; numbers parsed here."""
+    found: dict[str, Any] = {}
+    for key in _KEYS:
+        name = f"NETDISCO_{prefix.upper()}_{key.upper()}"
+        if name not in environ:
+            continue
+        value: Any = environ[name]
+        if key in ("session_timeout", "audit_interval"):
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigError(f"{prefix}.{key}", f"{name}={value!r} is not a number") from None
+        found[key] = value
+    return found
 
 
 def _optional_str(value: Any, key: str) -> str | None:

@@ -420,6 +420,21 @@ def test_settings_defaults_and_full_mapping() -> None:
     assert settings.digest_file == "/run/secrets/zk"
 
 
+def test_settings_from_the_environment_override_the_table() -> None:
+    environ = {"NETDISCO_ZOOKEEPER_HOSTS": "zk9:2181", "NETDISCO_ZOOKEEPER_SESSION_TIMEOUT": "4"}
+    settings = ZooKeeperSettings.from_mapping({"hosts": "zk1"}, environ=environ)
+    assert (settings.hosts, settings.session_timeout) == ("zk9:2181", 4.0)
+    with pytest.raises(ConfigError) as info:
+        ZooKeeperSettings.from_mapping(
+            {},
+            environ={
+                "NETDISCO_ZOOKEEPER_HOSTS": "zk",
+                **{"NETDISCO_ZOOKEEPER_AUDIT_INTERVAL": "soon"},
+            },
+        )
+    assert info.value.key == "zookeeper.audit_interval"
+
+
 @pytest.mark.parametrize(
     ("data", "key"),
     [
