@@ -429,7 +429,7 @@ def test_settings_from_the_environment_override_the_table() -> None:
             {},
             environ={
                 "NETDISCO_ZOOKEEPER_HOSTS": "zk",
-                **{"NETDISCO_ZOOKEEPER_AUDIT_INTERVAL": "soon"},
+                "NETDISCO_ZOOKEEPER_AUDIT_INTERVAL": "soon",
             },
         )
     assert info.value.key == "zookeeper.audit_interval"
