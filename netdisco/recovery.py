@@ -1,0 +1,345 @@
+"""Giving the leases of a lost engine back to the queue, within a second.
+
+A request taken from a Redis frontier is leased to the engine incarnation that
+took it (``netdisco.frontier_redis``). Three paths return leases to the queue:
+
+1. **Lost engine** (its znode vanished without ``state: leaving``): every engine
+   that uses a Redis frontier runs a ``LeaseRecovery``, which watches the registry
+   root and, on a loss, runs one Lua script per spider that moves the lost
+   incarnation's leases back to the queue. We chose the surviving engines over a
+   monitor hook because the monitor is optional and its offline hooks wait out a
+   grace period (15 s by default); the engines that need the work back are the
+   ones watching. Several engines doing it at once is safe: the script is atomic
+   and deletes the lease set it drains, so the first caller returns the leases
+   and the others find none (each lease also names its owner, checked per id).
+2. **Nothing watching** (no ZooKeeper, all watchers down): every frontier sweeps
+   leases past their deadline on each heartbeat. A live engine pushes its own
+   deadlines forward on that heartbeat, so the deadline measures the owner's
+   silence, not the length of a download.
+3. **Graceful stop**: the frontier hands its own leases back when closed.
+
+A graceful leaver is recognised as the monitor does: its last data said
+``leaving``, or it was written just before it was deleted (the registration
+writes ``leaving`` and deletes at once). Misjudging only costs a duplicate fetch:
+requests are at-least-once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.protocol.states import EventType, KazooState, WatchedEvent
+from kazoo.retry import KazooRetry
+from redis import asyncio as aioredis
+from redis.exceptions import RedisError
+
+from netdisco.zk import Bridge, wait_result
+from netdisco.zkconfig import ZooKeeperSettings
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_PREFIX = "netdisco"
+
+# Requeue one leased id: its priority travels in the stored request (cjson is built in).
+REQUEUE_LUA = """
+local function requeue(k_queue, k_payload, id)
+  local body = redis.call('HGET', k_payload, id)
+  if body then redis.call('ZADD', k_queue, -cjson.decode(body)['priority'], id) end
+  return body and 1 or 0
+end
+"""
+
+#: KEYS owned, owner, leases, queue, payload; ARGV owner -> number returned
+RETURN_LUA = (
+    REQUEUE_LUA
+    + """
+local n = 0
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('HGET', KEYS[2], id) == ARGV[1] then
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('ZREM', KEYS[3], id)
+    n = n + requeue(KEYS[4], KEYS[5], id)
+  end
+end
+redis.call('DEL', KEYS[1])
+return n
+"""
+)
+
+#: KEYS leases, owner, queue, payload; ARGV owned-key prefix, limit -> number returned
+SWEEP_LUA = (
+    REQUEUE_LUA
+    + """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+for _, id in ipairs(ids) do
+  local who = redis.call('HGET', KEYS[2], id)
+  if who then redis.call('SREM', ARGV[1] .. who, id) end
+  redis.call('HDEL', KEYS[2], id)
+  redis.call('ZREM', KEYS[1], id)
+  requeue(KEYS[3], KEYS[4], id)
+end
+return #ids
+"""
+)
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The Redis keys of one spider's frontier; ``{spider}`` is a cluster hash tag."""
+
+    prefix: str
+    spider: str
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}:{{{self.spider}}}:{name}"
+
+    @property
+    def queue(self) -> str:
+        """Sorted set: request id by score ``-priority`` (ties: id order, so FIFO)."""
+        return self._key("queue")
+
+    @property
+    def payload(self) -> str:
+        """Hash: request id -> the request as JSON, while queued or leased."""
+        return self._key("req")
+
+    @property
+    def seen(self) -> str:
+        """Set of 16-byte fingerprints (exact mode) or a Bloom bitmap."""
+        return self._key("seen")
+
+    @property
+    def seen_count(self) -> str:
+        """Counter of distinct fingerprints (Bloom mode cannot count itself)."""
+        return self._key("seen_n")
+
+    @property
+    def seq(self) -> str:
+        """Counter that numbers request ids."""
+        return self._key("seq")
+
+    @property
+    def leases(self) -> str:
+        """Sorted set: leased request id by deadline (ms, Redis clock)."""
+        return self._key("leases")
+
+    @property
+    def owner(self) -> str:
+        """Hash: leased request id -> the incarnation holding it."""
+        return self._key("owner")
+
+    @property
+    def owned_prefix(self) -> str:
+        """Prefix of the per-incarnation sets of leased ids."""
+        return self._key("owned:")
+
+    def owned(self, owner: str) -> str:
+        """Set of ids leased by ``owner``: what recovery drains."""
+        return self.owned_prefix + owner
+
+
+def spiders_key(prefix: str) -> str:
+    """Set of spider names that have a frontier under ``prefix``."""
+    return f"{prefix}:spiders"
+
+
+async def return_leases(redis: aioredis.Redis, keys: Keys, owner: str) -> int:
+    """Put every request ``owner`` holds back in the queue; how many went back."""
+    k = keys
+    args = [k.owned(owner), k.owner, k.leases, k.queue, k.payload]
+    result = await redis.eval(RETURN_LUA, 5, *args, owner)
+    return int(result)
+
+
+async def sweep_expired(redis: aioredis.Redis, keys: Keys, limit: int = 1000) -> int:
+    """Requeue leases past their deadline (their owner stopped renewing them)."""
+    args = [keys.leases, keys.owner, keys.queue, keys.payload]
+    result = await redis.eval(SWEEP_LUA, 4, *args, keys.owned_prefix, limit)
+    return int(result)
+
+
+async def recover_owner(redis: aioredis.Redis, prefix: str, owner: str) -> dict[str, int]:
+    """Return ``owner``'s leases in every spider under ``prefix``; spider -> count."""
+    names = await redis.smembers(spiders_key(prefix))
+    counts = {}
+    for raw in sorted(names):
+        name = raw.decode() if isinstance(raw, bytes) else str(raw)
+        counts[name] = await return_leases(redis, Keys(prefix, name), owner)
+    return counts
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """One lost engine whose leases were returned (for logs, status and tests)."""
+
+    engine_id: str
+    incarnation: str
+    returned: dict[str, int]
+    seconds: float  # from seeing the node gone to the leases being back
+
+
+class LeaseRecovery:
+    """Watches the registry root; returns a lost engine's leases at once.
+
+    Runs one reconcile task (woken by the children watch, data watches, CONNECTED
+    and a periodic resync), as the monitor does, with its own ZooKeeper session.
+    """
+
+    def __init__(
+        self,
+        zookeeper: ZooKeeperSettings,
+        redis_url: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        incarnation: str | None = None,
+        leave_window: float = 0.5,
+        resync: float = 5.0,
+    ) -> None:
+        self.settings = zookeeper
+        self.prefix = prefix
+        self.incarnation = incarnation
+        self.leave_window = leave_window
+        self.resync = resync
+        self.recoveries: list[Recovery] = []
+        self._redis: aioredis.Redis = aioredis.Redis.from_url(redis_url)
+        self._client: KazooClient | None = None
+        self._members: dict[str, dict[str, Any]] = {}
+        self._written: dict[str, float] = {}
+        self._dirty: set[str] = set()
+        self._full = True
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._watch: Callable[[WatchedEvent], None] | None = None
+
+    async def start(self) -> None:
+        """Connect in the background (retrying for ever) and start watching."""
+        loop = asyncio.get_running_loop()
+        client = KazooClient(
+            hosts=self.settings.hosts,
+            timeout=self.settings.session_timeout,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
+        )
+        bridge = Bridge(client, loop)
+        self._watch = bridge.watcher(self._on_watch)
+        bridge.add_listener(self._on_state)
+        self._client = client
+        self._task = asyncio.create_task(self._run(), name="lease-recovery")
+        client.start_async()
+
+    async def stop(self) -> None:
+        """Stop watching and close both connections."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        client, self._client = self._client, None
+        if client is not None:
+            await asyncio.to_thread(_close, client)
+        await self._redis.aclose()
+
+    def _on_state(self, state: KazooState) -> None:
+        if state == KazooState.CONNECTED:
+            self._full = True  # plain watches died with the connection: re-arm them all
+            self._wake.set()
+
+    def _on_watch(self, event: WatchedEvent) -> None:
+        name = event.path.rsplit("/", 1)[-1]
+        if event.type == EventType.CHANGED:
+            self._written[name] = time.monotonic()
+            self._dirty.add(name)
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                async with asyncio.timeout(self.resync):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            client = self._client
+            if client is None or not client.connected:
+                continue
+            try:
+                await self._reconcile(client)
+            except KazooException as exc:  # connection trouble: CONNECTED wakes us again
+                log.warning("lease_recovery_zk_error", error=type(exc).__name__)
+                self._full = True
+
+    async def _reconcile(self, client: KazooClient) -> None:
+        full, self._full = self._full, False
+        dirty, self._dirty = self._dirty, set()
+        root = self.settings.root
+        try:
+            children = await wait_result(client.get_children_async(root, watch=self._watch))
+        except NoNodeError:
+            children = []
+        for name in self._members.keys() - set(children):
+            await self._removed(name, self._members.pop(name))
+        for name in children:
+            if full or name in dirty or name not in self._members:
+                data = await self._read(client, f"{root}/{name}")
+                if data is not None:
+                    self._members[name] = data
+
+    async def _read(self, client: KazooClient, path: str) -> dict[str, Any] | None:
+        try:
+            raw, _ = await wait_result(client.get_async(path, watch=self._watch))
+        except NoNodeError:
+            return None  # the next listing reports it gone
+        return parse_node_data(raw)
+
+    async def _removed(self, name: str, data: dict[str, Any]) -> None:
+        written = self._written.pop(name, None)
+        left = data.get("state") == "leaving" or (
+            written is not None and time.monotonic() - written <= self.leave_window
+        )
+        incarnation = data.get("incarnation")
+        if left or not isinstance(incarnation, str) or incarnation == self.incarnation:
+            return
+        seen_at = time.monotonic()
+        returned = await self._recover(incarnation)
+        recovery = Recovery(name, incarnation, returned, time.monotonic() - seen_at)
+        self.recoveries.append(recovery)
+        log.warning(
+            "leases_recovered",
+            engine_id=name,
+            incarnation=incarnation,
+            returned=returned,
+            seconds=round(recovery.seconds, 4),
+        )
+
+    async def _recover(self, incarnation: str) -> dict[str, int]:
+        """A few quick tries; if Redis stays down, the deadline sweep takes over."""
+        for attempt in range(5):
+            try:
+                return await recover_owner(self._redis, self.prefix, incarnation)
+            except RedisError as exc:
+                log.warning("lease_recovery_redis_error", error=repr(exc), attempt=attempt)
+                await asyncio.sleep(0.2 * 2**attempt)
+        return {}
+
+
+def parse_node_data(raw: bytes | None) -> dict[str, Any]:
+    """An engine's node data as a dict; unreadable data counts as empty."""
+    try:
+        value = json.loads((raw or b"").decode())
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _close(client: KazooClient) -> None:
+    try:
+        client.stop()
+    finally:
+        client.close()
