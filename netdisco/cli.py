@@ -125,6 +125,7 @@ def _add_engine_parser(commands: Any) -> None:
     engine.add_argument("--id", help="engine id (default: host name and port)")
     engine.add_argument("--host", help="bind address of the HTTP endpoint")
     engine.add_argument("--port", type=int, help="HTTP port (default 8715)")
+    engine.add_argument("--advertise", help="host written into status_url (default: --host)")
     engine.add_argument(
         "-s",
         "--set",
@@ -141,7 +142,7 @@ async def _engine(args: argparse.Namespace) -> int:
     from netdisco.config import load_config, parse_config  # the crawl command needs neither
     from netdisco.engine import SpiderEngine
 
-    overrides = {"id": args.id, "host": args.host, "port": args.port}
+    overrides = {"id": args.id, "host": args.host, "port": args.port, "advertise": args.advertise}
     pairs = settings_module.parse_pairs(args.set)
     if args.config:
         config = load_config(args.config, overrides=overrides, pairs=pairs)

@@ -249,6 +249,8 @@ class SpiderEngine:
 
     async def wait(self) -> dict[str, SpiderState]:
         """Until every spider has finished, stopped or failed (spiders added meanwhile too)."""
+        if self.state is EngineState.CREATED and self._crawlers:
+            raise RuntimeError(f"engine {self.id!r} has not started; call start() or run()")
         while True:
             self._changed.clear()
             if self.state is EngineState.STOPPED or all(

@@ -58,6 +58,8 @@ async def test_lifecycle_controls_and_their_errors(site: str) -> None:
         engine.add_spider(site_spider("s", site, "slow"), QUIET)
         with pytest.raises(InvalidTransition, match="cannot pause while idle"):
             engine.pause("s")
+        with pytest.raises(RuntimeError, match="has not started"):
+            await engine.wait()
         await engine.start()
         with pytest.raises(InvalidTransition, match="cannot resume while running"):
             engine.resume("s")
