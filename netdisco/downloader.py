@@ -141,7 +141,7 @@ class Downloader:
         url, method, body = request.url, request.method, request.body
         visited: set[str] = set()
         for hop in range(self.settings.max_redirects + 1):
-            await self._check(url, hop)
+            await self._check(url, hop, request.proxy or self.settings.proxy)
             key = canonical_url(url)
             if key in visited:
                 raise TooManyRedirects(f"redirect loop back to {url}", url=request.url)
@@ -157,7 +157,7 @@ class Downloader:
             f"more than {self.settings.max_redirects} redirects", url=request.url
         )
 
-    async def _check(self, url: str, hop: int) -> None:
+    async def _check(self, url: str, hop: int, proxy: str | None) -> None:
         """A redirect hop must be a valid URL in scope; every hop must pass robots.txt."""
         if hop:
             reason, host = check_url(url)
@@ -166,7 +166,7 @@ class Downloader:
             reason = self.scope(url, host)
             if reason is not None:
                 raise OutOfScope(f"redirect to {url}: {reason}", url=url)
-        if self.robots is not None and not await self.robots.allowed(url):
+        if self.robots is not None and not await self.robots.allowed(url, proxy):
             raise RobotsDenied("disallowed by robots.txt", url=url)
 
     def _slot(self, url: str) -> HostSlot:

@@ -91,7 +91,11 @@ class Response:
         """
         if isinstance(url, Selector):
             url = _href(url)
-        return Request(self.urljoin(url), callback=callback, depth=self.request.depth + 1, **kwargs)
+        try:
+            absolute = self.urljoin(url)
+        except ValueError:  # unparsable (``http://[oops``): the scheduler says why
+            absolute = url.strip()
+        return Request(absolute, callback=callback, depth=self.request.depth + 1, **kwargs)
 
     def follow_all(
         self,
@@ -102,7 +106,10 @@ class Response:
         xpath: str | None = None,
         **kwargs: Any,
     ) -> list[Request]:
-        """Requests for ``urls``, or for the links matched by ``css``/``xpath``."""
+        """Requests for ``urls``, or for the links matched by ``css``/``xpath``.
+
+        Elements without an href or src (``<a name="top">``) are skipped, as in Scrapy.
+        """
         if urls is None:
             if css is not None:
                 urls = self.css(css)
@@ -110,7 +117,13 @@ class Response:
                 urls = self.xpath(xpath)
             else:
                 raise ValueError("follow_all needs urls, css or xpath")
-        return [self.follow(u, callback, **kwargs) for u in urls]
+        return [self.follow(u, callback, **kwargs) for u in urls if _has_link(u)]
+
+
+def _has_link(url: str | Selector) -> bool:
+    if not isinstance(url, Selector) or isinstance(url.root, str):
+        return True
+    return "href" in url.attrib or "src" in url.attrib
 
 
 def _href(selector: Selector) -> str:

@@ -36,27 +36,39 @@ class RobotsCache:
         """How many robots.txt files were requested (one per origin)."""
         return len(self._rules)
 
-    async def allowed(self, url: str) -> bool:
-        """Whether robots.txt lets us fetch ``url``."""
+    async def allowed(self, url: str, proxy: str | None = None) -> bool:
+        """Whether robots.txt lets us fetch ``url`` (fetched through ``proxy`` like the page)."""
         parts = urlsplit(url)
         origin = f"{parts.scheme}://{parts.netloc}"
         rules = self._rules.get(origin)
         if rules is None:
-            rules = asyncio.ensure_future(self._fetch(origin))
+            rules = asyncio.ensure_future(self._fetch(origin, proxy))
             self._rules[origin] = rules
         return bool((await rules).can_fetch(url, self.user_agent))
 
-    async def _fetch(self, origin: str) -> Protego:
+    async def _fetch(self, origin: str, proxy: str | None) -> Protego:
         url = origin + "/robots.txt"
         try:
-            async with self.session.get(url, timeout=self.timeout, allow_redirects=True) as resp:
+            async with self.session.get(
+                url, timeout=self.timeout, allow_redirects=True, proxy=proxy
+            ) as resp:
                 if resp.status >= 500:
                     log.warning("robots_unavailable", url=url, status=resp.status)
                     return _DENY_ALL
                 if resp.status >= 400:
                     return _ALLOW_ALL
-                body = await resp.content.read(MAX_ROBOTS_SIZE)
+                body = await _read_up_to(resp, MAX_ROBOTS_SIZE)
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.info("robots_fetch_failed", url=url, error=repr(exc))
             return _ALLOW_ALL
         return Protego.parse(body.decode("utf-8", errors="replace"))
+
+
+async def _read_up_to(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The first ``limit`` bytes of the body (``content.read(n)`` stops at the first chunk)."""
+    data = bytearray()
+    async for chunk in resp.content.iter_chunked(65536):
+        data += chunk
+        if len(data) >= limit:
+            break
+    return bytes(data[:limit])

@@ -173,6 +173,7 @@ class _Routes:
             ("/enc/{codec}/{mode}", self.encoded),
             ("/private/{rest:.*}", self.tree),
             ("/page", self.page),
+            ("/list/{n:\\d+}", self.listing),
         ]
 
     async def robots(self, request: web.Request) -> web.Response:
@@ -264,6 +265,13 @@ class _Routes:
     async def page(self, request: web.Request) -> web.Response:
         """A page linking to every ``?link=`` (for scope, dedup and invalid-URL cases)."""
         return html("page", *request.query.getall("link", []))
+
+    async def listing(self, request: web.Request) -> web.Response:
+        """Listing N of 3: two ``a.item`` links to /tree leaves, ``a.next`` to listing N+1."""
+        n = int(request.match_info["n"])
+        items = "".join(f'<a class="item" href="/tree/{10 + 2 * n + k}">item</a>' for k in range(2))
+        after = f'<a class="next" href="/list/{n + 1}">next</a>' if n < 2 else ""
+        return html(f"list {n}", body=items + after)
 
 
 def _filler(size: int) -> bytes:
