@@ -116,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     crawl.add_argument("--config", help="TOML file of settings")
     crawl.set_defaults(func=_crawl)
     _add_engine_parser(commands)
+    _add_demo_parser(commands)
     return parser
 
 
@@ -164,6 +165,21 @@ async def _engine(args: argparse.Namespace) -> int:
     await stop_requested.wait()
     await engine.stop()
     return 0
+
+
+def _add_demo_parser(commands: Any) -> None:
+    demo = commands.add_parser(
+        "demo", help="a live three-engine cluster and its monitor on loopback (about 30 s)"
+    )
+    demo.add_argument("--out", default="out", help="items, logs and configs go here (out)")
+    demo.set_defaults(func=_demo)
+
+
+async def _demo(args: argparse.Namespace) -> int:
+    """Start ZooKeeper, a site, an SMTP sink, three engines and the monitor; narrate; stop."""
+    from netdisco.demo import run  # the other commands need none of it
+
+    return await run(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,177 @@
+"""What ``netdisco demo`` crawls and where its alerts go: a generated site, spiders, an SMTP sink.
+
+The site has three sections (``shop``, ``blog``, ``docs``) of ``PAGES`` pages
+each; every page answers after a small, page-dependent delay so that a crawl
+takes long enough to watch. Page N links to pages 2N+1 and 2N+2 of its section
+(a binary tree: every page is reachable) and back to the section's first page.
+
+Each demo engine runs one of the spiders below. The engines are separate
+processes started from a generated TOML file, so the spiders learn the site's
+address and the item directory from the environment (``SITE_ENV``, ``ITEMS_ENV``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email
+import email.policy
+import os
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any, ClassVar
+
+from aiohttp import web
+
+from netdisco.pipelines import JsonLinesPipeline, Pipeline
+from netdisco.request import Request
+from netdisco.response import Response
+from netdisco.spider import Spider
+
+SECTIONS = ("shop", "blog", "docs")
+PAGES = 400
+SITE_ENV = "NETDISCO_DEMO_SITE"
+ITEMS_ENV = "NETDISCO_DEMO_ITEMS"
+
+
+def latency(number: int) -> float:
+    """50 to 240 ms, varying from page to page but the same on every run."""
+    return 0.05 + (number * 37 % 20) / 100
+
+
+async def _page(request: web.Request) -> web.Response:
+    section = request.match_info["section"]
+    number = int(request.match_info["number"])
+    if number >= PAGES:
+        raise web.HTTPNotFound()
+    await asyncio.sleep(latency(number))
+    links = "".join(
+        f'<li><a href="/{section}/{child}">{section} page {child}</a></li>'
+        for child in (2 * number + 1, 2 * number + 2, 0)
+        if child < PAGES
+    )
+    html = (
+        f"<html><head><title>{section} {number}</title></head><body>"
+        f"<h1>{section.title()} page {number}</h1>"
+        f'<p class="summary">Generated page {number} of the {section} section.</p>'
+        f"<ul>{links}</ul></body></html>"
+    )
+    return web.Response(text=html, content_type="text/html")
+
+
+async def _robots(request: web.Request) -> web.Response:
+    return web.Response(text="User-agent: *\nAllow: /\n")
+
+
+async def start_site(host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, str]:
+    """Serve the site in the running loop; the runner (for ``cleanup()``) and the base URL."""
+    app = web.Application()
+    sections = "|".join(SECTIONS)
+    app.router.add_get(f"/{{section:{sections}}}/{{number:\\d+}}", _page)
+    app.router.add_get("/robots.txt", _robots)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    bound = runner.addresses[0][1]
+    return runner, f"http://{host}:{bound}"
+
+
+class DemoSpider(Spider):
+    """Crawls one section of the demo site and writes its items as JSON lines."""
+
+    section: ClassVar[str] = ""
+    allowed_domains = ("127.0.0.1",)
+    custom_settings: ClassVar[dict[str, Any]] = {"concurrency": 4, "per_host_concurrency": 4}
+
+    async def start(self) -> AsyncIterator[Request]:
+        base = os.environ.get(SITE_ENV, "http://127.0.0.1:8000")
+        yield Request(f"{base}/{self.section}/0", callback=self.parse)
+
+    def parse(self, response: Response) -> Iterator[dict[str, Any] | Request]:
+        yield {
+            "section": self.section,
+            "url": response.url,
+            "title": response.css("h1::text").get(),
+            "summary": response.css("p.summary::text").get(),
+        }
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, callback=self.parse)
+
+    def pipelines(self) -> list[Pipeline]:
+        items = Path(os.environ.get(ITEMS_ENV, "out/items"))
+        return [JsonLinesPipeline(items / f"{self.name}.jsonl")]
+
+
+class Shop(DemoSpider):
+    name = "shop"
+    section = "shop"
+
+
+class Blog(DemoSpider):
+    name = "blog"
+    section = "blog"
+
+
+class Docs(DemoSpider):
+    name = "docs"
+    section = "docs"
+
+
+SPIDERS: dict[str, type[DemoSpider]] = {"shop": Shop, "blog": Blog, "docs": Docs}
+
+
+@dataclass(frozen=True)
+class Mail:
+    """One message as the sink received it."""
+
+    sender: str
+    recipients: tuple[str, ...]
+    message: EmailMessage
+
+    def body(self) -> str:
+        """The plain-text body (the first text part of a multipart message)."""
+        part = self.message.get_body(preferencelist=("plain", "html"))
+        return "" if part is None else str(part.get_content())  # type: ignore[attr-defined]
+
+
+class _SinkHandler:
+    """aiosmtpd handler: accept every message and hand it to the queue."""
+
+    def __init__(self, queue: asyncio.Queue[Mail]) -> None:
+        self.queue = queue
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        message = email.message_from_bytes(envelope.content, policy=email.policy.default)
+        assert isinstance(message, EmailMessage)
+        mail = Mail(envelope.mail_from, tuple(envelope.rcpt_tos), message)
+        self.queue.put_nowait(mail)
+        return "250 Message accepted for delivery"
+
+
+class SmtpSink:
+    """An SMTP server in the running loop that keeps every message it receives."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.port = 0
+        self.mails: asyncio.Queue[Mail] = asyncio.Queue()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        """Listen on a free port and return it."""
+        from aiosmtpd.smtp import SMTP  # the demo extra; the library does not need it
+
+        handler = _SinkHandler(self.mails)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: SMTP(handler, hostname=self.host, loop=loop), self.host, 0
+        )
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self.port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
