@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -72,12 +73,7 @@ _NON_NEGATIVE = (
 
 
 def _validate(s: Settings) -> None:
-    for name in _POSITIVE:
-        if getattr(s, name) <= 0:
-            raise ConfigError(name, f"must be greater than 0, got {getattr(s, name)!r}")
-    for name in _NON_NEGATIVE:
-        if getattr(s, name) < 0:
-            raise ConfigError(name, f"must not be negative, got {getattr(s, name)!r}")
+    _validate_numbers(s)
     for name in ("allow", "deny"):
         for pattern in getattr(s, name):
             try:
@@ -86,6 +82,18 @@ def _validate(s: Settings) -> None:
                 raise ConfigError(name, f"invalid regular expression {pattern!r}: {exc}") from exc
     if not s.frontier.startswith(("memory", "redis://", "rediss://", "unix://")):
         raise ConfigError("frontier", f"expected 'memory' or a redis:// URL, got {s.frontier!r}")
+
+
+def _validate_numbers(s: Settings) -> None:
+    for name in (*_POSITIVE, *_NON_NEGATIVE):
+        if not math.isfinite(getattr(s, name)):  # NaN passes every comparison below
+            raise ConfigError(name, f"must be a finite number, got {getattr(s, name)!r}")
+    for name in _POSITIVE:
+        if getattr(s, name) <= 0:
+            raise ConfigError(name, f"must be greater than 0, got {getattr(s, name)!r}")
+    for name in _NON_NEGATIVE:
+        if getattr(s, name) < 0:
+            raise ConfigError(name, f"must not be negative, got {getattr(s, name)!r}")
 
 
 def _as_bool(value: Any) -> bool:
@@ -112,6 +120,12 @@ def _as_strings(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _as_str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError
+    return value
+
+
 def _as_optional_str(value: Any) -> str | None:
     if value is not None and not isinstance(value, str):
         raise TypeError
@@ -125,6 +139,9 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "tuple[str, ...]": _as_strings,
 }
 
+#: string settings are taken as they are (no JSON parsing of CLI text)
+_STRINGS: dict[str, Callable[[Any], Any]] = {"str": _as_str, "str | None": _as_optional_str}
+
 
 def _coerce(name: str, value: Any) -> Any:
     """Turn a TOML, CLI or environment value into the field's type, or say why not."""
@@ -132,7 +149,9 @@ def _coerce(name: str, value: Any) -> Any:
     if isinstance(value, str) and kind in _CONVERTERS:
         value = _parse_text(name, value, kind)
     try:
-        converter: Callable[[Any], Any] = _CONVERTERS.get(kind, _as_optional_str)
+        converter: Callable[[Any], Any] = _CONVERTERS.get(kind) or _STRINGS.get(
+            kind, _as_optional_str
+        )
         return converter(value)
     except TypeError:
         raise ConfigError(name, f"expected {kind}, got {value!r}") from None

@@ -1,0 +1,162 @@
+"""Settings: defaults, validation that names the key, ``-s`` text, TOML values, environment."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import pytest
+
+from netdisco import Settings
+from netdisco.exceptions import ConfigError
+from netdisco.settings import from_env, from_mapping, parse_pairs
+
+
+def test_defaults_are_valid_and_frozen() -> None:
+    settings = Settings()
+    assert (settings.concurrency, settings.obey_robots, settings.max_pages) == (16, True, 0)
+    assert settings.user_agent.startswith("netdisco/")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.concurrency = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("concurrency", 0, "must be greater than 0"),
+        ("per_host_concurrency", -1, "must be greater than 0"),
+        ("timeout", 0.0, "must be greater than 0"),
+        ("item_buffer", 0, "must be greater than 0"),
+        ("download_delay", -0.5, "must not be negative"),
+        ("max_pages", -1, "must not be negative"),
+        ("retries", -2, "must not be negative"),
+        ("timeout", float("nan"), "must be a finite number"),
+        ("download_delay", float("inf"), "must be a finite number"),
+        ("allow", ("(unclosed",), "invalid regular expression '(unclosed'"),
+        ("deny", ("ok", "[z-a]"), "invalid regular expression '[z-a]'"),
+        ("frontier", "postgres://x", "expected 'memory' or a redis:// URL"),
+    ],
+)
+def test_invalid_values_name_the_key(key: str, value: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)) as caught:
+        Settings(**{key: value})
+    assert caught.value.key == key
+    assert str(caught.value).startswith(f"{key}: ")
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "expected"),
+    [
+        ("concurrency", "64", 64),
+        ("download_delay", "0.25", 0.25),
+        ("download_delay", "2", 2.0),
+        ("obey_robots", "false", False),
+        ("obey_robots", "Yes", True),
+        ("obey_robots", "0", False),
+        ("allow", r"/shop/,/item/\d+", ("/shop/", r"/item/\d+")),
+        ("deny", '["a,b", "c"]', ("a,b", "c")),
+        ("deny", "", ()),
+        ("user_agent", "my bot/1.0 (+http://x.test)", "my bot/1.0 (+http://x.test)"),
+        ("user_agent", "123", "123"),
+        ("proxy", "http://127.0.0.1:3128", "http://127.0.0.1:3128"),
+        ("frontier", "redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+    ],
+)
+def test_text_values_are_parsed(key: str, text: str, expected: Any) -> None:
+    assert getattr(from_mapping({key: text}), key) == expected
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "message"),
+    [
+        ("concurrency", "many", "expected int, got 'many'"),
+        ("concurrency", "1.5", "expected int, got 1.5"),
+        ("concurrency", "true", "expected int, got True"),
+        ("obey_robots", "maybe", "expected true or false, got 'maybe'"),
+        ("timeout", "NaN", "must be a finite number"),
+        ("allow", "[1, 2]", "expected tuple"),
+        ("deny", "[unclosed", "expected a JSON list of strings"),
+        ("max_pages", "-3", "must not be negative"),
+    ],
+)
+def test_bad_text_names_the_key(key: str, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        from_mapping({key: text})
+    assert caught.value.key == key
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("concurrency", True),
+        ("concurrency", 2.5),
+        ("obey_robots", 1),
+        ("timeout", "fast"),
+        ("allow", [1]),
+        ("user_agent", None),
+        ("user_agent", 5),
+        ("proxy", 8080),
+    ],
+)
+def test_toml_values_of_the_wrong_type(key: str, value: Any) -> None:
+    with pytest.raises(ConfigError, match="expected") as caught:
+        from_mapping({key: value})
+    assert caught.value.key == key
+
+
+def test_toml_values_of_the_right_type() -> None:
+    settings = from_mapping({"concurrency": 4, "timeout": 3, "allow": ["/a"], "proxy": None})
+    assert (settings.concurrency, settings.timeout, settings.allow, settings.proxy) == (
+        4,
+        3.0,
+        ("/a",),
+        None,
+    )
+    assert isinstance(settings.timeout, float)
+
+
+def test_unknown_setting_lists_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match="unknown setting") as caught:
+        from_mapping({"concurency": 4})
+    assert caught.value.key == "concurency"
+    assert "concurrency" in str(caught.value)
+
+
+def test_parse_pairs() -> None:
+    assert parse_pairs(["concurrency=64", " user_agent = a=b", "deny="]) == {
+        "concurrency": "64",
+        "user_agent": " a=b",
+        "deny": "",
+    }
+    with pytest.raises(ConfigError, match="expected name=value") as caught:
+        parse_pairs(["concurrency"])
+    assert caught.value.key == "concurrency"
+    with pytest.raises(ConfigError, match="expected name=value"):
+        parse_pairs(["=5"])
+
+
+def test_environment_over_base() -> None:
+    base = Settings(concurrency=4, retries=5)
+    env = {
+        "NETDISCO_CONCURRENCY": "32",
+        "NETDISCO_OBEY_ROBOTS": "off",
+        "NETDISCO_NOT_A_SETTING": "x",
+    }
+    settings = from_env(env, base=base)
+    assert (settings.concurrency, settings.obey_robots, settings.retries) == (32, False, 5)
+    with pytest.raises(ConfigError, match="must be greater than 0") as caught:
+        from_env({"NETDISCO_PER_HOST_CONCURRENCY": "0"})
+    assert caught.value.key == "per_host_concurrency"
+
+
+def test_environment_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NETDISCO_MAX_PAGES", "12")
+    assert from_env().max_pages == 12
+
+
+def test_replace_validates() -> None:
+    settings = Settings().replace(concurrency="8", deny=["x"])
+    assert (settings.concurrency, settings.deny) == (8, ("x",))
+    with pytest.raises(ConfigError, match="concurrency"):
+        settings.replace(concurrency=0)
