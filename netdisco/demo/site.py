@@ -132,7 +132,7 @@ class Mail:
     def body(self) -> str:
         """The plain-text body (the first text part of a multipart message)."""
         part = self.message.get_body(preferencelist=("plain", "html"))
-        return "" if part is None else str(part.get_content())  # type: ignore[attr-defined]
+        return "" if part is None else str(part.get_content())
 
 
 class _SinkHandler:

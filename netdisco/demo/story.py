@@ -1,4 +1,4 @@
-"""``netdisco demo``: a live cluster on loopback in about half a minute, told as it happens.
+"""The demo's story: servers, children and narration, in the order a newcomer sees them.
 
 What a newcomer sees, in order: ZooKeeper, a generated website and an SMTP sink
 start; the monitor starts *before* the engines, because its first listing is a
@@ -20,24 +20,29 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any
 
 import aiohttp
 
-from netdisco.demo_site import ITEMS_ENV, PAGES, SITE_ENV, SPIDERS, Mail, SmtpSink, start_site
+from netdisco.demo.site import PAGES, SPIDERS, Mail, SmtpSink, start_site
+from netdisco.demo.support import (
+    Child,
+    Children,
+    EventFeed,
+    Narrator,
+    child_env,
+    entry_point,
+    get_json,
+    poll,
+    signals_cancel,
+)
 from netdisco.exceptions import DemoFailed
 from netdisco.testing import ZooKeeperServer, free_port
-
-T = TypeVar("T")
 
 #: (engine id, spider) of the three demo engines
 ENGINES = (("engine-1", "shop"), ("engine-2", "blog"), ("engine-3", "docs"))
@@ -47,112 +52,12 @@ PROGRESS_TICKS = 6  # one progress line per second while all three crawl
 DEADLINE = 30.0  # the longest the demo waits for anything it means to show
 
 
-class Narrator:
-    """Short timestamped lines on stdout, flushed at once (the output may be a pipe)."""
-
-    def __init__(self, stream: TextIO | None = None) -> None:
-        self.stream = stream or sys.stdout
-        self.started = time.monotonic()
-
-    def say(self, who: str, text: str) -> None:
-        elapsed = time.monotonic() - self.started
-        print(f"[{elapsed:5.1f}s] {who:<13} {text}", file=self.stream, flush=True)
-
-    def quote(self, lines: list[str]) -> None:
-        for line in lines:
-            print(f"{'':22}| {line}", file=self.stream, flush=True)
-
-
-@dataclass
-class Child:
-    """A child process in its own process group (so its pgid is its pid)."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def signal(self, sig: int) -> None:
-        """Signal the whole group, only while the leader is unreaped (its pid is still ours)."""
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pid, sig)
-
-
-@dataclass
-class Children:
-    """Every process the demo started, to be stopped by pid whatever happens."""
-
-    logs: Path
-    env: dict[str, str]
-    started: list[Child] = field(default_factory=list)
-
-    def spawn(self, name: str, argv: list[str]) -> Child:
-        log = self.logs / f"{name}.log"
-        with log.open("wb") as handle:
-            process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=handle,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                start_new_session=True,  # Ctrl-C reaches the demo only; it stops the rest
-            )
-        child = Child(name, process, log)
-        self.started.append(child)
-        return child
-
-    async def wait(self, child: Child, timeout: float) -> int | None:
-        """The exit code, or None if still running after ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while child.alive() and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        return child.process.poll()
-
-    async def stop(self, child: Child, timeout: float = 10.0) -> int:
-        """SIGTERM, then SIGKILL if it is still there after ``timeout`` seconds."""
-        child.signal(signal.SIGTERM)
-        code = await self.wait(child, timeout)
-        if code is None:
-            child.signal(signal.SIGKILL)
-            code = await self.wait(child, 5.0)
-        return -9 if code is None else code
-
-    def kill_all(self) -> None:
-        """Last resort, synchronous: SIGKILL every group still running and reap it."""
-        for child in self.started:
-            if child.alive():
-                child.signal(signal.SIGKILL)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    child.process.wait(5)
-
-
-def entry_point(script: str, module: str) -> list[str]:
-    """The console script beside this interpreter, else ``python -m module``."""
-    path = Path(sys.executable).with_name(script)
-    return [str(path)] if path.exists() else [sys.executable, "-m", module]
-
-
-def child_env(site: str, items: Path) -> dict[str, str]:
-    """The environment minus the user's NETDISCO_* settings, plus where the demo site is."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NETDISCO_")}
-    env[SITE_ENV] = site
-    env[ITEMS_ENV] = str(items)
-    return env
-
-
 def engine_toml(engine_id: str, port: int, zk_hosts: str, spider: str) -> str:
     return (
         "# generated by `netdisco demo`: one engine with one spider on the demo site\n"
         f'[engine]\nid = "{engine_id}"\nhost = "127.0.0.1"\nport = {port}\n\n'
         f'[zookeeper]\nhosts = "{zk_hosts}"\nsession_timeout = {SESSION_TIMEOUT}\n\n'
-        f'[[spiders]]\nspider = "netdisco.demo_site:{SPIDERS[spider].__name__}"\n'
+        f'[[spiders]]\nspider = "netdisco.demo.site:{SPIDERS[spider].__name__}"\n'
     )
 
 
@@ -168,69 +73,6 @@ def monitor_toml(zk_hosts: str, port: int, smtp_port: int) -> str:
     )
 
 
-async def poll(check: Callable[[], Awaitable[T | None]], what: str, timeout: float) -> T:
-    """Call ``check`` until it returns something; DemoFailed naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            raise DemoFailed(f"{what} did not happen within {timeout:.0f} s")
-        await asyncio.sleep(0.1)
-
-
-async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
-    """The JSON at ``url``, or None while the server is not (yet) answering 200."""
-    try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as response:
-            return await response.json() if response.status == 200 else None
-    except (aiohttp.ClientError, TimeoutError):
-        return None
-
-
-_SHOWN = {"engine_joined", "engine_left", "engine_lost", "engine_restarted", "cluster_empty"}
-
-
-class EventFeed:
-    """Follows the monitor's ``/netdiscovery/events`` and narrates what it reports."""
-
-    def __init__(self, session: aiohttp.ClientSession, url: str, narrator: Narrator) -> None:
-        self.session = session
-        self.url = url
-        self.narrator = narrator
-        self.events: list[dict[str, Any]] = []
-
-    async def follow(self) -> None:
-        while True:
-            since = self.events[-1]["seq"] if self.events else 0
-            body = await get_json(self.session, f"{self.url}?since={since}")
-            for event in body.get("events", []) if isinstance(body, dict) else []:
-                self.events.append(event)
-                self._narrate(event)
-            await asyncio.sleep(0.2)
-
-    def _narrate(self, event: dict[str, Any]) -> None:
-        kind = event.get("type", "?")
-        if kind not in _SHOWN:
-            return
-        engine = event.get("engine") or {}
-        where = f"pid {engine['pid']}, {engine.get('status_url')}" if "pid" in engine else ""
-        self.narrator.say("monitor", f"event {kind:<15} {event.get('engine_id') or ''}  {where}")
-
-    def find(self, kind: str, engine_id: str | None = None) -> dict[str, Any] | None:
-        for event in self.events:
-            if event.get("type") == kind and engine_id in (None, event.get("engine_id")):
-                return event
-        return None
-
-    async def wait(self, kind: str, engine_id: str | None = None) -> dict[str, Any]:
-        async def check() -> dict[str, Any] | None:
-            return self.find(kind, engine_id)
-
-        return await poll(check, f"the monitor's {kind} event for {engine_id}", DEADLINE)
-
-
 @dataclass
 class Engine:
     """One demo engine: its id, spider, HTTP port and process."""
@@ -243,32 +85,6 @@ class Engine:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-
-@contextlib.contextmanager
-def signals_cancel(
-    task: asyncio.Task[Any], narrator: Narrator, received: list[int]
-) -> Iterator[None]:
-    """SIGINT/SIGTERM/SIGHUP cancel ``task`` once (its finally blocks stop everything)."""
-    loop = asyncio.get_running_loop()
-    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-    def handler(signum: int) -> None:
-        name = signal.Signals(signum).name
-        if received:
-            narrator.say("demo", f"{name}: still stopping, a few seconds at most")
-            return
-        received.append(signum)
-        narrator.say("demo", f"{name}: stopping everything it started")
-        task.cancel()
-
-    for signum in handled:
-        loop.add_signal_handler(signum, handler, signum)
-    try:
-        yield
-    finally:
-        for signum in handled:
-            loop.remove_signal_handler(signum)
 
 
 class Demo:
@@ -359,10 +175,12 @@ class Demo:
             )
             self.say(engine.id, f"starting (pid {engine.child.pid}): crawls /{engine.spider}/")
         for engine in self.engines:
-            await feed.wait("engine_joined", engine.id)
+            await feed.wait("engine_joined", engine.id, DEADLINE)
 
     async def _show_progress(self, session: aiohttp.ClientSession) -> None:
-        self.say("progress", "pages crawled (pages/s), read from each engine's /netdiscovery/spiders")
+        self.say(
+            "progress", "pages crawled (pages/s), read from each engine's /netdiscovery/spiders"
+        )
         last = {engine.id: (0, time.monotonic()) for engine in self.engines}
         for _ in range(PROGRESS_TICKS):
             await asyncio.sleep(1.0)
@@ -383,7 +201,7 @@ class Demo:
         self.say(engine.id, "SIGTERM: a graceful stop (says 'leaving', deletes its znode, drains)")
         sent = time.monotonic()
         engine.child.signal(signal.SIGTERM)
-        await feed.wait("engine_left", engine.id)
+        await feed.wait("engine_left", engine.id, DEADLINE)
         code = await self.children.wait(engine.child, DEADLINE)
         took = time.monotonic() - sent
         self.say(engine.id, f"exited with code {code}, {took:.1f} s after SIGTERM")
@@ -399,7 +217,7 @@ class Demo:
         killed_at = time.monotonic()
         engine.child.signal(signal.SIGKILL)
         await self.children.wait(engine.child, 5.0)
-        await feed.wait("engine_lost", engine.id)
+        await feed.wait("engine_lost", engine.id, DEADLINE)
         took = time.monotonic() - killed_at
         self.say("monitor", f"noticed the loss {took:.1f} s after the kill; e-mail after {GRACE} s")
         return killed_at
