@@ -28,6 +28,8 @@ def _import(name: str) -> object:
         return importlib.import_module(name)
     except ImportError as exc:
         raise SpiderLoadError(f"cannot import module {name!r}: {exc}") from exc
+    except Exception as exc:  # the module itself failed: say which, not a traceback
+        raise SpiderLoadError(f"error while importing {name!r}: {exc!r}") from exc
 
 
 def _load_file(path_text: str) -> object:
