@@ -41,9 +41,9 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import KazooState, WatchedEvent
 from kazoo.retry import KazooRetry
 
-from netdisco.exceptions import ConfigError, RegistrationError
+from netdisco.exceptions import RegistrationError
 from netdisco.zk import Bridge, wait_result
-from netdisco.zkconfig import DigestCredentials, ZooKeeperSettings
+from netdisco.zkconfig import DigestCredentials, ZooKeeperSettings, check_engine_id
 
 __all__ = ["Registration", "RegistryState", "ZooKeeperSettings"]
 
@@ -82,7 +82,7 @@ class Registration:
         *,
         client_factory: ClientFactory = KazooClient,
     ) -> None:
-        _check_engine_id(engine_id)
+        check_engine_id(engine_id)
         self.settings = settings
         self.engine_id = engine_id
         self.path = f"{settings.root}/{engine_id}"
@@ -384,17 +384,6 @@ class Registration:
 
     def _log(self, level: str, event: str, **fields: Any) -> None:
         getattr(log, level)(event, engine_id=self.engine_id, path=self.path, **fields)
-
-
-def _check_engine_id(engine_id: str) -> None:
-    """An engine id is one znode name: no '/', not '.' or '..', no control characters."""
-    if (
-        not engine_id
-        or "/" in engine_id
-        or engine_id in (".", "..")
-        or any(ord(ch) < 32 or ord(ch) == 127 for ch in engine_id)
-    ):
-        raise ConfigError("engine.id", f"{engine_id!r} cannot be a ZooKeeper node name")
 
 
 def _parse(raw: bytes) -> dict[str, Any]:
