@@ -9,7 +9,7 @@ Each operation is one Lua script, so two engines never take the same request
 and a crash between two commands cannot lose one.
 
 Seen set, memory per URL (measured with Redis 7.0, ``MEMORY USAGE``):
-``seen=exact`` keeps 16-byte fingerprints in a set, about 75 bytes a URL (75 MB
+``seen=exact`` keeps 16-byte fingerprints in a set, 64-72 bytes a URL (72 MB
 per million); ``seen=bloom`` keeps a fixed bitmap of ``bloom_capacity`` x 1.8 bytes
 at ``bloom_error=0.001`` (18 MB for 10 million URLs), with that false-positive
 rate of pages never fetched. A queued request costs its JSON (~300 bytes) more.
@@ -300,6 +300,7 @@ class RedisFrontier:
         self._ids: dict[int, str] = {}  # id(request) -> Redis id, for requests we hold
         self._suspects: set[str] = set()
         self._opened = False
+        self._closed = False
         self._open_lock = asyncio.Lock()
         self._down_since: float | None = None
         self._heartbeat: asyncio.Task[None] | None = None
@@ -324,6 +325,9 @@ class RedisFrontier:
 
     async def close(self, *, hand_back: bool = True) -> int:
         """Stop the heartbeat, hand our leases back (graceful stop), disconnect."""
+        if self._closed:
+            return 0
+        self._closed = True
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             await asyncio.gather(self._heartbeat, return_exceptions=True)

@@ -281,7 +281,8 @@ class LeaseRecovery:
         root = self.settings.root
         try:
             children = await wait_result(client.get_children_async(root, watch=self._watch))
-        except NoNodeError:
+        except NoNodeError:  # no engine registered yet: be told when the root appears
+            await wait_result(client.exists_async(root, watch=self._watch))
             children = []
         for name in self._members.keys() - set(children):
             await self._removed(name, self._members.pop(name))

@@ -1,0 +1,162 @@
+"""A generated site that counts fetches, its spider, and an engine process on Redis.
+
+The engine process is what ``netdisco engine`` will run once it wires the Redis
+frontier: a ``Crawler`` on a ``RedisFrontier`` leased to its incarnation, a
+ZooKeeper ``Registration`` and a ``LeaseRecovery``. SIGTERM stops it gracefully
+in the engine's order (deregister, stop the crawl, hand leases back).
+
+Usage: python -m tests.netdisco.redis_support REDIS_URL ZK_HOSTS BASE_URL ENGINE_ID
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from netdisco import Crawler, Request, Response, Settings, Spider
+from netdisco.frontier_redis import RedisFrontier, RedisOptions
+from netdisco.recovery import LeaseRecovery
+from netdisco.registry import Registration
+from netdisco.zkconfig import ZooKeeperSettings
+
+GEN_SITE = Path("/work/shared/bench/gen_site.py")
+SESSION_TIMEOUT = 2.0
+
+
+class SiteServer:
+    """Serves a generated site from memory and counts every page fetched."""
+
+    def __init__(self, root: Path, delay: float = 0.0) -> None:
+        self.pages = {
+            "/" + str(p.relative_to(root)): p.read_bytes()
+            for p in root.rglob("*.html")
+            if "_meta" not in p.parts
+        }
+        self.delay = delay
+        self.fetches: Counter[str] = Counter()
+        self._runner: web.ServerRunner | None = None
+        self.base = ""
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        if request.path == "/robots.txt":
+            return web.Response(text="User-agent: *\nAllow: /\n")
+        body = self.pages.get(request.path)
+        if body is None:
+            return web.Response(status=404)
+        self.fetches[request.path] += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        return web.Response(body=body, content_type="text/html")
+
+    async def start(self) -> str:
+        runner = web.ServerRunner(web.Server(self._handle), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        self._runner = runner
+        self.base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        return self.base
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @property
+    def fetched(self) -> int:
+        return len(self.fetches)
+
+    @property
+    def duplicates(self) -> int:
+        return sum(n - 1 for n in self.fetches.values())
+
+
+class SiteSpider(Spider):
+    """Follows every link of the generated site; one item per page."""
+
+    name = "gensite"
+    allowed_domains = ("127.0.0.1",)
+
+    def parse(self, response: Response) -> Iterator[Any]:
+        yield {"url": response.url}
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, callback=self.parse, errback=self.failed)
+
+    def failed(self, request: Request, error: BaseException) -> None:
+        """An errback, so that errbacks travel between engines too."""
+
+
+def site_spider(base: str) -> SiteSpider:
+    return SiteSpider(start_urls=[f"{base}/index.html"])
+
+
+def crawl_settings(url: str, concurrency: int = 16) -> Settings:
+    return Settings(frontier=url, concurrency=concurrency, progress_interval=0, retries=0)
+
+
+async def engine(redis_url: str, zk_hosts: str, base: str, engine_id: str) -> dict[str, Any]:
+    """One engine: crawl until the frontier is drained or SIGTERM; report as JSON."""
+    incarnation = uuid.uuid4().hex
+    spider = site_spider(base)
+    frontier = RedisFrontier(RedisOptions.from_url(redis_url), spider, owner=incarnation)
+    crawler = Crawler(spider, crawl_settings(redis_url), frontier=frontier)
+    zk = ZooKeeperSettings(hosts=zk_hosts, session_timeout=SESSION_TIMEOUT, audit_interval=1.0)
+    data = {"id": engine_id, "incarnation": incarnation, "pid": os.getpid(), "spiders": []}
+    registration = Registration(zk, engine_id, lambda: dict(data))
+    recovery = LeaseRecovery(zk, redis_url, prefix=frontier.options.prefix, incarnation=incarnation)
+    await frontier.open()
+    await registration.start()
+    await recovery.start()
+    for _ in range(1000):  # registered before crawling, so that a loss is seen
+        if registration.healthy:
+            break
+        await asyncio.sleep(0.02)
+    print(json.dumps({"event": "ready", "incarnation": incarnation}), flush=True)
+    stopping = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
+    await crawler.start()
+    stopper = asyncio.create_task(stopping.wait())
+    await asyncio.wait(
+        [stopper, asyncio.create_task(crawler.wait())], return_when="FIRST_COMPLETED"
+    )
+    if stopping.is_set():
+        await registration.stop()
+        await crawler.stop(deadline=10.0)
+    else:
+        stopper.cancel()
+        await registration.stop()
+    handed_back = await frontier.close()
+    await recovery.stop()
+    return {
+        "event": "done",
+        "state": crawler.state.value,
+        "pages": crawler.stats.succeeded,
+        "handed_back": handed_back,
+        "round_trips": frontier.round_trips,
+        "recoveries": [r.__dict__ for r in recovery.recoveries],
+    }
+
+
+def run_engine(argv: list[str]) -> None:
+    result = asyncio.run(engine(*argv))
+    print(json.dumps(result), flush=True)
+
+
+def make_request(spider: SiteSpider, url: str, **kwargs: Any) -> Request:
+    from netdisco.scheduler import fingerprint
+
+    request = Request(url, callback=spider.parse, **kwargs)
+    request.fingerprint = fingerprint(request)
+    return request
+
+
+if __name__ == "__main__":
+    run_engine(sys.argv[1:])

@@ -1,0 +1,349 @@
+"""RedisFrontier and lease recovery against a real Redis (and ZooKeeper for recovery)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+from redis import asyncio as aioredis
+
+from netdisco import Request, Settings
+from netdisco.exceptions import ConfigError, FrontierUnavailable, RequestNotShareable
+from netdisco.frontier import MemoryFrontier
+from netdisco.frontier_redis import (
+    TAKE_LUA,
+    RedisFrontier,
+    RedisOptions,
+    decode,
+    encode,
+    make_frontier,
+    redact,
+)
+from netdisco.recovery import Keys, LeaseRecovery, recover_owner
+from netdisco.testing import RedisServer, free_port
+from netdisco.zkconfig import ZooKeeperSettings
+from tests.netdisco.redis_support import SiteSpider, make_request
+
+Factory = Callable[..., RedisFrontier]
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """A key prefix per test: tests never see each other's frontiers."""
+    return f"{redis_server.url}?prefix=t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def spider() -> SiteSpider:
+    return SiteSpider(start_urls=["http://127.0.0.1:1/index.html"])
+
+
+@pytest.fixture
+async def frontier(redis_url: str, spider: SiteSpider) -> AsyncIterator[Factory]:
+    made: list[RedisFrontier] = []
+
+    def build(owner: str | None = None, url: str = redis_url) -> RedisFrontier:
+        made.append(RedisFrontier(RedisOptions.from_url(url), spider, owner=owner))
+        return made[-1]
+
+    yield build
+    for item in made:
+        await item.close(hand_back=False)
+
+
+def requests_for(spider: SiteSpider, count: int, **kwargs: Any) -> list[Request]:
+    return [make_request(spider, f"http://127.0.0.1:1/p{i}.html", **kwargs) for i in range(count)]
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, "condition not met before the deadline"
+        await asyncio.sleep(0.02)
+
+
+async def test_add_dedups_across_frontiers_and_counts(frontier: Factory, spider: SiteSpider):
+    a, b = frontier("a"), frontier("b")
+    batch = requests_for(spider, 5)
+    assert await a.add(batch) == [True] * 5
+    again = [*requests_for(spider, 2), make_request(spider, "http://127.0.0.1:1/new")]
+    assert await b.add(again) == [False, False, True]
+    forced = make_request(spider, "http://127.0.0.1:1/p0.html", dont_filter=True)
+    assert await b.add([forced]) == [True]
+    assert await a.counts() == (7, 0, 6)
+
+
+async def test_take_orders_by_priority_then_fifo(frontier: Factory, spider: SiteSpider):
+    a = frontier()
+    batch = [
+        make_request(spider, f"http://127.0.0.1:1/{name}", priority=priority)
+        for name, priority in [("low1", -1), ("mid1", 0), ("high", 5), ("mid2", 0), ("low2", -1)]
+    ]
+    await a.add(batch)
+    taken = [await a.take() for _ in range(5)]
+    assert [r.url.rsplit("/", 1)[1] for r in taken if r] == ["high", "mid1", "mid2", "low1", "low2"]
+    assert await a.take() is None
+    assert await a.counts() == (0, 5, 5)
+
+
+async def test_concurrent_takers_never_share_a_request(frontier: Factory, spider: SiteSpider):
+    engines = [frontier(f"e{i}") for i in range(3)]
+    await engines[0].add(requests_for(spider, 300))
+    taken: Counter[str] = Counter()
+
+    async def worker(f: RedisFrontier) -> None:
+        while (request := await f.take()) is not None:
+            taken[request.url] += 1
+            await f.done(request)
+
+    await asyncio.gather(*(worker(f) for f in engines for _ in range(8)))
+    assert len(taken) == 300
+    assert set(taken.values()) == {1}
+    assert await engines[1].counts() == (0, 0, 300)
+
+
+async def test_request_round_trip_resolves_callbacks_by_name(spider: SiteSpider):
+    request = Request(
+        "http://127.0.0.1:1/x",
+        method="POST",
+        headers={"X-A": "1"},
+        body=b"\x00\xffbinary",
+        meta={"k": [1, "two"], "n": None},
+        priority=3,
+        callback=spider.parse,
+        errback=spider.failed,
+        depth=2,
+        fingerprint=b"\x01" * 16,
+        attempts=1,
+    )
+    copy = decode(encode(request, spider), spider)
+    assert (copy.url, copy.method, copy.headers, copy.body) == (
+        request.url,
+        "POST",
+        {"X-A": "1"},
+        b"\x00\xffbinary",
+    )
+    assert (copy.meta, copy.priority, copy.depth, copy.fingerprint, copy.attempts) == (
+        request.meta,
+        3,
+        2,
+        b"\x01" * 16,
+        1,
+    )
+    assert copy.callback == spider.parse
+    assert copy.errback == spider.failed
+
+
+def test_unshareable_requests_are_refused(spider: SiteSpider):
+    with pytest.raises(RequestNotShareable, match="not a method of spider"):
+        encode(Request("http://h/", callback=lambda r: None), spider)
+    other = SiteSpider()
+    with pytest.raises(RequestNotShareable, match="not a method of spider"):
+        encode(Request("http://h/", callback=other.parse), spider)
+    with pytest.raises(RequestNotShareable, match="JSON"):
+        encode(Request("http://h/", meta={"when": object()}), spider)
+
+
+async def test_add_skips_unshareable_requests(frontier: Factory, spider: SiteSpider):
+    a = frontier()
+    bad = make_request(spider, "http://127.0.0.1:1/bad", meta={"x": {1, 2}})
+    good = make_request(spider, "http://127.0.0.1:1/good")
+    assert await a.add([bad, good]) == [False, True]
+    assert await a.counts() == (1, 0, 1)
+
+
+async def test_done_acks_or_requeues(frontier: Factory, spider: SiteSpider):
+    a = frontier()
+    await a.add(requests_for(spider, 2))
+    first, second = await a.take(), await a.take()
+    assert first is not None
+    assert second is not None
+    await a.done(first)
+    await a.done(second, requeue=True)
+    assert await a.counts() == (1, 0, 2)
+    again = await a.take()
+    assert again is not None
+    assert again.url == second.url
+
+
+async def test_recovery_is_safe_when_many_run_it_at_once(
+    frontier: Factory, spider: SiteSpider, redis_url: str
+):
+    victim, survivor = frontier("victim"), frontier("survivor")
+    await victim.add(requests_for(spider, 20))
+    held = [await victim.take() for _ in range(12)]
+    prefix = victim.options.prefix
+    client = aioredis.Redis.from_url(victim.options.url)
+    try:
+        results = await asyncio.gather(*(recover_owner(client, prefix, "victim") for _ in range(6)))
+    finally:
+        await client.aclose()
+    assert sorted(r[spider.name] for r in results) == [0, 0, 0, 0, 0, 12]
+    assert await survivor.counts() == (20, 0, 20)
+    # the old owner finishing a returned request after all takes it out of the queue
+    request = held[0]
+    assert request is not None
+    await victim.done(request)
+    assert await survivor.counts() == (19, 0, 20)
+
+
+async def test_expired_leases_are_swept_and_live_ones_renewed(
+    frontier: Factory, spider: SiteSpider, redis_url: str
+):
+    url = f"{redis_url}&lease_ttl=1"
+    live, dead, sweeper = frontier("live", url), frontier("dead", url), frontier("sweeper", url)
+    await live.add(requests_for(spider, 4))
+    assert await live.take() is not None
+    assert await dead.take() is not None
+    await dead.close(hand_back=False)  # its heartbeat stops: as if SIGKILLed, unwatched
+    await eventually(lambda: _queued_is(sweeper, 3, trigger=sweeper.beat))
+    await asyncio.sleep(1.5)  # past the lease deadline: only a renewed lease survives
+    await sweeper.beat()
+    assert await sweeper.counts() == (3, 1, 4)
+
+
+async def _queued_is(
+    f: RedisFrontier, expected: int, trigger: Callable[[], Awaitable[None]]
+) -> bool:
+    await trigger()
+    return (await f.counts())[0] == expected
+
+
+async def test_orphaned_lease_from_a_lost_reply_is_requeued(frontier: Factory, spider: SiteSpider):
+    a = frontier("a")
+    await a.add(requests_for(spider, 1))
+    k = a.keys
+    client = aioredis.Redis.from_url(a.options.url)
+    try:  # Redis leased it to "a", but "a" never saw the reply
+        await client.eval(
+            TAKE_LUA, 5, k.queue, k.leases, k.owner, k.owned("a"), k.payload, "a", 30000
+        )
+    finally:
+        await client.aclose()
+    await a.beat()
+    assert await a.counts() == (0, 1, 1)  # once could be a reply still on its way
+    await a.beat()
+    assert await a.counts() == (1, 0, 1)
+
+
+async def test_bloom_mode_dedups_and_counts(frontier: Factory, spider: SiteSpider, redis_url: str):
+    a = frontier(url=f"{redis_url}&seen=bloom&bloom_capacity=10000&bloom_error=0.001")
+    assert a.options.bloom_size() == (143776, 10)
+    assert await a.add(requests_for(spider, 50)) == [True] * 50
+    assert await a.add(requests_for(spider, 60)) == [False] * 50 + [True] * 10
+    assert await a.counts() == (60, 0, 60)
+
+
+async def test_unreachable_redis_is_a_clear_error_at_start(spider: SiteSpider):
+    url = f"redis://user:s3cret@127.0.0.1:{free_port()}/0"
+    f = RedisFrontier(RedisOptions.from_url(url), spider)
+    with pytest.raises(FrontierUnavailable, match="cannot reach Redis") as info:
+        await f.take()
+    assert "s3cret" not in str(info.value)
+    await f.close()
+
+
+async def test_operations_wait_while_redis_restarts(spider: SiteSpider, tmp_path):
+    server = RedisServer(tmp_path, appendonly=True)
+    server.start()
+    try:
+        f = RedisFrontier(RedisOptions.from_url(server.url), spider)
+        await f.add(requests_for(spider, 3))
+        restart = threading.Thread(target=server.restart, args=(1.0,))
+        restart.start()
+        await asyncio.sleep(0.3)  # down now: these wait instead of failing
+        taken = [await f.take() for _ in range(3)]
+        restart.join()
+        assert all(taken)
+        assert await f.counts() == (0, 3, 3)
+        await f.close()
+    finally:
+        server.stop()
+
+
+def test_options_from_url_and_make_frontier(spider: SiteSpider):
+    options = RedisOptions.from_url("redis://h:1/2?prefix=p&lease_ttl=5&seen=bloom&db=3")
+    assert (options.url, options.prefix, options.lease_ttl, options.seen) == (
+        "redis://h:1/2?db=3",
+        "p",
+        5.0,
+        "bloom",
+    )
+    for bad in ("lease_ttl=0", "seen=fuzzy", "bloom_error=2", "lease_ttl=soon"):
+        with pytest.raises(ConfigError, match="frontier"):
+            RedisOptions.from_url(f"redis://h:1/0?{bad}")
+    assert redact("redis://u:pw@h:1/0") == "redis://u:***@h:1/0"
+    assert isinstance(make_frontier(Settings(), spider), MemoryFrontier)
+    made = make_frontier(Settings(frontier="redis://h:1/0"), spider, owner="x")
+    assert isinstance(made, RedisFrontier)
+    assert made.owner == "x"
+
+
+def _fake_engine(zk_hosts: str, name: str, incarnation: str) -> KazooClient:
+    client = KazooClient(hosts=zk_hosts)
+    client.start(timeout=15)
+    data = json.dumps({"id": name, "incarnation": incarnation, "state": "running"}).encode()
+    client.create(f"/netdiscovery/{name}", data, ephemeral=True, makepath=True)
+    return client
+
+
+async def test_lost_engine_leases_return_graceful_ones_stay(
+    frontier: Factory, spider: SiteSpider, zk_hosts: str
+):
+    lost, leaving = frontier("inc-lost"), frontier("inc-leaving")
+    await lost.add(requests_for(spider, 10))
+    for f in (lost, leaving):
+        for _ in range(3):
+            assert await f.take() is not None
+    zk = ZooKeeperSettings(hosts=zk_hosts, session_timeout=2.0)
+    clients = [
+        await asyncio.to_thread(_fake_engine, zk_hosts, n, f"inc-{n}") for n in ("lost", "leaving")
+    ]
+    watcher = LeaseRecovery(zk, lost.options.url, prefix=lost.options.prefix, incarnation="me")
+    await watcher.start()
+    try:
+        await eventually(lambda: _watching(watcher, 2))
+        leaving_data = json.dumps({"incarnation": "inc-leaving", "state": "leaving"}).encode()
+        await asyncio.to_thread(clients[1].set, "/netdiscovery/leaving", leaving_data)
+        await asyncio.to_thread(clients[1].delete, "/netdiscovery/leaving")
+        await asyncio.to_thread(clients[0].stop)  # session closed: the node just vanishes
+        await eventually(lambda: _queued_is(lost, 7, trigger=_nothing))
+        assert [(r.engine_id, r.returned) for r in watcher.recoveries] == [
+            ("lost", {spider.name: 3})
+        ]
+        assert await lost.counts() == (7, 3, 10)
+    finally:
+        await watcher.stop()
+        for client in clients:
+            await asyncio.to_thread(client.stop)
+            await asyncio.to_thread(client.close)
+
+
+async def _watching(watcher: LeaseRecovery, count: int) -> bool:
+    return len(watcher._members) == count
+
+
+async def _nothing() -> None:
+    return None
+
+
+def test_keys_share_one_cluster_slot():
+    keys = Keys("netdisco", "quotes")
+    names = [keys.queue, keys.payload, keys.seen, keys.leases, keys.owner, keys.owned("x")]
+    assert all("{quotes}" in name for name in names)
