@@ -36,6 +36,11 @@ unit: $(STAMP) system-deps
 
 test: lint typecheck unit
 
+# A live cluster on loopback, narrated: ZooKeeper, a demo site, an SMTP sink, three
+# engines and the monitor; a graceful leave, a crash, the alert e-mail (about 15 s).
+demo: $(STAMP) system-deps
+	$(BIN)/netdisco demo
+
 # The crawl benchmark beside Scrapy and the bare aiohttp loop (about 10 minutes).
 bench: $(STAMP)
 	bench/run.sh

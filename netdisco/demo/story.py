@@ -234,12 +234,14 @@ class Demo:
 
     async def shutdown(self) -> None:
         """Stop whatever runs, engines first (they deregister), ZooKeeper last."""
+        running = [] if self.children is None else self.children.alive()
+        engines = [c for c in running if c.name != "monitor"]
+        names = [c.name for c in engines + [c for c in running if c not in engines]]
+        if self.zk.process is not None:
+            names.append("ZooKeeper")
+        if names:
+            self.say("demo", f"stopping {', '.join(names)} (SIGTERM, by pid)")
         if self.children is not None:
-            running = [c for c in self.children.started if c.alive()]
-            if running:
-                names = ", ".join(c.name for c in running)
-                self.say("demo", f"stopping {names} (SIGTERM, by pid)")
-            engines = [c for c in running if c.name != "monitor"]
             await asyncio.gather(*(self.children.stop(c) for c in engines))
             await asyncio.gather(*(self.children.stop(c) for c in running if c not in engines))
         if self._site is not None:

@@ -106,6 +106,10 @@ class Children:
             code = await self.wait(child, 5.0)
         return -9 if code is None else code
 
+    def alive(self) -> list[Child]:
+        """The children still running, in the order they were started."""
+        return [child for child in self.started if child.alive()]
+
     def kill_all(self) -> None:
         """Last resort, synchronous: SIGKILL every group still running and reap it."""
         for child in self.started:
