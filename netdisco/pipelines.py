@@ -124,16 +124,28 @@ class ItemStream:
         """Open each pipeline and subscribe it through its operators."""
         for pipeline in pipelines:
             await pipeline.open()
-            source: Observable[Any] = self._subject
-            for operator in pipeline.operators:
-                source = operator(source)
-            self._subscriptions.append(
-                source.subscribe(
-                    on_next=lambda value, p=pipeline: self._deliver(p, value),  # type: ignore[misc]
-                    on_error=lambda exc, p=pipeline: self._failed(p, exc),  # type: ignore[misc]
-                )
-            )
+            self._subscribe(pipeline)
             self._pipelines.append(pipeline)
+
+    def _subscribe(self, pipeline: Pipeline) -> None:
+        """Subscribe ``pipeline``; an operator's error ends a reactive chain, so count it and
+        subscribe afresh: one bad item must not silence the pipeline for the rest of the crawl."""
+        source: Observable[Any] = self._subject
+        for operator in pipeline.operators:
+            source = operator(source)
+        subscribing = True
+
+        def on_error(exc: Exception) -> None:
+            self._failed(pipeline, exc)
+            if not subscribing:  # an error at subscription time would recur forever
+                self._subscribe(pipeline)
+
+        self._subscriptions.append(
+            source.subscribe(
+                on_next=lambda value: self._deliver(pipeline, value), on_error=on_error
+            )
+        )
+        subscribing = False
 
     def _deliver(self, pipeline: Pipeline, value: Any) -> None:
         try:
@@ -170,11 +182,15 @@ class ItemStream:
         log.error("pipeline_error", pipeline=type(pipeline).__name__, error=repr(exc))
 
     async def emit(self, item: Any) -> None:
-        """Send one item down the stream; wait while too much pipeline work is pending."""
-        self.stats.items += 1
-        self._subject.on_next(item)
+        """Send one item down the stream, once less than ``buffer`` pipeline work is pending.
+
+        Waiting before sending (the check and ``on_next`` run without a pause between
+        them) keeps the bound even when several callbacks emit at once.
+        """
         while len(self._pending) >= self.buffer:
             await asyncio.wait(self._pending, return_when=asyncio.FIRST_COMPLETED)
+        self.stats.items += 1
+        self._subject.on_next(item)
 
     async def close(self) -> None:
         """Complete the stream (flushing buffers), await pending work, close pipelines."""
