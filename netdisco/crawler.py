@@ -12,7 +12,7 @@ import asyncio
 import contextvars
 import enum
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -237,21 +237,27 @@ class Crawler:
         await self._refresh_counts()
 
     async def _seed(self) -> None:
-        batch: list[Request] = []
         try:
-            async for request in self.spider.start():
-                batch.append(request)
-                if len(batch) >= 100:
-                    await self._admit(batch)
-                    batch = []
-            await self._admit(batch)
-        except Exception as exc:  # the seeds that made it still count
+            await self._seed_from(self.spider.start())
+        except Exception as exc:  # a broken seed source: the seeds it gave still count
             self.stats.callback_errors += 1
             self.stats.error(f"start(): {exc!r}")
             log.error("seed_error", error=repr(exc), exc_info=exc)
         finally:
             self._seeding = False
             self._notify()
+
+    async def _seed_from(self, seeds: AsyncIterator[Request]) -> None:
+        batch: list[Request] = []
+        try:
+            async for request in seeds:
+                batch.append(request)
+                if len(batch) >= 100:
+                    await self._admit(batch)
+                    batch = []
+        finally:
+            if batch:
+                await self._admit(batch)
 
     async def _admit(self, requests: list[Request]) -> list[str | None]:
         reasons = await self.scheduler.admit(requests)

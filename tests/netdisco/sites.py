@@ -340,7 +340,7 @@ class PageSpider(Spider):
 
 
 #: settings that keep failure tests quick
-FAST = {"retry_backoff": 0.01, "timeout": 5.0, "connect_timeout": 2.0}
+FAST: dict[str, Any] = {"retry_backoff": 0.01, "timeout": 5.0, "connect_timeout": 2.0}
 
 
 async def crawl(
