@@ -172,14 +172,17 @@ def _add_demo_parser(commands: Any) -> None:
         "demo", help="a live three-engine cluster and its monitor on loopback (about 30 s)"
     )
     demo.add_argument("--out", default="out", help="items, logs and configs go here (out)")
+    demo.add_argument(
+        "--site", metavar="HOST:PORT", help="only serve the demo website (the compose stack)"
+    )
     demo.set_defaults(func=_demo)
 
 
 async def _demo(args: argparse.Namespace) -> int:
     """Start ZooKeeper, a site, an SMTP sink, three engines and the monitor; narrate; stop."""
-    from netdisco.demo import run  # the other commands need none of it
+    from netdisco.demo import run, serve_site  # the other commands need none of it
 
-    return await run(args)
+    return await (serve_site(args.site) if args.site else run(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,6 +6,7 @@ crawl and where the e-mail lands, ``support`` starts and stops the child
 processes by pid and follows the monitor's events.
 """
 
+from netdisco.demo.site import serve_site
 from netdisco.demo.story import run
 
-__all__ = ["run"]
+__all__ = ["run", "serve_site"]

@@ -16,11 +16,13 @@ import asyncio
 import email
 import email.policy
 import os
+import signal
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -33,6 +35,7 @@ SECTIONS = ("shop", "blog", "docs")
 PAGES = 400
 SITE_ENV = "NETDISCO_DEMO_SITE"
 ITEMS_ENV = "NETDISCO_DEMO_ITEMS"
+DEFAULT_SITE = "http://127.0.0.1:8000"
 
 
 def latency(number: int) -> float:
@@ -77,15 +80,36 @@ async def start_site(host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRun
     return runner, f"http://{host}:{bound}"
 
 
+async def serve_site(bind: str) -> int:
+    """``netdisco demo --site HOST:PORT``: only the website, until SIGINT or SIGTERM.
+
+    The compose stack crawls it from its own container.
+    """
+    host, _, port = bind.rpartition(":")
+    runner, base = await start_site(host or "0.0.0.0", int(port))
+    print(f"demo website at {base}/ ({', '.join(SECTIONS)}: {PAGES} pages each)", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+    print("demo website stopped", flush=True)
+    return 0
+
+
 class DemoSpider(Spider):
     """Crawls one section of the demo site and writes its items as JSON lines."""
 
     section: ClassVar[str] = ""
-    allowed_domains = ("127.0.0.1",)
+    # read when the engine imports this module, in its own environment
+    allowed_domains = (urlsplit(os.environ.get(SITE_ENV, DEFAULT_SITE)).hostname or "",)
     custom_settings: ClassVar[dict[str, Any]] = {"concurrency": 4, "per_host_concurrency": 4}
 
     async def start(self) -> AsyncIterator[Request]:
-        base = os.environ.get(SITE_ENV, "http://127.0.0.1:8000")
+        base = os.environ.get(SITE_ENV, DEFAULT_SITE).rstrip("/")
         yield Request(f"{base}/{self.section}/0", callback=self.parse)
 
     def parse(self, response: Response) -> Iterator[dict[str, Any] | Request]:
