@@ -75,6 +75,7 @@ class Hit:
     host: str
     path: str
     at: float
+    agent: str
 
 
 def _links(hrefs: Sequence[str]) -> str:
@@ -122,7 +123,8 @@ class Site:
     async def record(self, request: web.Request, handler: Any) -> web.StreamResponse:
         """Log the hit and track how many requests each host has in flight."""
         host = request.host.split(":")[0]
-        self.hits.append(Hit(host, request.path_qs, time.monotonic()))
+        agent = request.headers.get("User-Agent", "")
+        self.hits.append(Hit(host, request.path_qs, time.monotonic(), agent))
         for observer in self.observers:
             observer(request.path_qs)
         self.active[host] += 1

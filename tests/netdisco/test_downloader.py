@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import pytest
 
+from netdisco import Request, Response, Spider
 from netdisco.downloader import retry_after
 from netdisco.testing import free_port
 from tests.netdisco.sites import Site, crawl, running_raw, running_site, seeds
@@ -218,3 +219,34 @@ async def test_global_concurrency_is_never_exceeded(site: Site) -> None:
     urls = [site.url(f"/slow/{n}?s=0.1") for n in range(10)]
     await crawl(seeds(*urls), concurrency=3, per_host_concurrency=8)
     assert 1 <= site.peak["127.0.0.1"] <= 3
+
+
+class Proxied(Spider):
+    """Seeds one request through a per-request proxy, with its own User-Agent header."""
+
+    name = "proxied"
+    proxy = ""
+
+    async def start(self) -> AsyncIterator[Request]:
+        headers = {"User-Agent": "per-request/2"}
+        yield Request("http://virtual.test/tree/14", proxy=self.proxy, headers=headers)
+
+    def parse(self, response: Response) -> Iterator[dict[str, str]]:
+        yield {"url": response.url}
+
+
+async def test_user_agent_and_per_request_proxy(site: Site) -> None:
+    _, items = await crawl(Proxied(proxy=site.base), user_agent="settings-agent/1")
+    assert items == [{"url": "http://virtual.test/tree/14"}]
+    agents = {(hit.host, hit.path, hit.agent) for hit in site.hits}
+    assert agents == {
+        ("virtual.test", "/robots.txt", "settings-agent/1"),
+        ("virtual.test", "/tree/14", "per-request/2"),
+    }
+
+
+async def test_robots_groups_match_our_user_agent(site: Site) -> None:
+    site.robots = "User-agent: otherbot\nDisallow: /\n\nUser-agent: netdisco\nDisallow: /tree/1\n"
+    crawler, items = await crawl(seeds(site.url("/tree/0")))
+    assert crawler.stats.robots_blocked == 5  # /tree/1 and every /tree/1x page
+    assert sorted(item["title"] for item in items) == [f"tree {n}" for n in (0, 2, 5, 6)]
