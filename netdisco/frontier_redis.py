@@ -46,11 +46,19 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from netdisco.exceptions import ConfigError, FrontierUnavailable, RequestNotShareable
 from netdisco.frontier import Frontier, MemoryFrontier
-from netdisco.recovery import DEFAULT_PREFIX, REQUEUE_LUA, Keys, return_leases, spiders_key
+from netdisco.recovery import (
+    DEFAULT_PREFIX,
+    REQUEUE_LUA,
+    Keys,
+    LeaseRecovery,
+    return_leases,
+    spiders_key,
+)
 from netdisco.recovery import sweep_expired as sweep_leases
 from netdisco.request import Request
 from netdisco.settings import Settings
 from netdisco.spider import Spider
+from netdisco.zkconfig import ZooKeeperSettings
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -84,13 +92,19 @@ for i = 2, #ARGV, 4 do
 end
 return out
 """
-#: KEYS queue, leases, owner, owned, payload; ARGV owner, ttl ms -> {id, JSON} or nil
+#: KEYS queue, leases, owner, owned, payload, take token; ARGV owner, ttl ms
+#: -> {id, JSON} or nil. The token makes a retried take (its reply was lost with
+#: the connection) return the request it already leased instead of orphaning it.
 TAKE_LUA = (
     _NOW
     + """
-local popped = redis.call('ZPOPMIN', KEYS[1])
-if #popped == 0 then return false end
-local id = popped[1]
+local id = redis.call('GET', KEYS[6])
+if not id then
+  local popped = redis.call('ZPOPMIN', KEYS[1])
+  if #popped == 0 then return false end
+  id = popped[1]
+  redis.call('SET', KEYS[6], id, 'PX', ARGV[2])
+end
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), id)
 redis.call('HSET', KEYS[3], id, ARGV[1])
 redis.call('SADD', KEYS[4], id)
@@ -374,10 +388,8 @@ class RedisFrontier:
     async def take(self) -> Request | None:
         if not self._opened:
             await self.open()
-        k = self.keys
-        keys = [k.queue, k.leases, k.owner, k.owned(self.owner), k.payload]
         while True:
-            found = await self._call(lambda: self._take(keys=keys, args=[self.owner, self._ttl_ms]))
+            found = await self._take_one()
             if found is None:
                 return None
             rid, raw = found[0].decode(), found[1]
@@ -418,6 +430,12 @@ class RedisFrontier:
         if self._bloom is None:
             return request.fingerprint
         return bloom_offsets(request.fingerprint, *self._bloom)
+
+    async def _take_one(self) -> Any:
+        k = self.keys
+        token = k.take_token(uuid.uuid4().hex)  # the same for every retry of this take
+        keys = [k.queue, k.leases, k.owner, k.owned(self.owner), k.payload, token]
+        return await self._call(lambda: self._take(keys=keys, args=[self.owner, self._ttl_ms]))
 
     async def _release(self, rid: str, *, requeue: bool) -> None:
         k = self.keys
@@ -475,3 +493,9 @@ def make_frontier(settings: Settings, spider: Spider, *, owner: str | None = Non
     if settings.frontier.startswith("memory"):
         return MemoryFrontier()
     return RedisFrontier(RedisOptions.from_url(settings.frontier), spider, owner=owner)
+
+
+def lease_recovery(frontier: str, zookeeper: ZooKeeperSettings, incarnation: str) -> LeaseRecovery:
+    """The registry watcher an engine runs beside its Redis frontiers (one per engine)."""
+    options = RedisOptions.from_url(frontier)
+    return LeaseRecovery(zookeeper, options.url, prefix=options.prefix, incarnation=incarnation)

@@ -143,6 +143,10 @@ class Keys:
         """Prefix of the per-incarnation sets of leased ids."""
         return self._key("owned:")
 
+    def take_token(self, token: str) -> str:
+        """String: the id one take leased, so that its retry finds it (expires)."""
+        return self._key(f"take:{token}")
+
     def owned(self, owner: str) -> str:
         """Set of ids leased by ``owner``: what recovery drains."""
         return self.owned_prefix + owner
@@ -193,6 +197,8 @@ class LeaseRecovery:
 
     Runs one reconcile task (woken by the children watch, data watches, CONNECTED
     and a periodic resync), as the monitor does, with its own ZooKeeper session.
+    ``redis_url`` is a plain redis-py URL: build one from a ``frontier`` setting
+    with ``netdisco.frontier_redis.lease_recovery``.
     """
 
     def __init__(
@@ -274,6 +280,9 @@ class LeaseRecovery:
             except KazooException as exc:  # connection trouble: CONNECTED wakes us again
                 log.warning("lease_recovery_zk_error", error=type(exc).__name__)
                 self._full = True
+            except Exception:  # a bug here must not end the watching for good
+                log.exception("lease_recovery_failed")
+                self._full = True
 
     async def _reconcile(self, client: KazooClient) -> None:
         full, self._full = self._full, False
@@ -305,6 +314,7 @@ class LeaseRecovery:
             written is not None and time.monotonic() - written <= self.leave_window
         )
         incarnation = data.get("incarnation")
+        log.info("registry_engine_gone", engine_id=name, left=left, incarnation=incarnation)
         if left or not isinstance(incarnation, str) or incarnation == self.incarnation:
             return
         seen_at = time.monotonic()

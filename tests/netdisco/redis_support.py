@@ -21,11 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import structlog
 from aiohttp import web
 
 from netdisco import Crawler, Request, Response, Settings, Spider
-from netdisco.frontier_redis import RedisFrontier, RedisOptions
-from netdisco.recovery import LeaseRecovery
+from netdisco.frontier_redis import RedisFrontier, RedisOptions, lease_recovery
 from netdisco.registry import Registration
 from netdisco.zkconfig import ZooKeeperSettings
 
@@ -111,7 +111,7 @@ async def engine(redis_url: str, zk_hosts: str, base: str, engine_id: str) -> di
     zk = ZooKeeperSettings(hosts=zk_hosts, session_timeout=SESSION_TIMEOUT, audit_interval=1.0)
     data = {"id": engine_id, "incarnation": incarnation, "pid": os.getpid(), "spiders": []}
     registration = Registration(zk, engine_id, lambda: dict(data))
-    recovery = LeaseRecovery(zk, redis_url, prefix=frontier.options.prefix, incarnation=incarnation)
+    recovery = lease_recovery(redis_url, zk, incarnation)
     await frontier.open()
     await registration.start()
     await recovery.start()
@@ -146,6 +146,8 @@ async def engine(redis_url: str, zk_hosts: str, base: str, engine_id: str) -> di
 
 
 def run_engine(argv: list[str]) -> None:
+    """Logs go to stderr: stdout carries the JSON lines the test reads."""
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     result = asyncio.run(engine(*argv))
     print(json.dumps(result), flush=True)
 

@@ -231,15 +231,29 @@ async def test_orphaned_lease_from_a_lost_reply_is_requeued(frontier: Factory, s
     k = a.keys
     client = aioredis.Redis.from_url(a.options.url)
     try:  # Redis leased it to "a", but "a" never saw the reply
-        await client.eval(
-            TAKE_LUA, 5, k.queue, k.leases, k.owner, k.owned("a"), k.payload, "a", 30000
-        )
+        keys = [k.queue, k.leases, k.owner, k.owned("a"), k.payload, k.take_token("t")]
+        await client.eval(TAKE_LUA, 6, *keys, "a", 30000)
     finally:
         await client.aclose()
     await a.beat()
     assert await a.counts() == (0, 1, 1)  # once could be a reply still on its way
     await a.beat()
     assert await a.counts() == (1, 0, 1)
+
+
+async def test_a_retried_take_gets_the_same_request(frontier: Factory, spider: SiteSpider):
+    a = frontier("a")
+    await a.add(requests_for(spider, 2))
+    k = a.keys
+    keys = [k.queue, k.leases, k.owner, k.owned("a"), k.payload, k.take_token("same")]
+    client = aioredis.Redis.from_url(a.options.url)
+    try:
+        first = await client.eval(TAKE_LUA, 6, *keys, "a", 30000)
+        again = await client.eval(TAKE_LUA, 6, *keys, "a", 30000)
+    finally:
+        await client.aclose()
+    assert first == again
+    assert await a.counts() == (1, 1, 2)
 
 
 async def test_bloom_mode_dedups_and_counts(frontier: Factory, spider: SiteSpider, redis_url: str):

@@ -1,0 +1,244 @@
+"""Several engines share one crawl of a 2,000-page site through Redis, with faults.
+
+Real Redis, real ZooKeeper (``zk_hosts``), a real aiohttp site on loopback that
+counts every page fetched. Engines run in this process first, then as
+processes (``tests.netdisco.redis_support``) that are SIGKILLed, stopped
+gracefully, or left waiting while Redis restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+from redis import asyncio as aioredis
+
+from netdisco import Crawler, SpiderState
+from netdisco.frontier_redis import RedisFrontier, RedisOptions
+from netdisco.recovery import Keys
+from netdisco.testing import RedisServer
+from tests.netdisco.redis_support import GEN_SITE, SiteServer, crawl_settings, site_spider
+
+PAGES = 2000
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def site_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    command = [sys.executable, str(GEN_SITE), "--out", str(out), "--pages", str(PAGES)]
+    subprocess.run(command, check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    return f"{redis_server.url}?prefix=d{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+async def site(site_dir: Path) -> AsyncIterator[SiteServer]:
+    server = SiteServer(site_dir, delay=0.002)
+    await server.start()
+    yield server
+    await server.stop()
+
+
+class EngineProcess:
+    """One engine process; its JSON lines on stdout, its logs in a file."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, log: Path) -> None:
+        self.proc = proc
+        self.log = log
+        self.incarnation = ""
+
+    @classmethod
+    async def start(cls, tmp: Path, name: str, *args: str) -> EngineProcess:
+        log = tmp / f"{name}.log"
+        with log.open("wb") as err:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "tests.netdisco.redis_support",
+                *args,
+                name,
+                cwd=REPO,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=err,
+            )
+        engine = cls(proc, log)
+        ready = await engine.line(30.0)
+        engine.incarnation = ready["incarnation"]
+        return engine
+
+    async def line(self, timeout: float) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        raw = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+        assert raw, f"engine exited early; see {self.log}:\n{self.log.read_text()[-3000:]}"
+        result: dict[str, Any] = json.loads(raw)
+        return result
+
+    async def finish(self, timeout: float = 50.0) -> dict[str, Any]:
+        result = await self.line(timeout)
+        assert await self.proc.wait() == 0
+        return result
+
+    def kill(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.kill()
+
+
+@pytest.fixture
+async def engines(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+    started: list[EngineProcess] = []
+
+    async def start(name: str, *args: str) -> EngineProcess:
+        started.append(await EngineProcess.start(tmp_path, name, *args))
+        return started[-1]
+
+    yield start
+    for engine in started:
+        engine.kill()
+        await engine.proc.wait()
+
+
+async def wait_for(check: Callable[[], bool], timeout: float = 40.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met before the deadline"
+        await asyncio.sleep(0.01)
+
+
+def assert_every_page_fetched(site: SiteServer) -> None:
+    missing = set(site.pages) - set(site.fetches)
+    assert not missing, f"{len(missing)} pages never fetched, e.g. {sorted(missing)[:3]}"
+
+
+async def test_two_crawlers_in_one_process_fetch_each_page_once(
+    site: SiteServer, redis_url: str
+) -> None:
+    crawlers = []
+    for owner in ("one", "two"):
+        spider = site_spider(site.base)
+        frontier = RedisFrontier(RedisOptions.from_url(redis_url), spider, owner=owner)
+        crawlers.append(Crawler(spider, crawl_settings(redis_url), frontier=frontier))
+    try:
+        stats = await asyncio.gather(*(c.run() for c in crawlers))
+    finally:
+        for crawler in crawlers:
+            assert isinstance(crawler.frontier, RedisFrontier)
+            await crawler.frontier.close()
+    assert_every_page_fetched(site)
+    assert site.duplicates == 0
+    assert [c.state for c in crawlers] == [SpiderState.FINISHED] * 2
+    assert sum(s.succeeded for s in stats) == PAGES
+    assert all(s.succeeded > PAGES // 10 for s in stats), "one crawler did all the work"
+
+
+def watch_deletion(zk_hosts: str, path: str) -> tuple[KazooClient, threading.Event, list[float]]:
+    """When ``path`` is deleted, as ZooKeeper tells a watcher (the loss detection)."""
+    client = KazooClient(hosts=zk_hosts)
+    client.start(timeout=15)
+    gone, when = threading.Event(), []
+
+    def on_event(event: Any) -> None:  # kazoo's thread: record, touch nothing
+        if event.type == "DELETED":
+            when.append(time.monotonic())
+            gone.set()
+
+    assert client.exists(path, watch=on_event) is not None
+    return client, gone, when
+
+
+async def requeued_at(redis: aioredis.Redis, key: str, timeout: float = 20.0) -> float:
+    deadline = time.monotonic() + timeout
+    while await redis.exists(key):
+        assert time.monotonic() < deadline, "the lost engine's leases were never returned"
+        await asyncio.sleep(0.005)
+    return time.monotonic()
+
+
+async def test_sigkilled_engine_loses_no_page(
+    site: SiteServer, redis_url: str, zk_hosts: str, engines: Callable[..., Any]
+) -> None:
+    victim = await engines("victim", redis_url, zk_hosts, site.base)
+    survivor = await engines("survivor", redis_url, zk_hosts, site.base)
+    client, gone, when = await asyncio.to_thread(watch_deletion, zk_hosts, "/netdiscovery/victim")
+    options = RedisOptions.from_url(redis_url)
+    redis = aioredis.Redis.from_url(options.url)
+    owned = Keys(options.prefix, "gensite").owned(victim.incarnation)
+    try:
+        await wait_for(lambda: site.fetched >= PAGES // 3)
+        victim.kill()
+        await victim.proc.wait()
+        in_flight = await redis.scard(owned)
+        await asyncio.to_thread(gone.wait, 20.0)
+        latency = await requeued_at(redis, owned) - when[0]
+        result = await survivor.finish()
+    finally:
+        await redis.aclose()
+        await asyncio.to_thread(client.stop)
+        await asyncio.to_thread(client.close)
+    assert_every_page_fetched(site)
+    assert site.duplicates <= in_flight
+    assert latency < 1.0, f"leases returned {latency:.3f} s after the loss was visible"
+    assert [r["engine_id"] for r in result["recoveries"]] == ["victim"]
+    assert result["state"] == "finished"
+
+
+async def test_graceful_stop_mid_crawl_fetches_nothing_twice(
+    site: SiteServer, redis_url: str, zk_hosts: str, engines: Callable[..., Any]
+) -> None:
+    leaver = await engines("leaver", redis_url, zk_hosts, site.base)
+    stayer = await engines("stayer", redis_url, zk_hosts, site.base)
+    await wait_for(lambda: site.fetched >= PAGES // 3)
+    leaver.proc.send_signal(signal.SIGTERM)
+    left = await leaver.finish()
+    stayed = await stayer.finish()
+    assert left["state"] == "stopped"
+    assert stayed["state"] == "finished"
+    assert stayed["recoveries"] == []
+    assert_every_page_fetched(site)
+    assert site.duplicates == 0
+
+
+async def test_engines_wait_for_a_restarted_redis_and_finish(
+    site: SiteServer, zk_hosts: str, engines: Callable[..., Any], tmp_path: Path
+) -> None:
+    server = RedisServer(tmp_path / "redis", appendonly=True)
+    (tmp_path / "redis").mkdir()
+    server.start()
+    try:
+        first = await engines("first", server.url, zk_hosts, site.base)
+        second = await engines("second", server.url, zk_hosts, site.base)
+        await wait_for(lambda: site.fetched >= PAGES // 3)
+        await asyncio.to_thread(server.restart, 1.0)
+        during = site.fetched
+        results = [await first.finish(), await second.finish()]
+    finally:
+        server.stop()
+    assert during < PAGES
+    assert [r["state"] for r in results] == ["finished", "finished"]
+    assert_every_page_fetched(site)
+    logs = first.log.read_text() + second.log.read_text()
+    assert "frontier_unavailable_waiting" in logs
+    assert "frontier_available_again" in logs
