@@ -48,9 +48,11 @@ from netdisco.exceptions import ConfigError, FrontierUnavailable, RequestNotShar
 from netdisco.frontier import Frontier, MemoryFrontier
 from netdisco.recovery import (
     DEFAULT_PREFIX,
+    NOW_LUA,
     REQUEUE_LUA,
     Keys,
     LeaseRecovery,
+    renew_leases,
     return_leases,
     spiders_key,
 )
@@ -63,10 +65,6 @@ from netdisco.zkconfig import ZooKeeperSettings
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
-_NOW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-"""
 #: KEYS seen, seen_count, queue, payload, seq; ARGV mode, then per request:
 #: seen key (fingerprint or Bloom offsets), dont_filter, priority, JSON -> 1/0 each
 ADD_LUA = """
@@ -96,7 +94,7 @@ return out
 #: -> {id, JSON} or nil. The token makes a retried take (its reply was lost with
 #: the connection) return the request it already leased instead of orphaning it.
 TAKE_LUA = (
-    _NOW
+    NOW_LUA
     + """
 local id = redis.call('GET', KEYS[6])
 if not id then
@@ -133,16 +131,6 @@ end
 return 0
 """
 )
-#: KEYS owned, leases; ARGV ttl ms -> the ids we hold (their deadlines pushed on)
-BEAT_LUA = (
-    _NOW
-    + """
-local ids = redis.call('SMEMBERS', KEYS[1])
-for _, id in ipairs(ids) do redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[1]), id) end
-return ids
-"""
-)
-
 _RETRY_FIRST = 0.05
 _RETRY_MAX = 1.0
 _OPTIONS = ("prefix", "lease_ttl", "seen", "bloom_capacity", "bloom_error")
@@ -238,23 +226,27 @@ def _resolve(spider: Spider, name: str | None) -> Any:
     return method
 
 
+#: Request fields stored as they are (JSON types); body, fingerprint and callbacks are converted.
+_PLAIN = (
+    "url",
+    "method",
+    "headers",
+    "meta",
+    "priority",
+    "dont_filter",
+    "proxy",
+    "depth",
+    "attempts",
+)
+
+
 def encode(request: Request, spider: Spider) -> str:
     """The request as JSON; callbacks by method name. ``RequestNotShareable`` if it cannot."""
-    data = {
-        "url": request.url,
-        "method": request.method,
-        "headers": request.headers,
-        "body": None if request.body is None else base64.b64encode(request.body).decode(),
-        "meta": request.meta,
-        "priority": request.priority,
-        "callback": _method_name(request.callback, spider, request.url),
-        "errback": _method_name(request.errback, spider, request.url),
-        "dont_filter": request.dont_filter,
-        "proxy": request.proxy,
-        "depth": request.depth,
-        "fingerprint": request.fingerprint.hex(),
-        "attempts": request.attempts,
-    }
+    data = {name: getattr(request, name) for name in _PLAIN}
+    data["body"] = None if request.body is None else base64.b64encode(request.body).decode()
+    data["fingerprint"] = request.fingerprint.hex()
+    data["callback"] = _method_name(request.callback, spider, request.url)
+    data["errback"] = _method_name(request.errback, spider, request.url)
     try:
         return json.dumps(data, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -266,19 +258,11 @@ def decode(raw: bytes | str, spider: Spider) -> Request:
     data = json.loads(raw)
     body = data["body"]
     return Request(
-        data["url"],
-        method=data["method"],
-        headers=data["headers"],
+        **{name: data[name] for name in _PLAIN},
         body=None if body is None else base64.b64decode(body),
-        meta=data["meta"],
-        priority=data["priority"],
+        fingerprint=bytes.fromhex(data["fingerprint"]),
         callback=_resolve(spider, data["callback"]),
         errback=_resolve(spider, data["errback"]),
-        dont_filter=data["dont_filter"],
-        proxy=data["proxy"],
-        depth=data["depth"],
-        fingerprint=bytes.fromhex(data["fingerprint"]),
-        attempts=data["attempts"],
     )
 
 
@@ -308,7 +292,6 @@ class RedisFrontier:
         self._add = self._redis.register_script(ADD_LUA)
         self._take = self._redis.register_script(TAKE_LUA)
         self._done = self._redis.register_script(DONE_LUA)
-        self._beat = self._redis.register_script(BEAT_LUA)
         self._bloom = options.bloom_size() if options.seen == "bloom" else None
         self._ttl_ms = int(options.lease_ttl * 1000)
         self._ids: dict[int, str] = {}  # id(request) -> Redis id, for requests we hold
@@ -476,14 +459,13 @@ class RedisFrontier:
         An orphan is a lease Redis recorded for a take whose reply we never got
         (the connection broke): seen in two beats running, it goes back.
         """
-        k = self.keys
-        raw = await self._beat(keys=[k.owned(self.owner), k.leases], args=[self._ttl_ms])
-        held = {r.decode() for r in raw} - set(self._ids.values())
+        held = await renew_leases(self._redis, self.keys, self.owner, self._ttl_ms)
+        held -= set(self._ids.values())
         for rid in held & self._suspects:
             log.warning("frontier_orphan_requeued", id=rid)
             await self._release(rid, requeue=True)
         self._suspects = held - self._suspects
-        swept = await sweep_leases(self._redis, k)
+        swept = await sweep_leases(self._redis, self.keys)
         if swept:
             log.warning("frontier_expired_leases_requeued", count=swept)
 

@@ -48,6 +48,12 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_PREFIX = "netdisco"
 
+#: Redis's clock in ms: every engine measures deadlines with the same clock.
+NOW_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
 # Requeue one leased id: its priority travels in the stored request (cjson is built in).
 REQUEUE_LUA = """
 local function requeue(k_queue, k_payload, id)
@@ -77,9 +83,8 @@ return n
 #: KEYS leases, owner, queue, payload; ARGV owned-key prefix, limit -> number returned
 SWEEP_LUA = (
     REQUEUE_LUA
+    + NOW_LUA
     + """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 for _, id in ipairs(ids) do
   local who = redis.call('HGET', KEYS[2], id)
@@ -89,6 +94,17 @@ for _, id in ipairs(ids) do
   requeue(KEYS[3], KEYS[4], id)
 end
 return #ids
+"""
+)
+
+
+#: KEYS owned, leases; ARGV ttl ms -> the ids we hold (their deadlines pushed on)
+BEAT_LUA = (
+    NOW_LUA
+    + """
+local ids = redis.call('SMEMBERS', KEYS[1])
+for _, id in ipairs(ids) do redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[1]), id) end
+return ids
 """
 )
 
@@ -163,6 +179,12 @@ async def return_leases(redis: aioredis.Redis, keys: Keys, owner: str) -> int:
     args = [k.owned(owner), k.owner, k.leases, k.queue, k.payload]
     result = await redis.eval(RETURN_LUA, 5, *args, owner)
     return int(result)
+
+
+async def renew_leases(redis: aioredis.Redis, keys: Keys, owner: str, ttl_ms: int) -> set[str]:
+    """Push the deadlines of ``owner``'s leases on; the ids it holds in Redis."""
+    raw = await redis.eval(BEAT_LUA, 2, keys.owned(owner), keys.leases, ttl_ms)
+    return {item.decode() for item in raw}
 
 
 async def sweep_expired(redis: aioredis.Redis, keys: Keys, limit: int = 1000) -> int:
