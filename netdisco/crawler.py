@@ -108,6 +108,7 @@ class Crawler:
         self._finished = False
         self._workers: list[asyncio.Task[None]] = []
         self._main: asyncio.Task[None] | None = None
+        self._close_timeout: float | None = None  # for pending pipeline work, once stopping
         self._context = contextvars.copy_context()
         self._context.run(structlog.contextvars.bind_contextvars, spider=self.name)
 
@@ -166,6 +167,7 @@ class Crawler:
         self._unpaused.set()
         self._notify()
         limit = self.settings.stop_deadline if deadline is None else deadline
+        self._close_timeout = limit
         workers = [w for w in self._workers if not w.done()]
         if workers:
             _, late = await asyncio.wait(workers, timeout=limit)
@@ -232,7 +234,7 @@ class Crawler:
         log.info("spider_closed", state=end.value, **self.stats.as_dict())
 
     async def _close(self) -> None:
-        await self.stream.close()
+        await self.stream.close(self._close_timeout)
         await self.downloader.close()
         await self._refresh_counts()
 

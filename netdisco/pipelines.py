@@ -192,11 +192,19 @@ class ItemStream:
         self.stats.items += 1
         self._subject.on_next(item)
 
-    async def close(self) -> None:
-        """Complete the stream (flushing buffers), await pending work, close pipelines."""
+    async def close(self, timeout: float | None = None) -> None:
+        """Complete the stream (flushing buffers), await pending work, close pipelines.
+
+        Pending work still running after ``timeout`` seconds is cancelled, so that a hung
+        pipeline cannot keep a stopping spider from ever closing.
+        """
         self._subject.on_completed()
-        while self._pending:
-            await asyncio.wait(set(self._pending))
+        if self._pending:
+            _, late = await asyncio.wait(set(self._pending), timeout=timeout)
+            for future in late:
+                future.cancel()
+            if late:
+                log.warning("pipeline_work_cancelled", pending=len(late))
         for subscription in self._subscriptions:
             subscription.dispose()
         for pipeline in self._pipelines:

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
-from netdisco import Crawler, Request, Response, Settings, Spider, SpiderState
+from netdisco import (
+    Crawler,
+    JsonLinesPipeline,
+    Pipeline,
+    Request,
+    Response,
+    Settings,
+    Spider,
+    SpiderState,
+)
 from netdisco.exceptions import InvalidTransition, RequestError
 from netdisco.request import Callback
 from tests.netdisco.sites import FAST, Site, crawl, running_site, seeds
@@ -267,3 +277,48 @@ class Custom(Spider):
 def test_custom_settings_are_the_default() -> None:
     crawler = Crawler(Custom())
     assert (crawler.settings.concurrency, crawler.settings.obey_robots) == (3, False)
+
+
+class Stuck(Pipeline):
+    """An async pipeline that never finishes an item (a hung database, say)."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.closed = False
+
+    async def process(self, item: Any) -> None:
+        self.started += 1
+        await asyncio.Event().wait()
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_stop_deadline_also_bounds_hung_pipeline_work(site: Site) -> None:
+    stuck = Stuck()
+    crawler = Crawler(
+        seeds(site.url("/tree/0")), Settings(item_buffer=2, **FAST), pipelines=[stuck]
+    )
+    await crawler.start()
+    await eventually(lambda: stuck.started == 2, "the pipeline to hang")
+    assert await asyncio.wait_for(crawler.stop(deadline=0.2), 10) is SpiderState.STOPPED
+    assert stuck.closed
+
+
+async def test_a_pipeline_that_cannot_open_fails_the_spider(site: Site, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    out = JsonLinesPipeline(tmp_path / "file" / "items.jsonl")
+    crawler = Crawler(seeds(site.url("/tree/0")), Settings(**FAST), pipelines=[out])
+    assert await asyncio.wait_for(crawler.run(), 10) is crawler.stats
+    assert crawler.state is SpiderState.FAILED
+    assert "spider failed" in (crawler.stats.last_error or "")
+    assert site.paths("/tree/") == []
+
+
+async def test_progress_lines(site: Site) -> None:
+    with capture_logs() as logs:
+        await crawl(_slow_spider(site, 8, 0.2), concurrency=2, progress_interval=0.5)
+    progress = [entry for entry in logs if entry["event"] == "progress"]
+    assert progress
+    assert {"pages", "pages_per_second", "queue", "in_flight"} <= set(progress[0])
+    assert progress[-1]["pages"] >= progress[0]["pages"]
