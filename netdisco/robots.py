@@ -58,7 +58,7 @@ class RobotsCache:
                 if resp.status >= 400:
                     return _ALLOW_ALL
                 body = await _read_up_to(resp, MAX_ROBOTS_SIZE)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:  # ValueError: a bad URL
             log.info("robots_fetch_failed", url=url, error=repr(exc))
             return _ALLOW_ALL
         return Protego.parse(body.decode("utf-8", errors="replace"))

@@ -88,7 +88,26 @@ def _check_origin(origin: str) -> tuple[str | None, str]:
         return f"unsupported scheme {parts.scheme!r}", host
     if not host:
         return "URL has no host", host
+    if not _valid_host(host):
+        return f"invalid host name {host!r}", host
     return None, host
+
+
+#: characters no host name may hold (a subset of WHATWG's forbidden host code points)
+_FORBIDDEN_IN_HOST = frozenset(' \t\r\n<>^|\\"`{}%')
+
+
+def _valid_host(host: str) -> bool:
+    """Whether a resolver could look ``host`` up (``a..b`` or a 64-letter label cannot)."""
+    if ":" in host:  # an IPv6 literal, already checked by urlsplit
+        return True
+    if _FORBIDDEN_IN_HOST.intersection(host):
+        return False
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return False
+    return True
 
 
 class Scheduler:

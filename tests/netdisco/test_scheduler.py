@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -30,6 +31,10 @@ async def site() -> AsyncIterator[Site]:
         ("javascript:void(0)", "unsupported scheme 'javascript'"),
         ("/relative/path", "unsupported scheme ''"),
         ("http:///no-host", "URL has no host"),
+        ("http://a..b/", "invalid host name 'a..b'"),
+        ("http://" + "a" * 64 + ".test/", "invalid host name"),
+        ("http://exa mple.test/", "invalid host name 'exa mple.test'"),
+        ("http://exa<mple.test/", "invalid host name"),
     ],
 )
 def test_check_url_says_why(url: str, reason: str) -> None:
@@ -41,6 +46,8 @@ def test_check_url_says_why(url: str, reason: str) -> None:
 def test_check_url_accepts_http_and_https() -> None:
     assert check_url("https://Example.TEST:8443/a?b#c") == (None, "example.test")
     assert check_url("http://127.0.0.1/") == (None, "127.0.0.1")
+    assert check_url("HTTP://[::1]:8080/") == (None, "::1")
+    assert check_url("http://bücher.test/") == (None, "bücher.test")
 
 
 def test_canonicalisation_ignores_query_order_and_fragments() -> None:
@@ -109,8 +116,11 @@ async def test_invalid_links_are_counted_and_the_crawl_goes_on(site: Site) -> No
         "http://[::1/",
         "http://h.test:99999/",
         "javascript:go()",
+        "http://a..b/",
+        "http://exa mple.test/",
+        "http://user@/x",
     ]
-    links = [f"link={b}" for b in bad] + ["link=/tree/13", "link=/tree/14"]
+    links = [f"link={quote(b)}" for b in bad] + ["link=/tree/13", "link=/tree/14"]
     crawler, items = await crawl(seeds(site.url("/page?" + "&".join(links))))
     assert crawler.stats.invalid == len(bad)
     assert sorted(item["title"] for item in items) == ["page", "tree 13", "tree 14"]
