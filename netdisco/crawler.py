@@ -329,7 +329,9 @@ class Crawler:
                 self.stats.succeeded += 1
                 self.stats.pages.add()
                 callback = request.callback or self.spider.parse
-                await self.scraper.run(callback, response, url=response.url)
+                await self.scraper.run(
+                    callback, response, url=response.url, depth=request.depth + 1
+                )
             finished = True
         finally:
             self.stats.in_flight -= 1
@@ -350,7 +352,9 @@ class Crawler:
         self.stats.error(f"{request.url}: {exc}")
         log.warning("request_failed", url=request.url, error=str(exc), kind=type(exc).__name__)
         if request.errback is not None:
-            await self.scraper.run(request.errback, request, exc, url=request.url)
+            await self.scraper.run(
+                request.errback, request, exc, url=request.url, depth=request.depth + 1
+            )
 
     async def _refresh_counts(self) -> None:
         queued, _, seen = await self.frontier.counts()

@@ -29,8 +29,14 @@ class Scraper:
         self.items = items
         self.stats = stats
 
-    async def run(self, callback: Callable[..., CallbackResult], *args: Any, url: str) -> None:
-        """Call ``callback(*args)`` and route everything it produces."""
+    async def run(
+        self, callback: Callable[..., CallbackResult], *args: Any, url: str, depth: int = 0
+    ) -> None:
+        """Call ``callback(*args)`` and route everything it produces.
+
+        Requests yielded without a depth (built by hand, not by ``follow``) get ``depth``,
+        so that ``depth_limit`` holds for them too.
+        """
         requests: list[Request] = []
         try:
             result = callback(*args)
@@ -38,12 +44,12 @@ class Scraper:
                 result = await result
             if isinstance(result, AsyncIterator):
                 async for value in result:
-                    await self._route(value, requests)
+                    await self._route(value, requests, depth)
             elif isinstance(result, Iterable) and not isinstance(result, str | bytes | dict):
                 for value in result:
-                    await self._route(value, requests)
+                    await self._route(value, requests, depth)
             elif result is not None:
-                await self._route(result, requests)
+                await self._route(result, requests, depth)
         except Exception as exc:  # a spider's bug must not stop the crawl
             self.stats.callback_errors += 1
             self.stats.error(f"callback {getattr(callback, '__name__', callback)}: {exc!r}")
@@ -58,8 +64,9 @@ class Scraper:
             if requests:
                 await self.admit(requests)
 
-    async def _route(self, value: Any, requests: list[Request]) -> None:
+    async def _route(self, value: Any, requests: list[Request], depth: int) -> None:
         if isinstance(value, Request):
+            value.depth = value.depth or depth
             requests.append(value)
             if len(requests) >= 256:  # bound the batch for huge pages
                 await self.admit(requests[:])

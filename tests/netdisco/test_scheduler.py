@@ -217,3 +217,21 @@ class PrioritySpider(Spider):
 async def test_higher_priority_first(site: Site) -> None:
     await crawl(PrioritySpider(start_urls=[site.url("/page")]), concurrency=1)
     assert site.paths("/tree/") == ["/tree/8", "/tree/10", "/tree/11", "/tree/7", "/tree/9"]
+
+
+class PlainRequests(Spider):
+    """Builds ``Request`` objects by hand instead of ``response.follow``."""
+
+    name = "plain"
+
+    def parse(self, response: Response) -> Iterator[Any]:
+        yield {"title": response.css("h1::text").get()}
+        for href in response.css("a::attr(href)").getall():
+            yield Request(response.urljoin(href), callback=self.parse)
+
+
+async def test_depth_limit_holds_for_requests_built_by_hand(site: Site) -> None:
+    spider = PlainRequests(start_urls=[site.url("/tree/0")])
+    crawler, items = await crawl(spider, depth_limit=2)
+    assert sorted(item["title"] for item in items) == [f"tree {n}" for n in range(7)]
+    assert crawler.stats.filtered == 8
