@@ -171,11 +171,32 @@ def _parse_text(name: str, text: str, kind: str) -> Any:
                 return json.loads(text)
             except ValueError as exc:
                 raise ConfigError(name, f"expected a JSON list of strings: {exc}") from exc
-        return [part for part in text.split(",") if part]
+        return [part for part in _split_patterns(text) if part]
     try:
         return json.loads(text)
     except ValueError:
         raise ConfigError(name, f"expected {kind}, got {text!r}") from None
+
+
+def _split_patterns(text: str) -> list[str]:
+    """Split a comma-separated list of regexes, keeping commas inside ``{1,3}``, ``[,;]``
+    or ``(a|,)`` and escaped ones (``\\,``) in their pattern."""
+    parts: list[str] = []
+    current: list[str] = []
+    depth, escaped = 0, False
+    for char in text:
+        if char == "," and not depth and not escaped:
+            parts.append("".join(current))
+            current = []
+            continue
+        if not escaped and char in "([{":
+            depth += 1
+        elif not escaped and char in ")]}" and depth:
+            depth -= 1
+        escaped = char == "\\" and not escaped
+        current.append(char)
+    parts.append("".join(current))
+    return parts
 
 
 def from_mapping(data: Mapping[str, Any], *, base: Settings | None = None) -> Settings:

@@ -56,6 +56,8 @@ def test_invalid_values_name_the_key(key: str, value: Any, message: str) -> None
         ("obey_robots", "0", False),
         ("allow", r"/shop/,/item/\d+", ("/shop/", r"/item/\d+")),
         ("deny", '["a,b", "c"]', ("a,b", "c")),
+        ("allow", r"/p/\d{1,3},/q/[,;],(a|,b)x", (r"/p/\d{1,3}", "/q/[,;]", "(a|,b)x")),
+        ("deny", r"a\,b,,c", (r"a\,b", "c")),
         ("deny", "", ()),
         ("user_agent", "my bot/1.0 (+http://x.test)", "my bot/1.0 (+http://x.test)"),
         ("user_agent", "123", "123"),
