@@ -1,0 +1,95 @@
+"""A SpiderEngine inside an aiohttp application you already have.
+
+The engine keeps no global state and lives in the running loop, so the
+application starts and stops it with its own ``cleanup_ctx`` and mounts the
+engine's HTTP routes under a prefix of its own site instead of opening a second
+port (``EngineSettings(http=False)``). The application's own handlers read what
+the spider found through a plain pipeline and push more URLs to it.
+
+    python examples/embed_aiohttp.py http://127.0.0.1:8000/ --port 8080
+    curl http://127.0.0.1:8080/titles
+    curl http://127.0.0.1:8080/crawler/netdiscovery/spiders
+
+Mounted routes are the engine's own, so its control routes check the bearer token
+from ``$NETDISCO_TOKEN`` when one is set; bind to loopback otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from netdisco import CallablePipeline, Request, Response, Spider
+from netdisco.api import create_app
+from netdisco.config import EngineSettings
+from netdisco.engine import SpiderEngine
+
+ENGINE = web.AppKey("engine", SpiderEngine)
+TITLES = web.AppKey("titles", dict[str, str])
+
+
+class TitlesSpider(Spider):
+    """The title of every page of one host."""
+
+    name = "titles"
+
+    def parse(self, response: Response) -> Iterator[dict[str, Any] | Request]:
+        yield {"url": response.url, "title": response.css("title::text").get(default="")}
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, callback=self.parse)
+
+
+async def titles(request: web.Request) -> web.Response:
+    """The application's own route, fed by the spider."""
+    return web.json_response(request.app[TITLES])
+
+
+async def crawl_more(request: web.Request) -> web.Response:
+    """``POST /crawl {"url": ...}``: hand one more URL to the running spider."""
+    body = await request.json()
+    result = await request.app[ENGINE].push("titles", [str(body.get("url", ""))])
+    return web.json_response({"accepted": len(result.accepted)}, status=202)
+
+
+def make_app(start_url: str, token: str | None = None) -> web.Application:
+    """The application, with an engine that crawls ``start_url``'s host."""
+    app = web.Application()
+    found: dict[str, str] = {}
+    engine = SpiderEngine(EngineSettings(id="embedded", http=False, token=token))
+    spider = TitlesSpider(start_urls=[start_url], allowed_domains=[urlsplit(start_url).hostname])
+    engine.add_spider(
+        spider, pipelines=[CallablePipeline(lambda i: found.update({i["url"]: i["title"]}))]
+    )
+    app[ENGINE] = engine
+    app[TITLES] = found
+
+    async def run_engine(app: web.Application) -> AsyncIterator[None]:
+        await engine.start()
+        yield
+        await engine.stop()
+
+    app.cleanup_ctx.append(run_engine)
+    app.router.add_get("/titles", titles)
+    app.router.add_post("/crawl", crawl_more)
+    app.add_subapp("/crawler", create_app(engine))
+    return app
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("url", help="where the spider starts, e.g. http://127.0.0.1:8000/")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    args = parser.parse_args(argv)
+    web.run_app(
+        make_app(args.url, os.environ.get("NETDISCO_TOKEN")), host=args.host, port=args.port
+    )
+
+
+if __name__ == "__main__":
+    main()
