@@ -37,6 +37,12 @@ async def page(request: web.Request) -> web.Response:
     return web.Response(text=html, content_type="text/html")
 
 
+async def hang(request: web.Request) -> web.Response:
+    """Never answers in time: the request stays in flight until it is cancelled."""
+    await asyncio.sleep(3600)
+    return web.Response(text="late")
+
+
 async def robots(request: web.Request) -> web.Response:
     return web.Response(text="User-agent: *\nAllow: /\n")
 
@@ -46,7 +52,8 @@ async def start_site() -> tuple[web.AppRunner, str]:
     app = web.Application()
     app.router.add_get("/{speed:fast|slow}/p/{number:\\d+}", page)
     app.router.add_get("/robots.txt", robots)
-    runner = web.AppRunner(app, access_log=None)
+    app.router.add_get("/hang", hang)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

@@ -33,6 +33,10 @@ class One(Spider):
 
 class Two(One):
     name = "two"
+
+class Hang(One):
+    name = "hang"
+    start_urls = ["{base}/hang"]
 """
 
 
@@ -133,3 +137,52 @@ async def test_bad_config_fails_at_start_naming_the_key(
             await proc.wait()
     assert proc.returncode == 2
     assert needle in stderr.decode()
+
+
+async def read_until(stream: asyncio.StreamReader | None, needle: str) -> None:
+    assert stream is not None
+    while needle not in (await asyncio.wait_for(stream.readline(), 30)).decode():
+        pass
+
+
+async def hanging_engine(tmp_path: Path, site: str, deadline: float) -> asyncio.subprocess.Process:
+    """An engine whose one request never completes; stop must wait ``deadline`` s for it."""
+    (tmp_path / "spiders.py").write_text(SPIDERS.format(base=site))
+    config = tmp_path / "engine.toml"
+    config.write_text(
+        f"[engine]\nport = {free_port()}\n[[spiders]]\n"
+        f'spider = "{tmp_path}/spiders.py:Hang"\n'
+        f"settings = {{ stop_deadline = {deadline}, timeout = 600, progress_interval = 0 }}\n"
+    )
+    proc = await spawn("--config", str(config))
+    await read_until(proc.stderr, "engine_ready")
+    return proc
+
+
+async def test_sigterm_cancels_in_flight_after_the_deadline_and_exits_0(
+    tmp_path: Path, site: str
+) -> None:
+    proc = await hanging_engine(tmp_path, site, deadline=0.5)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, stderr.decode()
+    assert '"spiders": {"hang": "stopped"}' in stderr.decode()
+
+
+async def test_a_second_signal_forces_the_exit(tmp_path: Path, site: str) -> None:
+    proc = await hanging_engine(tmp_path, site, deadline=600)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        await read_until(proc.stderr, "engine_stopping")
+        proc.send_signal(signal.SIGINT)
+        await asyncio.wait_for(proc.wait(), 30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 130
