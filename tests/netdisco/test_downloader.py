@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import pytest
+from structlog.testing import capture_logs
 
 from netdisco import Request, Response, Spider
 from netdisco.downloader import retry_after
@@ -36,12 +37,14 @@ async def test_unresolvable_host_fails_without_retries() -> None:
 
 
 async def test_server_that_never_answers_times_out(site: Site) -> None:
-    crawler, items = await crawl(
-        seeds(site.url("/never"), site.url("/tree/0")), timeout=0.3, retries=1
-    )
+    with capture_logs() as logs:
+        crawler, items = await crawl(
+            seeds(site.url("/never"), site.url("/tree/0")), timeout=0.3, retries=1
+        )
     stats = crawler.stats
     assert (stats.failed, stats.retried) == (1, 1)
-    assert "timed out" in (stats.last_error or "") or stats.succeeded
+    failures = [(e["url"], e["error"]) for e in logs if e["event"] == "request_failed"]
+    assert failures == [(site.url("/never"), "timed out")]
     assert site.count("/never") == 2
     assert len(items) == site.tree_size  # the rest of the crawl went on
 
@@ -218,7 +221,7 @@ async def test_per_host_concurrency_is_never_exceeded(site: Site) -> None:
 async def test_global_concurrency_is_never_exceeded(site: Site) -> None:
     urls = [site.url(f"/slow/{n}?s=0.1") for n in range(10)]
     await crawl(seeds(*urls), concurrency=3, per_host_concurrency=8)
-    assert 1 <= site.peak["127.0.0.1"] <= 3
+    assert 2 <= site.peak["127.0.0.1"] <= 3
 
 
 class Proxied(Spider):
