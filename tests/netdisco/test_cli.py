@@ -170,3 +170,16 @@ async def test_sigterm_stops_gracefully(site: Site, tmp_path: Path) -> None:
     closed = [json.loads(line) for line in err.decode().splitlines() if '"spider_closed"' in line]
     assert closed[0]["state"] == "stopped"
     assert len(_lines(out)) == closed[0]["succeeded"] < 200
+
+
+async def test_module_reference_and_a_failed_spider_exits_1(site: Site, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "items.jsonl"  # a path under a file: the pipeline cannot open
+    env = _env(LOCAL_SITE_URL=site.url("/shop/"), PYTHONPATH=str(ROOT))
+    code, _, err = await run_cli(
+        "--log-json", "crawl", "tests.netdisco.sites:PageSpider", "-o", str(out), env=env
+    )
+    assert code == 1
+    failed = [json.loads(line) for line in err.splitlines() if '"spider_failed"' in line]
+    assert failed[0]["spider"] == "pages"
+    assert "FileExistsError" in failed[0]["error"]
