@@ -121,6 +121,7 @@ class Demo:
                 await self._leave(feed)
                 killed_at = await self._crash(feed)
                 await self._show_mail(killed_at)
+                await self._show_view(session)
             finally:
                 follower.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -174,6 +175,7 @@ class Demo:
                 engine.id, [*argv, "--log-json", "engine", "--config", str(config)]
             )
             self.say(engine.id, f"starting (pid {engine.child.pid}): crawls /{engine.spider}/")
+        self.say("engines", "each registers an ephemeral znode /netdiscovery/<id> in ZooKeeper")
         for engine in self.engines:
             await feed.wait("engine_joined", engine.id, DEADLINE)
 
@@ -231,6 +233,12 @@ class Demo:
         self.say("SMTP sink", f"received an e-mail, {took:.1f} s after the kill:")
         headers = [f"{name}: {mail.message[name]}" for name in ("From", "To", "Subject")]
         self.narrator.quote([*headers, "", *mail.body().rstrip().splitlines()])
+
+    async def _show_view(self, session: aiohttp.ClientSession) -> None:
+        view = await get_json(session, self._monitor_url("/netdiscovery/monitor"))
+        engines = view.get("engines", []) if isinstance(view, dict) else []
+        online = ", ".join(f"{e.get('id')} ({e.get('state')})" for e in engines) or "none"
+        self.say("monitor", f"its view now (/netdiscovery/monitor): online {online}")
 
     async def shutdown(self) -> None:
         """Stop whatever runs, engines first (they deregister), ZooKeeper last."""

@@ -180,8 +180,8 @@ class EventFeed:
         if kind not in _SHOWN:
             return
         engine = event.get("engine") or {}
-        where = f"pid {engine['pid']}, {engine.get('status_url')}" if "pid" in engine else ""
-        self.narrator.say("monitor", f"event {kind:<15} {event.get('engine_id') or ''}  {where}")
+        where = f"(pid {engine['pid']}, port {engine.get('port')})" if "pid" in engine else ""
+        self.narrator.say("monitor", f"event {kind:<14} {event.get('engine_id') or ''}  {where}")
 
     def find(self, kind: str, engine_id: str | None = None) -> dict[str, Any] | None:
         for event in self.events:
