@@ -33,6 +33,7 @@ import json
 import math
 import time
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -90,50 +91,58 @@ for i = 2, #ARGV, 4 do
 end
 return out
 """
-#: KEYS queue, leases, owner, owned, payload, take token; ARGV owner, ttl ms
-#: -> {id, JSON} or nil. The token makes a retried take (its reply was lost with
-#: the connection) return the request it already leased instead of orphaning it.
+#: KEYS queue, leases, owner, owned, payload, take token; ARGV owner, ttl ms, count
+#: -> id, JSON, id, JSON... (up to count). The token makes a retried take (its reply
+#: was lost with the connection) get the requests it already leased, not orphan them.
 TAKE_LUA = (
     NOW_LUA
     + """
-local id = redis.call('GET', KEYS[6])
-if not id then
-  local popped = redis.call('ZPOPMIN', KEYS[1])
-  if #popped == 0 then return false end
-  id = popped[1]
-  redis.call('SET', KEYS[6], id, 'PX', ARGV[2])
+local ids = {}
+local prior = redis.call('GET', KEYS[6])
+if prior then
+  for _, id in ipairs(cjson.decode(prior)) do
+    if redis.call('HGET', KEYS[3], id) == ARGV[1] then ids[#ids + 1] = id end
+  end
+else
+  local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[3]))
+  for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
+  if #ids == 0 then return {} end
+  redis.call('SET', KEYS[6], cjson.encode(ids), 'PX', ARGV[2])
 end
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), id)
-redis.call('HSET', KEYS[3], id, ARGV[1])
-redis.call('SADD', KEYS[4], id)
-return {id, redis.call('HGET', KEYS[5], id)}
+local out = {}
+for _, id in ipairs(ids) do
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), id)
+  redis.call('HSET', KEYS[3], id, ARGV[1])
+  redis.call('SADD', KEYS[4], id)
+  out[#out + 1] = id
+  out[#out + 1] = redis.call('HGET', KEYS[5], id) or ''
+end
+return out
 """
 )
-#: KEYS leases, owner, owned, payload, queue; ARGV id, owner, requeue (1/0).
+#: KEYS leases, owner, owned, payload, queue; ARGV owner, requeue (1/0), ids...
 #: A request requeued by recovery but finished by its old owner after all is
 #: taken out of the queue again, saving a duplicate fetch.
 DONE_LUA = (
     REQUEUE_LUA
     + """
-local id = ARGV[1]
-if redis.call('HGET', KEYS[2], id) == ARGV[2] then
-  redis.call('HDEL', KEYS[2], id)
-  redis.call('ZREM', KEYS[1], id)
-  redis.call('SREM', KEYS[3], id)
-  if ARGV[3] == '1' then return requeue(KEYS[5], KEYS[4], id) end
-  redis.call('HDEL', KEYS[4], id)
-  return 1
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  if redis.call('HGET', KEYS[2], id) == ARGV[1] then
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('ZREM', KEYS[1], id)
+    redis.call('SREM', KEYS[3], id)
+    if ARGV[2] == '1' then requeue(KEYS[5], KEYS[4], id) else redis.call('HDEL', KEYS[4], id) end
+  elseif ARGV[2] == '0' and redis.call('ZREM', KEYS[5], id) == 1 then
+    redis.call('HDEL', KEYS[4], id)
+  end
 end
-if ARGV[3] == '0' and redis.call('ZREM', KEYS[5], id) == 1 then
-  redis.call('HDEL', KEYS[4], id)
-  return 2
-end
-return 0
+return 1
 """
 )
 _RETRY_FIRST = 0.05
 _RETRY_MAX = 1.0
-_OPTIONS = ("prefix", "lease_ttl", "seen", "bloom_capacity", "bloom_error")
+_OPTIONS = ("prefix", "lease_ttl", "seen", "bloom_capacity", "bloom_error", "prefetch")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,6 +155,7 @@ class RedisOptions:
     seen: str = "exact"
     bloom_capacity: int = 10_000_000
     bloom_error: float = 0.001
+    prefetch: int = 4
 
     @classmethod
     def from_url(cls, url: str) -> RedisOptions:
@@ -162,6 +172,7 @@ class RedisOptions:
                 seen=ours.get("seen", cls.seen),
                 bloom_capacity=int(ours.get("bloom_capacity", cls.bloom_capacity)),
                 bloom_error=float(ours.get("bloom_error", cls.bloom_error)),
+                prefetch=int(ours.get("prefetch", cls.prefetch)),
             )
         except ValueError as exc:
             raise ConfigError("frontier", f"bad option in {redact(url)}: {exc}") from None
@@ -176,6 +187,7 @@ class RedisOptions:
             "bloom_capacity": None if self.bloom_capacity > 0 else "must be positive",
             "bloom_error": None if 0 < self.bloom_error < 1 else "must be between 0 and 1",
             "prefix": None if self.prefix and "{" not in self.prefix else "must be non-empty",
+            "prefetch": None if 1 <= self.prefetch <= 1000 else "must be from 1 to 1000",
         }
         for name, problem in problems.items():
             if problem is not None:
@@ -295,6 +307,10 @@ class RedisFrontier:
         self._bloom = options.bloom_size() if options.seen == "bloom" else None
         self._ttl_ms = int(options.lease_ttl * 1000)
         self._ids: dict[int, str] = {}  # id(request) -> Redis id, for requests we hold
+        self._buffer: deque[tuple[str, bytes]] = deque()  # leased, not yet handed out
+        self._acks: list[str] = []  # done, ack not sent yet
+        self._unacked: set[str] = set()  # done, ack not confirmed yet
+        self._flusher: asyncio.Task[None] | None = None
         self._suspects: set[str] = set()
         self._opened = False
         self._closed = False
@@ -328,6 +344,8 @@ class RedisFrontier:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             await asyncio.gather(self._heartbeat, return_exceptions=True)
+        if self._flusher is not None:
+            await asyncio.wait([self._flusher], timeout=5.0)
         returned = 0
         if hand_back and self._opened:
             try:
@@ -335,6 +353,7 @@ class RedisFrontier:
             except RedisError as exc:  # the deadline sweep of the others returns them
                 log.warning("frontier_hand_back_failed", error=repr(exc))
         self._ids.clear()
+        self._buffer.clear()
         await self._redis.aclose()
         log.info("frontier_closed", owner=self.owner, handed_back=returned)
         return returned
@@ -372,27 +391,44 @@ class RedisFrontier:
         if not self._opened:
             await self.open()
         while True:
-            found = await self._take_one()
-            if found is None:
-                return None
-            rid, raw = found[0].decode(), found[1]
+            if not self._buffer:
+                found = await self._take_batch()
+                if not found:
+                    return None
+                pairs = zip(found[::2], found[1::2], strict=True)
+                self._buffer.extend((rid.decode(), raw) for rid, raw in pairs)
+            rid, raw = self._buffer.popleft()
             try:
                 request = decode(raw, self.spider)
             except (RequestNotShareable, ValueError, KeyError, TypeError) as exc:
                 log.error("frontier_request_unreadable", id=rid, error=repr(exc))
-                await self._release(rid, requeue=False)
+                await self._release([rid], requeue=False)
                 continue
             self._ids[id(request)] = rid
             return request
 
     async def done(self, request: Request, *, requeue: bool = False) -> None:
+        """Requeues go at once; acks are sent in the background, batched.
+
+        The worker does not wait for an ack (its children are already queued), so
+        a page costs one round trip fewer; a crash before the ack only means the
+        lease goes back and the page may be fetched again (at-least-once).
+        """
         rid = self._ids.pop(id(request), None)
-        if rid is not None:
-            await self._release(rid, requeue=requeue)
+        if rid is None:
+            return
+        if requeue:
+            await self._release([rid], requeue=True)
+            return
+        self._acks.append(rid)
+        self._unacked.add(rid)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name="frontier-acks")
 
     async def counts(self) -> tuple[int, int, int]:
         if not self._opened:
             await self.open()
+        await self.flush()  # our own finished requests do not count as leased
 
         async def read() -> list[Any]:
             async with self._redis.pipeline(transaction=False) as pipe:
@@ -407,6 +443,11 @@ class RedisFrontier:
         queued, leased, seen = await self._call(read)
         return int(queued), int(leased), int(seen or 0)
 
+    async def flush(self) -> None:
+        """Wait until every ``done`` so far is acknowledged in Redis."""
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
+
     # -- internals ---------------------------------------------------------------------
 
     def _seen_key(self, request: Request) -> str | bytes:
@@ -414,17 +455,27 @@ class RedisFrontier:
             return request.fingerprint
         return bloom_offsets(request.fingerprint, *self._bloom)
 
-    async def _take_one(self) -> Any:
+    async def _take_batch(self) -> Any:
         k = self.keys
         token = k.take_token(uuid.uuid4().hex)  # the same for every retry of this take
         keys = [k.queue, k.leases, k.owner, k.owned(self.owner), k.payload, token]
-        return await self._call(lambda: self._take(keys=keys, args=[self.owner, self._ttl_ms]))
+        args: list[str | int] = [self.owner, self._ttl_ms, self.options.prefetch]
+        return await self._call(lambda: self._take(keys=keys, args=args))
 
-    async def _release(self, rid: str, *, requeue: bool) -> None:
+    async def _release(self, rids: list[str], *, requeue: bool) -> None:
         k = self.keys
         keys = [k.leases, k.owner, k.owned(self.owner), k.payload, k.queue]
-        args = [rid, self.owner, "1" if requeue else "0"]
+        args = [self.owner, "1" if requeue else "0", *rids]
         await self._call(lambda: self._done(keys=keys, args=args))
+
+    async def _flush(self) -> None:
+        while self._acks:
+            batch, self._acks = self._acks, []
+            try:
+                await self._release(batch, requeue=False)
+            except Exception:  # not acked: the orphan check returns them (a duplicate)
+                log.exception("frontier_ack_failed", count=len(batch))
+            self._unacked.difference_update(batch)
 
     async def _call(self, operation: Callable[[], Awaitable[T]]) -> T:
         """One round trip; while Redis is unreachable, wait and try again (logged once)."""
@@ -460,10 +511,11 @@ class RedisFrontier:
         (the connection broke): seen in two beats running, it goes back.
         """
         held = await renew_leases(self._redis, self.keys, self.owner, self._ttl_ms)
-        held -= set(self._ids.values())
-        for rid in held & self._suspects:
-            log.warning("frontier_orphan_requeued", id=rid)
-            await self._release(rid, requeue=True)
+        held -= {*self._ids.values(), *self._unacked, *(rid for rid, _ in self._buffer)}
+        orphans = held & self._suspects
+        if orphans:
+            log.warning("frontier_orphans_requeued", count=len(orphans))
+            await self._release(sorted(orphans), requeue=True)
         self._suspects = held - self._suspects
         swept = await sweep_leases(self._redis, self.keys)
         if swept:

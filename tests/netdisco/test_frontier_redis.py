@@ -45,8 +45,8 @@ def redis_server() -> Iterator[RedisServer]:
 
 @pytest.fixture
 def redis_url(redis_server: RedisServer) -> str:
-    """A key prefix per test: tests never see each other's frontiers."""
-    return f"{redis_server.url}?prefix=t{uuid.uuid4().hex[:10]}"
+    """A key prefix per test: tests never see each other's frontiers; one take, one lease."""
+    return f"{redis_server.url}?prefix=t{uuid.uuid4().hex[:10]}&prefetch=1"
 
 
 @pytest.fixture
@@ -113,6 +113,8 @@ async def test_concurrent_takers_never_share_a_request(frontier: Factory, spider
             await f.done(request)
 
     await asyncio.gather(*(worker(f) for f in engines for _ in range(8)))
+    for f in engines:
+        await f.flush()
     assert len(taken) == 300
     assert set(taken.values()) == {1}
     assert await engines[1].counts() == (0, 0, 300)
@@ -200,6 +202,7 @@ async def test_recovery_is_safe_when_many_run_it_at_once(
     request = held[0]
     assert request is not None
     await victim.done(request)
+    await victim.flush()
     assert await survivor.counts() == (19, 0, 20)
 
 
@@ -232,7 +235,7 @@ async def test_orphaned_lease_from_a_lost_reply_is_requeued(frontier: Factory, s
     client = aioredis.Redis.from_url(a.options.url)
     try:  # Redis leased it to "a", but "a" never saw the reply
         keys = [k.queue, k.leases, k.owner, k.owned("a"), k.payload, k.take_token("t")]
-        await client.eval(TAKE_LUA, 6, *keys, "a", 30000)
+        await client.eval(TAKE_LUA, 6, *keys, "a", 30000, 1)
     finally:
         await client.aclose()
     await a.beat()
@@ -248,12 +251,29 @@ async def test_a_retried_take_gets_the_same_request(frontier: Factory, spider: S
     keys = [k.queue, k.leases, k.owner, k.owned("a"), k.payload, k.take_token("same")]
     client = aioredis.Redis.from_url(a.options.url)
     try:
-        first = await client.eval(TAKE_LUA, 6, *keys, "a", 30000)
-        again = await client.eval(TAKE_LUA, 6, *keys, "a", 30000)
+        first = await client.eval(TAKE_LUA, 6, *keys, "a", 30000, 1)
+        again = await client.eval(TAKE_LUA, 6, *keys, "a", 30000, 1)
     finally:
         await client.aclose()
     assert first == again
     assert await a.counts() == (1, 1, 2)
+
+
+async def test_prefetched_requests_are_leased_and_handed_back(
+    frontier: Factory, spider: SiteSpider, redis_url: str
+):
+    a = frontier("a", url=redis_url.replace("prefetch=1", "prefetch=4"))
+    await a.add(requests_for(spider, 6))
+    first = await a.take()
+    assert first is not None
+    assert await a.counts() == (2, 4, 6)
+    await a.beat()
+    await a.beat()  # buffered requests are ours, not orphans
+    assert await a.counts() == (2, 4, 6)
+    await a.done(first)
+    assert await a.counts() == (2, 3, 6)
+    assert await a.close() == 3
+    assert await frontier("b").counts() == (5, 0, 6)
 
 
 async def test_bloom_mode_dedups_and_counts(frontier: Factory, spider: SiteSpider, redis_url: str):
