@@ -11,7 +11,9 @@ the spider found through a plain pipeline and push more URLs to it.
     curl http://127.0.0.1:8080/crawler/netdiscovery/spiders
 
 Mounted routes are the engine's own, so its control routes check the bearer token
-from ``$NETDISCO_TOKEN`` when one is set; bind to loopback otherwise.
+from ``$NETDISCO_TOKEN`` when one is set. Without one they accept anybody, and the
+engine cannot know where the application listens: ``main`` refuses a host other
+than loopback without a token.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from aiohttp import web
 
 from netdisco import CallablePipeline, Request, Response, Spider
 from netdisco.api import create_app
-from netdisco.config import EngineSettings
+from netdisco.config import EngineSettings, is_loopback
 from netdisco.engine import SpiderEngine
 
 ENGINE = web.AppKey("engine", SpiderEngine)
@@ -86,9 +88,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     args = parser.parse_args(argv)
-    web.run_app(
-        make_app(args.url, os.environ.get("NETDISCO_TOKEN")), host=args.host, port=args.port
-    )
+    token = os.environ.get("NETDISCO_TOKEN")
+    if token is None and not is_loopback(args.host):
+        # the mounted routes cannot see where the application listens: refuse here
+        parser.error(f"--host {args.host} is reachable from other machines: set NETDISCO_TOKEN")
+    web.run_app(make_app(args.url, token), host=args.host, port=args.port)
 
 
 if __name__ == "__main__":

@@ -291,6 +291,25 @@ def monitor_env(receivers: Receivers, tmp_path: Path) -> dict[str, str]:
     }
 
 
+async def healthy(session: aiohttp.ClientSession, port: int) -> bool:
+    try:
+        async with session.get(f"http://127.0.0.1:{port}/netdiscovery/health") as response:
+            return response.status == 200
+    except aiohttp.ClientError:
+        return False
+
+
+def start_engine(tmp_path: Path, zk_hosts: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """An engine without spiders, registered with a 2 s session: the one to be killed."""
+    engine_config = tmp_path / "engine.toml"
+    engine_config.write_text(
+        f'[engine]\nid = "doomed"\nport = {free_port()}\n'
+        f'[zookeeper]\nhosts = "{zk_hosts}"\nsession_timeout = 2.0\n'
+    )
+    argv = [sys.executable, "-m", "netdisco.cli", "engine", "--config", str(engine_config)]
+    return spawn(argv, tmp_path, env, tmp_path / "engine.log")
+
+
 async def test_monitor_example_runs_every_hook_for_a_lost_engine(
     zk_hosts: str, receivers: Receivers, tmp_path: Path
 ) -> None:
@@ -300,17 +319,13 @@ async def test_monitor_example_runs_every_hook_for_a_lost_engine(
          "--zk", zk_hosts, "--port", str(port), "--grace", "0.5"],
         tmp_path, monitor_env(receivers, tmp_path), tmp_path / "monitor.log",
     )  # fmt: skip
-    engine_config = tmp_path / "engine.toml"
-    engine_config.write_text(
-        f'[engine]\nid = "doomed"\nport = {free_port()}\n'
-        f'[zookeeper]\nhosts = "{zk_hosts}"\nsession_timeout = 2.0\n'
-    )
-    engine = spawn(
-        [sys.executable, "-m", "netdisco.cli", "engine", "--config", str(engine_config)],
-        tmp_path, monitor_env(receivers, tmp_path), tmp_path / "engine.log",
-    )  # fmt: skip
+    engine: subprocess.Popen[bytes] | None = None
     try:
         async with aiohttp.ClientSession() as session:
+            # an engine that registers before the monitor's first listing is part of its
+            # silent baseline, not an engine_joined: wait until the monitor is ready
+            await until(lambda: healthy(session, port), "the monitor's health")
+            engine = start_engine(tmp_path, zk_hosts, monitor_env(receivers, tmp_path))
             events_url = f"http://127.0.0.1:{port}/netdiscovery/events"
 
             async def event(kind: str) -> bool:
@@ -331,7 +346,8 @@ async def test_monitor_example_runs_every_hook_for_a_lost_engine(
             await until(lambda: receivers.hooks, "the webhook")
             await until((tmp_path / "lost-engines.jsonl").exists, "the command hook")
     finally:
-        stop(engine)
+        if engine is not None:
+            stop(engine)
         code = stop(monitor)
     incident = json.loads(incidents.read_text().splitlines()[0])
     assert (incident["event"], incident["engine_id"]) == ("engine_lost", "doomed")
@@ -341,3 +357,13 @@ async def test_monitor_example_runs_every_hook_for_a_lost_engine(
     command = json.loads((tmp_path / "lost-engines.jsonl").read_text().splitlines()[0])
     assert command["engine_id"] == "doomed"
     assert code == 0, (tmp_path / "monitor.log").read_text()
+
+
+def test_embedded_example_refuses_an_open_control_off_loopback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("NETDISCO_TOKEN", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        embed_aiohttp.main(["http://127.0.0.1:1/", "--host", "0.0.0.0"])
+    assert exited.value.code == 2
+    assert "set NETDISCO_TOKEN" in capsys.readouterr().err
