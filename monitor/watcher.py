@@ -144,7 +144,8 @@ class Watcher:
         next_full = time.monotonic() + self.settings.resync_interval
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), max(0.0, next_full - time.monotonic()))
+                async with asyncio.timeout(max(0.0, next_full - time.monotonic())):
+                    await self._wake.wait()
             except TimeoutError:
                 self._full = True
             if self._full:

@@ -71,10 +71,16 @@ class FakeEngine:
         self.data = engine_data(self.engine_id, **extra)
         self.client.set(self.path, self.data)
 
-    def leave(self) -> None:
-        """Graceful: write ``state: leaving``, then delete."""
+    def leave(self, pipelined: bool = False) -> None:
+        """Graceful: write ``state: leaving``, then delete (both sent at once if pipelined)."""
         data = json.loads(self.data)
         data["state"] = "leaving"
+        if pipelined:  # as netdisco's registry does: one round trip, applied in order
+            written = self.client.set_async(self.path, json.dumps(data).encode())
+            deleted = self.client.delete_async(self.path)
+            written.get(timeout=10)
+            deleted.get(timeout=10)
+            return
         self.client.set(self.path, json.dumps(data).encode())
         self.client.delete(self.path)
 

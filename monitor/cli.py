@@ -1,0 +1,163 @@
+"""``netdisco-monitor``: run the monitor, or probe a running one.
+
+    netdisco-monitor --zk HOSTS [--root /netdiscovery] [--config monitor.toml] [--port 8316] ...
+    netdisco-monitor check [--url URL | --config monitor.toml] [--timeout S]
+
+``check`` exits 0 when the monitor's health route answers 200 and 1 otherwise,
+for container health probes. Logging is configured here and only here: JSON
+lines when stderr is not a TTY (or with ``--log-json``), readable otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tomllib
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from monitor import __version__
+from monitor.config import load_config
+from monitor.settings import MonitorConfig
+from netdisco.exceptions import ConfigError
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="netdisco-monitor",
+        description="Watch netdisco engines in ZooKeeper; report joins, leaves and losses.",
+        epilog="'netdisco-monitor check --help': the health probe.",
+    )
+    p.add_argument("--zk", metavar="HOSTS", help="ZooKeeper hosts (host:port,...[/chroot])")
+    p.add_argument("--root", help="znode the engines register under (/netdiscovery)")
+    p.add_argument("--config", type=Path, help="TOML file (see README)")
+    p.add_argument("--host", help="HTTP bind address (127.0.0.1)")
+    p.add_argument("--port", type=int, help="HTTP port (8316; 0 picks a free one)")
+    p.add_argument("--session-timeout", type=float, help="ZooKeeper session timeout, s")
+    p.add_argument("--grace", type=float, help="seconds a lost engine waits before alerts")
+    p.add_argument("--state-file", help="where the last view is kept across restarts")
+    p.add_argument("--log-json", action="store_true", default=None, help="JSON log lines")
+    p.add_argument("--log-level", help="debug, info, warning or error")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return p
+
+
+def _check_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="netdisco-monitor check",
+        description="Exit 0 if a running monitor is healthy, 1 if not (container probe).",
+    )
+    p.add_argument("--url", help="monitor base URL (default from --config, or 127.0.0.1:8316)")
+    p.add_argument("--config", type=Path, help="read [http] host and port from this TOML")
+    p.add_argument("--timeout", type=float, default=3.0, help="seconds (3)")
+    return p
+
+
+def configure_logging(*, json_lines: bool, level: str) -> None:
+    """structlog (and kazoo's stdlib logs) to stderr, once, at the entry point."""
+    renderer: Any = (
+        structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer()
+    )
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    structlog.configure(
+        processors=[*shared, structlog.processors.format_exc_info, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=shared,
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
+    logging.basicConfig(handlers=[handler], level=logging.WARNING, force=True)
+    logging.getLogger("kazoo").setLevel(logging.ERROR)  # reconnect chatter; we log states
+
+
+def _load(args: argparse.Namespace) -> MonitorConfig:
+    overrides = {
+        "zookeeper.hosts": args.zk,
+        "zookeeper.root": args.root,
+        "zookeeper.session_timeout": args.session_timeout,
+        "http.host": args.host,
+        "http.port": args.port,
+        "alerts.grace": args.grace,
+        "alerts.state_file": args.state_file,
+        "log.json": args.log_json,
+        "log.level": args.log_level,
+    }
+    return load_config(args.config, overrides=overrides)
+
+
+def run(argv: Sequence[str]) -> int:
+    args = _run_parser().parse_args(argv)
+    try:
+        config = _load(args)
+    except ConfigError as exc:
+        print(f"netdisco-monitor: configuration error: {exc}", file=sys.stderr)
+        return 2
+    json_lines = config.log_json if config.log_json is not None else not sys.stderr.isatty()
+    configure_logging(json_lines=json_lines, level=config.log_level)
+    from monitor.daemon import Monitor  # after logging is configured
+
+    try:
+        monitor = Monitor(config)
+    except ConfigError as exc:  # e.g. a callable hook that cannot be imported
+        print(f"netdisco-monitor: configuration error: {exc}", file=sys.stderr)
+        return 2
+    monitor.run()
+    return 0
+
+
+def _check_url(args: argparse.Namespace) -> str:
+    if args.url:
+        return str(args.url).rstrip("/")
+    host, port = "127.0.0.1", 8316
+    if args.config is not None:
+        with args.config.open("rb") as fh:
+            http = tomllib.load(fh).get("http", {})
+        host, port = http.get("host", host), http.get("port", port)
+    if host in ("0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return f"http://{host}:{port}"
+
+
+def check(argv: Sequence[str]) -> int:
+    """Exit code 0 when healthy, 1 otherwise; one line on stdout saying why."""
+    args = _check_parser().parse_args(argv)
+    url = _check_url(args) + "/netdiscovery/health"
+    try:
+        with urllib.request.urlopen(url, timeout=args.timeout) as resp:
+            body = json.loads(resp.read())
+            print(f"ok: {body.get('engines', '?')} engines online")
+            return 0
+    except urllib.error.HTTPError as exc:
+        reason = json.loads(exc.read() or b"{}").get("reason", exc.reason)
+        print(f"unhealthy ({exc.code}): {reason}")
+    except (OSError, ValueError) as exc:
+        print(f"unreachable: {url}: {exc}")
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["check"]:
+        return check(args[1:])
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
