@@ -193,19 +193,27 @@ def one_run(args: argparse.Namespace, start_url: str, connections: int) -> dict[
 
 
 def report(results: list[dict[str, Any]]) -> None:
-    base = [r["window_pages_per_s"] for r in results if not r["connections"]]
-    baseline = statistics.median(base)
-    print(f"\nbaseline (no load): {baseline:.0f} pages/s  (runs: {base})")
-    print("| wrk connections | requests/s | p99 ms | non-2xx | crawl pages/s | slowdown |")
-    print("|---|---|---|---|---|---|")
+    """Slowdown against the same round's baseline (this machine drifts between rounds)."""
+    print(
+        "| wrk connections | requests/s | p99 ms | non-2xx | crawl pages/s | baseline | slowdown |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    baseline = 0.0
+    slowdowns: dict[int, list[float]] = {}
     for r in results:
         if not r["connections"]:
+            baseline = r["window_pages_per_s"]
             continue
         slow = 100 * (1 - r["window_pages_per_s"] / baseline)
+        slowdowns.setdefault(r["connections"], []).append(slow)
         w = r["wrk"]
         print(
             f"| {r['connections']} | {w['requests_per_s']:.0f} | {w['p99_ms']} | {w['non_2xx']} "
-            f"| {r['window_pages_per_s']:.0f} | {slow:.1f} % |"
+            f"| {r['window_pages_per_s']:.0f} | {baseline:.0f} | {slow:.1f} % |"
+        )
+    for connections, values in slowdowns.items():
+        print(
+            f"c={connections}: median slowdown {statistics.median(values):.1f} % over {len(values)}"
         )
 
 

@@ -18,7 +18,7 @@ from netdisco.settings import Settings
 from .engine_site import FakeRegistry, site_spider, start_site, wait_for
 
 TOKEN = "tok-0123456789abcdef"
-SLOW = Settings(progress_interval=0, concurrency=2)
+SLOW = Settings(progress_interval=0, concurrency=1)  # ~10 s on the slow pages: time to drive it
 
 
 class Client:

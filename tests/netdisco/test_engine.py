@@ -18,6 +18,7 @@ from netdisco.settings import Settings
 from .engine_site import FakeRegistry, site_spider, start_site, wait_for
 
 QUIET = Settings(progress_interval=0, concurrency=4)
+ONE_AT_A_TIME = Settings(progress_interval=0, concurrency=1)  # ~10 s on the slow pages
 
 
 @pytest.fixture
@@ -43,19 +44,19 @@ async def test_run_crawls_every_spider_to_the_end(site: str) -> None:
 
 async def test_spider_added_while_running_starts_at_once(site: str) -> None:
     async with SpiderEngine(standalone()) as engine:
-        engine.add_spider(site_spider("slow", site, "slow"), QUIET)
+        engine.add_spider(site_spider("slow", site, "slow"), ONE_AT_A_TIME)
         await engine.start()
+        assert engine.pause("slow") is SpiderState.PAUSED
         late = engine.add_spider(site_spider("late", site), QUIET)
         await wait_for(lambda: late.state is SpiderState.FINISHED)
         assert late.stats.items == 200
-        assert engine.pause("slow") is SpiderState.PAUSED
         assert await engine.stop_spider("slow") is SpiderState.STOPPED
         assert await engine.wait() == {"slow": SpiderState.STOPPED, "late": SpiderState.FINISHED}
 
 
 async def test_lifecycle_controls_and_their_errors(site: str) -> None:
     async with SpiderEngine(standalone()) as engine:
-        engine.add_spider(site_spider("s", site, "slow"), QUIET)
+        engine.add_spider(site_spider("s", site, "slow"), ONE_AT_A_TIME)
         with pytest.raises(InvalidTransition, match="cannot pause while idle"):
             engine.pause("s")
         with pytest.raises(RuntimeError, match="has not started"):
