@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import structlog
@@ -190,17 +190,28 @@ class Watcher:
         )
         listed_at = time.monotonic()
         prev = self.view or View()
-        to_read = {n for n in children if full or n in dirty or n not in prev.members}
-        results = await asyncio.gather(*(self._read(name) for name in to_read))
-        reads = dict(zip(to_read, results, strict=True))
         parent = Parent(czxid=stat.czxid, cversion=stat.cversion, pzxid=stat.pzxid)
+        reads = await self._read_all(
+            n for n in children if full or n in dirty or n not in prev.members
+        )
         view, retry = assemble(prev, children, reads, parent, time.time())
+        if not full and diff(prev, view).unobserved:
+            # kazoo hands watch events and replies over on different threads, so a
+            # notification may trail the listing: when the cversion says changes are
+            # missing, read every child before believing they were too fast to see.
+            reads.update(await self._read_all(n for n in children if n not in reads))
+            view, retry = assemble(prev, children, reads, parent, time.time())
         if retry:  # changed after the listing: look again at once
             self._dirty |= retry
             self._wake.set()
         self._apply(prev, view, listed_at, baseline=self.view is None)
         if self.connected:
             self.fresh.set()
+
+    async def _read_all(self, names: Iterable[str]) -> dict[str, Member | None]:
+        wanted = list(names)
+        results = await asyncio.gather(*(self._read(name) for name in wanted))
+        return dict(zip(wanted, results, strict=True))
 
     async def _read(self, name: str) -> Member | None:
         try:
