@@ -25,9 +25,9 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import aiohttp
+from aiohttp import web
 
 from netdisco.demo.site import PAGES, SPIDERS, Mail, SmtpSink, start_site
 from netdisco.demo.support import (
@@ -94,13 +94,13 @@ class Demo:
         self.out = out
         self.say = narrator.say
         self.narrator = narrator
-        self.zk = ZooKeeperServer(out / "zookeeper")
+        self.zk = ZooKeeperServer(out.resolve() / "zookeeper")
         self.sink = SmtpSink()
         self.engines = [Engine(engine_id, spider, free_port()) for engine_id, spider in ENGINES]
         self.monitor_port = free_port()
         self.children: Children | None = None
         self._zk_start: asyncio.Future[None] | None = None
-        self._site: Any = None
+        self._site: web.AppRunner | None = None
 
     def prepare(self) -> None:
         """Fresh logs, items, configs and ZooKeeper data (a stale dataDir would replay)."""
@@ -160,7 +160,8 @@ class Demo:
         async def healthy() -> bool | None:
             if not child.alive():
                 raise DemoFailed(f"the monitor exited; see {child.log}")
-            return await get_json(session, self._monitor_url("/netdiscovery/health")) and True
+            health = await get_json(session, self._monitor_url("/netdiscovery/health"))
+            return None if health is None else True
 
         await poll(healthy, "the monitor's first look at ZooKeeper", DEADLINE)
         self.say("monitor", f"ready, dashboard at {self._monitor_url('/')}")
@@ -177,7 +178,7 @@ class Demo:
             self.say(engine.id, f"starting (pid {engine.child.pid}): crawls /{engine.spider}/")
         self.say("engines", "each registers an ephemeral znode /netdiscovery/<id> in ZooKeeper")
         for engine in self.engines:
-            await feed.wait("engine_joined", engine.id, DEADLINE)
+            await feed.wait("engine_joined", engine.id, DEADLINE, watch=engine.child)
 
     async def _show_progress(self, session: aiohttp.ClientSession) -> None:
         self.say(

@@ -189,10 +189,16 @@ class EventFeed:
                 return event
         return None
 
-    async def wait(self, kind: str, engine_id: str, timeout: float) -> dict[str, Any]:
-        """The first ``kind`` event about ``engine_id``; DemoFailed after ``timeout`` s."""
+    async def wait(
+        self, kind: str, engine_id: str, timeout: float, *, watch: Child | None = None
+    ) -> dict[str, Any]:
+        """The first ``kind`` event about ``engine_id``; DemoFailed after ``timeout`` s,
+        or at once if the ``watch`` process exits meanwhile (its log says why)."""
 
         async def check() -> dict[str, Any] | None:
+            if watch is not None and not watch.alive():
+                code = watch.process.returncode
+                raise DemoFailed(f"{watch.name} exited with code {code}; see {watch.log}")
             return self.find(kind, engine_id)
 
         return await poll(check, f"the monitor's {kind} event for {engine_id}", timeout)
