@@ -68,6 +68,15 @@ async def fast_site() -> AsyncIterator[str]:
     await runner.cleanup()
 
 
+def test_examples_are_type_checked_and_importable() -> None:
+    """``make typecheck`` covers examples/ only while pyproject lists it."""
+    import tomllib
+
+    files = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["files"]
+    assert "examples" in files
+    assert (EXAMPLES / "__init__.py").exists()  # the monitor imports examples.offline_hook
+
+
 # -- TOML examples: every key the code reads, each with a comment ----------------------
 
 KEY_LINE = re.compile(r"^#?\s*([a-z_]+)\s*=\s*(.*)$")
