@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import structlog
 
@@ -26,10 +27,16 @@ from monitor.settings import AlertSettings
 log = structlog.get_logger(__name__)
 
 _BACK = frozenset({EventType.ENGINE_JOINED, EventType.ENGINE_RESTARTED})
+#: The grace key of ``cluster_empty``; ``present(CLUSTER)`` means "any engine online".
+CLUSTER = "*"
 
 
 class Alerts:
-    """Routes events to hooks. ``present(engine_id)`` and ``fresh`` come from the watcher."""
+    """Routes events to hooks. ``present(engine_id)`` and ``fresh`` come from the watcher.
+
+    ``cluster_empty`` (an offline event by default too) waits the same grace,
+    so one engine's flap cannot e-mail "cluster empty" either.
+    """
 
     def __init__(
         self,
@@ -51,22 +58,29 @@ class Alerts:
         self._pending: dict[str, list[Event]] = {}  # hook name -> batch being collected
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._deliveries: set[asyncio.Task[None]] = set()
+        self._backoff: dict[asyncio.Task[Any], tuple[str, list[str]]] = {}  # waiting to retry
+        self._closing = False
 
     def submit(self, event: Event) -> None:
         """Take one event; never blocks, never raises for a hook's sake."""
-        engine_id = event.engine_id
-        if engine_id is not None and event.type in _BACK and engine_id in self._grace:
-            lost, task = self._grace.pop(engine_id)
+        if event.type in _BACK:
+            self._back(event)
+        if event.type in self.settings.offline_events and self.settings.grace > 0:
+            key = event.engine_id or CLUSTER
+            if key not in self._grace:  # else: the same absence, already waited on
+                self._grace[key] = (event, asyncio.create_task(self._after_grace(key, event)))
+            return
+        self._route(event)
+
+    def _back(self, event: Event) -> None:
+        """An engine (re)appeared: cancel the offline alerts it makes untrue."""
+        if CLUSTER in self._grace:
+            self._grace.pop(CLUSTER)[1].cancel()
+            log.info("offline_alert_cancelled", key=CLUSTER, reason="an engine joined")
+        if event.engine_id in self._grace:
+            lost, task = self._grace.pop(event.engine_id)
             task.cancel()
             self._flapped(lost, event)
-        if engine_id is not None and event.type in self.settings.offline_events:
-            if engine_id in self._grace:
-                return  # the same absence, already waited on
-            if self.settings.grace > 0:
-                task = asyncio.create_task(self._after_grace(event))
-                self._grace[engine_id] = (event, task)
-                return
-        self._route(event)
 
     def _flapped(self, lost: Event, back: Event) -> None:
         self._record(
@@ -79,13 +93,12 @@ class Alerts:
             )
         )
 
-    async def _after_grace(self, event: Event) -> None:
+    async def _after_grace(self, key: str, event: Event) -> None:
         await asyncio.sleep(self.settings.grace)
         await self._fresh.wait()  # no offline alert from a stale view
-        engine_id = event.engine_id or ""
-        self._grace.pop(engine_id, None)
-        if self._present(engine_id):  # back, though no join was seen (e.g. state file)
-            log.info("offline_alert_cancelled", engine_id=engine_id, reason="engine is back")
+        self._grace.pop(key, None)
+        if self._present(key):  # back, though no join was seen (e.g. while stale)
+            log.info("offline_alert_cancelled", key=key, reason="back after the grace period")
             return
         self._route(event)
 
@@ -118,39 +131,59 @@ class Alerts:
     async def _deliver(self, hook: Hook, events: list[Event]) -> None:
         born, delay, attempt = time.monotonic(), self.settings.retry_initial, 0
         kinds = [f"{e.type.value}:{e.engine_id or '-'}" for e in events]
+        task = asyncio.current_task()
+        assert task is not None
         while True:
             attempt += 1
             try:
-                await asyncio.wait_for(hook.deliver(events), self.settings.hook_timeout)
+                async with asyncio.timeout(self.settings.hook_timeout):
+                    await hook.deliver(events)
             except Exception as exc:
                 self.metrics.alerts_failed.labels(hook.name).inc()
-                if time.monotonic() - born + delay > self.settings.max_age:
-                    self._dropped(hook, kinds, f"failing for {self.settings.max_age} s: {exc!r}")
+                if self._closing or time.monotonic() - born + delay > self.settings.max_age:
+                    why = (
+                        "monitor stopping"
+                        if self._closing
+                        else f"failing for {self.settings.max_age} s"
+                    )
+                    self._dropped(hook.name, kinds, f"{why}: {exc!r}")
                     return
                 log.warning("alert_failed", hook=hook.name, events=kinds, attempt=attempt,
                             error=repr(exc), retry_in=delay)  # fmt: skip
-                await asyncio.sleep(delay)
+                self._backoff[task] = (hook.name, kinds)
+                try:
+                    await asyncio.sleep(delay)
+                finally:
+                    self._backoff.pop(task, None)
                 delay = min(delay * 2, self.settings.retry_max)
                 continue
             self.metrics.alerts_sent.labels(hook.name).inc()
             log.info("alert_sent", hook=hook.name, events=kinds, attempt=attempt)
             return
 
-    def _dropped(self, hook: Hook, kinds: list[str], reason: str) -> None:
-        self.metrics.alerts_dropped.labels(hook.name).inc()
-        log.error("alert_dropped", hook=hook.name, events=kinds, reason=reason)
+    def _dropped(self, hook: str, kinds: list[str], reason: str) -> None:
+        self.metrics.alerts_dropped.labels(hook).inc()
+        log.error("alert_dropped", hook=hook, events=kinds, reason=reason)
 
     async def close(self, timeout: float = 5.0) -> None:
-        """Send what is batched, give deliveries ``timeout`` s, then log the rest as dropped."""
-        for engine_id, (event, task) in list(self._grace.items()):
+        """Send what is batched, give attempts in flight ``timeout`` s; drop (and log) the rest.
+
+        Alerts waiting to retry have failed already: they are dropped at once.
+        """
+        self._closing = True
+        for key, (event, task) in list(self._grace.items()):
             task.cancel()
-            log.warning("offline_alert_abandoned", engine_id=engine_id, event=event.type.value,
+            log.warning("offline_alert_abandoned", key=key, kind=event.type.value,
                         reason="monitor stopping within the grace period")  # fmt: skip
         self._grace.clear()
         for hook in self.hooks:
             if hook.name in self._timers:
                 self._timers[hook.name].cancel()
                 self._flush(hook)
+        await asyncio.sleep(0)  # let fresh deliveries start their first attempt
+        for task, (hook_name, kinds) in list(self._backoff.items()):
+            task.cancel()
+            self._dropped(hook_name, kinds, "monitor stopping while waiting to retry")
         if self._deliveries:
             _, pending = await asyncio.wait(set(self._deliveries), timeout=timeout)
             for task in pending:

@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 
 from monitor import __version__
-from monitor.alerts import Alerts
+from monitor.alerts import CLUSTER, Alerts
 from monitor.events import Event, EventType, iso
 from monitor.hooks import build_hooks
 from monitor.http import HttpServer
@@ -63,9 +63,10 @@ class Monitor:
         )
         self.started_at = time.time()
 
-    def _present(self, engine_id: str) -> bool:
-        view = self.watcher.view
-        return view is not None and engine_id in view.members
+    def _present(self, key: str) -> bool:
+        """Is the engine (or, for ``CLUSTER``, any engine) in the view?"""
+        members = self.watcher.view.members if self.watcher.view else {}
+        return bool(members) if key == CLUSTER else key in members
 
     def record(self, event: Event) -> None:
         """Log, keep, count, then route one event. Called on the loop, never blocks."""

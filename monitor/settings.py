@@ -36,7 +36,9 @@ class AlertSettings:
     retry_initial: float = 0.5
     retry_max: float = 60.0
     hook_timeout: float = 10.0
-    offline_events: frozenset[EventType] = frozenset({EventType.ENGINE_LOST})
+    offline_events: frozenset[EventType] = frozenset(
+        {EventType.ENGINE_LOST, EventType.CLUSTER_EMPTY}
+    )
     leave_window: float = 0.5  # a write this close before a delete means "left"
 
 

@@ -100,7 +100,7 @@ def alerts(values: Mapping[str, Any], session_timeout: float) -> AlertSettings:
         offline_events=_events(
             "alerts.offline_events",
             values.get("offline_events"),
-            frozenset({EventType.ENGINE_LOST}),
+            frozenset({EventType.ENGINE_LOST, EventType.CLUSTER_EMPTY}),
         ),
         **floats,
     )

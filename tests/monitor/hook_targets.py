@@ -1,0 +1,25 @@
+"""Python callables the monitor's callable hook loads by dotted path in the tests."""
+
+from __future__ import annotations
+
+import asyncio
+
+from monitor.events import Event
+
+RECEIVED: list[tuple[str, str, str | None]] = []
+
+
+def sync_hook(event: Event) -> None:
+    RECEIVED.append(("sync", event.type.value, event.engine_id))
+
+
+async def async_hook(event: Event) -> None:
+    await asyncio.sleep(0)
+    RECEIVED.append(("async", event.type.value, event.engine_id))
+
+
+async def never_returns(event: Event) -> None:
+    await asyncio.sleep(3600)
+
+
+NOT_CALLABLE = 42

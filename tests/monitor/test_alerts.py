@@ -1,0 +1,229 @@
+"""Offline alerts through real servers: SMTP (aiosmtpd), a webhook, a command, a callable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from structlog.testing import capture_logs
+
+from monitor.alerts import Alerts
+from monitor.events import Event, EventType
+from monitor.metrics import Metrics
+from monitor.settings import AlertSettings
+from netdisco.exceptions import ConfigError
+from tests.monitor import hook_targets
+from tests.monitor.conftest import monitor_config, until
+
+EMAIL = {"sender": "netdisco@example.org", "to": ["ops@example.org"], "events": ["engine_lost"]}
+
+
+def _email(smtp: Any, **extra: Any) -> dict[str, Any]:
+    return {**EMAIL, "port": smtp.port, **extra}
+
+
+def _value(monitor: Any, name: str, hook: str) -> float:
+    value = monitor.metrics.registry.get_sample_value(name, {"hook": hook})
+    return value or 0.0
+
+
+async def _lose(engines: Any, rec: Any, name: str) -> None:
+    engine = await asyncio.to_thread(engines, name)
+    await asyncio.to_thread(engine.join)
+    await until(lambda: rec.of("engine_joined", name))
+    await asyncio.to_thread(engine.vanish)  # gone without "leaving": lost
+
+
+async def test_sigkilled_engine_email_has_its_details(
+    zk_hosts, start_monitor, engine_processes, smtp
+):
+    config = monitor_config(zk_hosts, email=_email(smtp), alerts={"grace": 0.5})
+    _, rec = await start_monitor(config)
+    doomed = await asyncio.to_thread(engine_processes, zk_hosts, "doomed")
+    await until(lambda: rec.of("engine_joined", "doomed"))
+    doomed.signal(signal.SIGKILL)
+    await until(lambda: smtp.mailbox.messages, what="the e-mail")
+    msg = smtp.mailbox.messages[0]
+    assert "engine_lost" in msg["Subject"]
+    assert "doomed" in msg["Subject"]
+    assert msg["To"] == "ops@example.org"
+    body = msg.get_payload(decode=True).decode()
+    assert "engine:     doomed" in body
+    assert "host:       127.0.0.1:8715" in body
+    assert "status_url: http://127.0.0.1:8715/netdiscovery/engine#doomed" in body
+    assert "spiders:    quotes (running)" in body
+    assert "last seen:  20" in body
+    assert "since:      20" in body
+
+
+async def test_smtp_down_then_up_the_alert_arrives(zk_hosts, start_monitor, engines, smtp_down):
+    config = monitor_config(zk_hosts, email=_email(smtp_down))
+    monitor, rec = await start_monitor(config)
+    await _lose(engines, rec, "e1")
+    await until(lambda: _value(monitor, "netdisco_monitor_alerts_failed_total", "email") >= 2)
+    smtp_down.start()
+    await until(lambda: smtp_down.mailbox.messages, what="the late e-mail")
+    assert "e1" in smtp_down.mailbox.messages[0]["Subject"]
+    assert _value(monitor, "netdisco_monitor_alerts_sent_total", "email") == 1
+
+
+async def test_flap_inside_grace_sends_nothing(zk_hosts, start_monitor, engines, smtp):
+    email = _email(smtp, events=["engine_lost", "cluster_empty"])  # both wait the grace
+    config = monitor_config(zk_hosts, email=email, alerts={"grace": 1.5})
+    monitor, rec = await start_monitor(config)
+    engine = await asyncio.to_thread(engines, "flappy")
+    await _lose(lambda _: engine, rec, "flappy")
+    await until(lambda: rec.of("engine_lost", "flappy"))
+    await asyncio.to_thread(engine.join)
+    flapped = await until(lambda: rec.of("engine_flapped", "flappy"))
+    await asyncio.sleep(2.0)  # past the grace period: nothing may go out
+    assert smtp.mailbox.messages == []
+    assert len(flapped) == 1
+    assert _value(monitor, "netdisco_monitor_alerts_sent_total", "email") == 0
+
+
+async def test_events_in_one_window_make_one_email(zk_hosts, start_monitor, engines, smtp):
+    email = _email(smtp, events=["engine_lost", "cluster_empty"])
+    config = monitor_config(zk_hosts, email=email, alerts={"batch_window": 0.8})
+    _, rec = await start_monitor(config)
+    pair = [await asyncio.to_thread(engines, name) for name in ("x1", "x2")]
+    for engine in pair:
+        await asyncio.to_thread(engine.join)
+    await until(lambda: len(rec.of("engine_joined")) == 2)
+    for engine in pair:
+        await asyncio.to_thread(engine.vanish)
+    await until(lambda: smtp.mailbox.messages)
+    await until(lambda: rec.of("cluster_empty"))
+    await asyncio.sleep(1.0)  # let a wrongly split second message show up
+    assert len(smtp.mailbox.messages) == 1
+    msg = smtp.mailbox.messages[0]
+    assert msg["Subject"].startswith("[netdisco] 3 events")
+    body = msg.get_payload(decode=True).decode()
+    assert "engine:     x1" in body
+    assert "engine:     x2" in body
+
+
+async def test_alert_past_max_age_is_dropped_and_counted(
+    zk_hosts, start_monitor, engines, smtp_down
+):
+    config = monitor_config(zk_hosts, email=_email(smtp_down), alerts={"max_age": 0.6})
+    monitor, rec = await start_monitor(config)
+    with capture_logs() as logs:
+        await _lose(engines, rec, "gone")
+        await until(lambda: _value(monitor, "netdisco_monitor_alerts_dropped_total", "email"))
+    dropped = [x for x in logs if x["event"] == "alert_dropped"]
+    assert len(dropped) == 1
+    assert dropped[0]["events"] == ["engine_lost:gone"]
+
+
+async def test_webhook_retried_until_accepted(zk_hosts, start_monitor, engines, unused_tcp_port):
+    received: list[dict[str, Any]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        received.append(await request.json())
+        return web.Response(status=500 if len(received) == 1 else 204)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
+    try:
+        url = f"http://127.0.0.1:{unused_tcp_port}/hook"
+        monitor, rec = await start_monitor(monitor_config(zk_hosts, webhook={"url": url}))
+        await _lose(engines, rec, "w1")
+        await until(lambda: _value(monitor, "netdisco_monitor_alerts_sent_total", "webhook"))
+        assert len(received) == 2
+        assert received[1]["type"] == "engine_lost"
+        assert received[1]["engine"]["id"] == "w1"
+        assert _value(monitor, "netdisco_monitor_alerts_failed_total", "webhook") == 1
+    finally:
+        await runner.cleanup()
+
+
+async def test_command_gets_event_json_on_stdin(zk_hosts, start_monitor, engines, tmp_path: Path):
+    out = tmp_path / "event.json"
+    script = f"import sys; open({str(out)!r}, 'w').write(sys.stdin.read())"
+    command = {"argv": [sys.executable, "-c", script], "events": ["engine_joined"]}
+    await start_monitor(monitor_config(zk_hosts, command=command))
+    engine = await asyncio.to_thread(engines, "c1")
+    await asyncio.to_thread(engine.join)
+    await until(lambda: out.exists() and out.read_text())
+    event = json.loads(out.read_text())
+    assert event["type"] == "engine_joined"
+    assert event["engine_id"] == "c1"
+
+
+@pytest.mark.parametrize("target", ["tests.monitor.hook_targets:sync_hook",
+                                    "tests.monitor.hook_targets.async_hook"])  # fmt: skip
+async def test_callable_by_dotted_path(zk_hosts, start_monitor, engines, target: str):
+    hook_targets.RECEIVED.clear()
+    config = monitor_config(zk_hosts, callable={"target": target, "events": ["engine_joined"]})
+    await start_monitor(config)
+    engine = await asyncio.to_thread(engines, "py1")
+    await asyncio.to_thread(engine.join)
+    got = await until(lambda: hook_targets.RECEIVED)
+    assert got[0][1:] == ("engine_joined", "py1")
+
+
+def test_unloadable_callable_fails_at_start(zk_hosts):
+    from monitor.daemon import Monitor
+
+    for target in ("tests.monitor.hook_targets:missing", "tests.monitor.hook_targets:NOT_CALLABLE"):
+        with pytest.raises(ConfigError) as info:
+            Monitor(monitor_config(zk_hosts, callable={"target": target}))
+        assert info.value.key == "callable.target"
+
+
+async def test_a_hung_hook_blocks_neither_watcher_nor_email(zk_hosts, start_monitor, engines, smtp):
+    config = monitor_config(
+        zk_hosts,
+        email=_email(smtp),
+        callable={"target": "tests.monitor.hook_targets:never_returns"},
+        alerts={"hook_timeout": 0.5},
+    )
+    monitor, rec = await start_monitor(config)
+    await _lose(engines, rec, "h1")
+    await until(lambda: smtp.mailbox.messages)
+    await _lose(engines, rec, "h2")  # the watcher still reports while the hook hangs
+    await until(lambda: rec.of("engine_lost", "h2"))
+    await until(lambda: _value(monitor, "netdisco_monitor_alerts_failed_total", "callable"))
+
+
+class _Recording:
+    name, batch = "rec", False
+    events = frozenset({EventType.ENGINE_LOST})
+
+    def __init__(self) -> None:
+        self.got: list[Event] = []
+
+    async def deliver(self, events: Any) -> None:
+        self.got.extend(events)
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_no_offline_alert_while_the_view_is_stale():
+    """Pure routing logic: the grace timer waits for a fresh view, then looks again."""
+    hook, fresh, present = _Recording(), asyncio.Event(), set[str]()
+    settings = AlertSettings(grace=0.05, batch_window=0.0)
+    alerts = Alerts([hook], settings, Metrics(), fresh=fresh, present=present.__contains__,
+                    record=lambda e: None)  # fmt: skip
+    alerts.submit(Event(type=EventType.ENGINE_LOST, engine_id="a"))
+    alerts.submit(Event(type=EventType.ENGINE_LOST, engine_id="b"))
+    alerts.submit(Event(type=EventType.ENGINE_LOST, engine_id="a"))  # the same absence
+    await asyncio.sleep(0.3)
+    assert hook.got == []  # stale: nothing yet
+    present.add("b")  # b came back while we could not see
+    fresh.set()
+    await until(lambda: hook.got)
+    await asyncio.sleep(0.1)
+    assert [e.engine_id for e in hook.got] == ["a"]
+    await alerts.close()
