@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from functools import partial
 from pathlib import Path
 
 from kazoo.client import KazooClient
@@ -46,9 +47,9 @@ async def test_pipelined_leave_is_left_and_vanish_is_lost(zk_hosts, start_monito
     for i in range(10):
         engine = await asyncio.to_thread(engines, f"p{i}")
         await asyncio.to_thread(engine.join)
-        await until(lambda i=i: rec.of("engine_joined", f"p{i}"))
+        await until(partial(rec.of, "engine_joined", f"p{i}"))
         await asyncio.to_thread(engine.leave, pipelined=bool(i % 2))
-        await until(lambda i=i: len(rec.types(f"p{i}")) == 2)
+        await until(partial(rec.of, "engine_left", f"p{i}"))
         assert rec.types(f"p{i}") == ["engine_joined", "engine_left"]
     ghost = await asyncio.to_thread(engines, "ghost")
     await asyncio.to_thread(ghost.join)
