@@ -337,6 +337,8 @@ class SpiderEngine:
             log.error("spider_stop_failed", engine=self.id, spider=crawler.name, error=repr(exc))
 
     async def _start_crawler(self, crawler: Crawler) -> None:
+        if crawler.state is not SpiderState.IDLE:  # start() got to it first
+            return
         try:
             await crawler.start()
         except Exception as exc:
