@@ -14,11 +14,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# Servers the tests start themselves: ZooKeeper (and a JRE), Redis.
+# Servers the tests start themselves: ZooKeeper (and a JRE), Redis; Chromium for the dashboard test.
 system-deps:
 	@missing=""; \
 	[ -f $(ZK_JAR) ] || missing="$$missing zookeeper"; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -q && $(APT) $$missing; \
