@@ -1,0 +1,140 @@
+"""``netdisco-monitor`` as users run it: a subprocess with a TOML file, signals, ``check``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from netdisco.testing import free_port
+from tests.monitor.conftest import REPO, until
+
+TOML = """
+[zookeeper]
+hosts = "{hosts}"
+session_timeout = 2.0
+
+[http]
+port = {port}
+
+[alerts]
+grace = 0.5
+batch_window = 0.0
+state_file = "{state}"
+
+[email]
+host = "127.0.0.1"
+port = {smtp}
+sender = "netdisco@example.org"
+to = ["ops@example.org"]
+password_env = "TEST_SMTP_PASSWORD"
+events = ["engine_lost"]
+"""
+
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "TEST_SMTP_PASSWORD": "hunter2-secret"}
+
+
+class Daemon:
+    """The monitor in a subprocess; its JSON log lines are collected as they come."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.logs: list[dict[str, Any]] = []
+        self.raw: list[str] = []
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        assert self.proc.stderr is not None
+        async for line in self.proc.stderr:
+            text = line.decode()
+            self.raw.append(text)
+            if text.startswith("{"):
+                self.logs.append(json.loads(text))
+
+    def named(self, event: str) -> list[dict[str, Any]]:
+        return [x for x in self.logs if x["event"] == event]
+
+
+async def _cli(*args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "monitor.cli", *args, cwd=REPO, env=ENV,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+
+
+async def _check(port: int) -> tuple[int, str]:
+    proc = await _cli("check", "--url", f"http://127.0.0.1:{port}", "--timeout", "2")
+    out, _ = await proc.communicate()
+    return proc.returncode or 0, out.decode()
+
+
+async def test_daemon_beside_two_engines(zk_hosts, tmp_path: Path, smtp, engine_processes):
+    """The issue's "done when": joins, an e-mail for the SIGKILLed one, the other's leave."""
+    port = free_port()
+    config = tmp_path / "monitor.toml"
+    state = tmp_path / "state.json"
+    config.write_text(TOML.format(hosts=zk_hosts, port=port, smtp=smtp.port, state=state))
+    daemon = Daemon(await _cli("--config", str(config), "--log-json"))
+    try:
+        await until(lambda: daemon.named("baseline"), what="baseline")
+        calm = await asyncio.to_thread(engine_processes, zk_hosts, "calm")
+        doomed = await asyncio.to_thread(engine_processes, zk_hosts, "doomed")
+        await until(lambda: len(daemon.named("engine_joined")) == 2, what="two joins")
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{port}/netdiscovery/monitor") as resp:
+                shown = sorted(e["id"] for e in (await resp.json())["engines"])
+        assert shown == ["calm", "doomed"]
+        assert await _check(port) == (0, "ok: 2 engines online\n")
+
+        doomed.signal(signal.SIGKILL)
+        await until(lambda: smtp.mailbox.messages, what="the e-mail about the lost engine")
+        assert "doomed" in smtp.mailbox.messages[0]["Subject"]
+        calm.signal(signal.SIGTERM)
+        await until(lambda: daemon.named("engine_left"), what="the graceful leave")
+        assert [x["engine_id"] for x in daemon.named("engine_left")] == ["calm"]
+        assert [x["engine_id"] for x in daemon.named("engine_lost")] == ["doomed"]
+
+        daemon.proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(daemon.proc.wait(), 20) == 0
+        await daemon.reader
+        (summary,) = daemon.named("monitor_stopped")
+        assert summary["events"]["engine_joined"] == 2
+        assert summary["alerts_sent"] == 1
+        assert not any("hunter2" in line for line in daemon.raw)  # secrets never logged
+        code, out = await _check(port)
+        assert code == 1
+        assert out.startswith("unreachable")
+        assert json.loads(state.read_text())["root"] == "/netdiscovery"
+    finally:
+        if daemon.proc.returncode is None:
+            daemon.proc.kill()
+            await daemon.proc.wait()
+        daemon.reader.cancel()
+
+
+async def test_sigint_also_stops_with_one_summary(zk_hosts):
+    daemon = Daemon(await _cli("--zk", zk_hosts, "--port", "0", "--log-json"))
+    await until(lambda: daemon.named("baseline"), what="baseline")
+    daemon.proc.send_signal(signal.SIGINT)
+    assert await asyncio.wait_for(daemon.proc.wait(), 20) == 0
+    await daemon.reader
+    assert len(daemon.named("monitor_stopped")) == 1
+
+
+async def test_bad_config_fails_at_start_naming_the_key(tmp_path: Path):
+    config = tmp_path / "monitor.toml"
+    config.write_text('[zookeeper]\nhosts = "127.0.0.1:1"\n[alerts]\ngrace = "soon"\n')
+    proc = await _cli("--config", str(config))
+    _, err = await proc.communicate()
+    assert proc.returncode == 2
+    assert "alerts.grace" in err.decode()
+    proc = await _cli("--port", "80")
+    _, err = await proc.communicate()
+    assert proc.returncode == 2
+    assert "zookeeper.hosts" in err.decode()
