@@ -138,7 +138,7 @@ class Crawler:
         """Begin crawling on the running loop; returns at once."""
         self._check("start")
         self.started_at = time.time()
-        self.stats.started = time.monotonic()
+        self.stats.restart_clock()
         self._unpaused.set()
         self._set_state(SpiderState.RUNNING)
         self._main = asyncio.create_task(

@@ -18,13 +18,18 @@ OUTCOMES = (
 
 
 class Rate:
-    """Events per second over the last minute, in one-second buckets."""
+    """Events per second over the last minute, in one-second buckets.
 
-    __slots__ = ("_buckets", "_last")
+    Until a minute has passed, the rate is over the time since it began, so a
+    young crawl does not read as slow.
+    """
+
+    __slots__ = ("_born", "_buckets", "_last")
 
     def __init__(self) -> None:
         self._buckets = [0] * 60
-        self._last = int(time.monotonic())
+        self._born = time.monotonic()
+        self._last = int(self._born)
 
     def _advance(self, now: int) -> None:
         gap = now - self._last
@@ -41,11 +46,14 @@ class Rate:
         self._buckets[now % 60] += count
 
     def per_second(self, window: int = 60) -> float:
-        """Mean rate over the last ``window`` full seconds."""
-        now = int(time.monotonic())
+        """Mean rate over the last ``window`` seconds (or since it began, if younger)."""
+        clock = time.monotonic()
+        now = int(clock)
         self._advance(now)
-        total = sum(self._buckets[(now - back) % 60] for back in range(1, window + 1))
-        return total / window
+        total = sum(self._buckets[(now - back) % 60] for back in range(window))
+        # the current second is partial: the span is the window up to now, or the age
+        span = min(float(window - 1) + (clock - now), clock - self._born)
+        return total / span if span > 0 else 0.0
 
 
 class Stats:
@@ -69,6 +77,11 @@ class Stats:
         self.queue_size = 0
         self.seen = 0
         self.last_error: str | None = None
+        self.started = time.monotonic()
+        self.pages = Rate()
+
+    def restart_clock(self) -> None:
+        """Start the clocks (elapsed, pages/s) now: the crawl begins."""
         self.started = time.monotonic()
         self.pages = Rate()
 
