@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from netdisco import stats
 from netdisco.stats import Rate
 
 
@@ -19,7 +18,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock(1000.0)
-    monkeypatch.setattr(stats.time, "monotonic", fake)
+    monkeypatch.setattr("netdisco.stats.time.monotonic", fake)
     return fake
 
 
