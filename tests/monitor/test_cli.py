@@ -86,9 +86,9 @@ async def test_daemon_beside_two_engines(zk_hosts, tmp_path: Path, smtp, engine_
         calm = await asyncio.to_thread(engine_processes, zk_hosts, "calm")
         doomed = await asyncio.to_thread(engine_processes, zk_hosts, "doomed")
         await until(lambda: len(daemon.named("engine_joined")) == 2, what="two joins")
-        async with aiohttp.ClientSession() as session:
-            async with session.get(f"http://127.0.0.1:{port}/netdiscovery/monitor") as resp:
-                shown = sorted(e["id"] for e in (await resp.json())["engines"])
+        url = f"http://127.0.0.1:{port}/netdiscovery/monitor"
+        async with aiohttp.ClientSession() as session, session.get(url) as resp:
+            shown = sorted(e["id"] for e in (await resp.json())["engines"])
         assert shown == ["calm", "doomed"]
         assert await _check(port) == (0, "ok: 2 engines online\n")
 

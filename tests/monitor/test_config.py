@@ -70,7 +70,7 @@ def test_defaults() -> None:
     assert config.zookeeper.root == "/netdiscovery"
     assert config.http.port == 8316
     assert config.alerts.grace == config.zookeeper.session_timeout + 5.0
-    assert config.alerts.offline_events == {EventType.ENGINE_LOST}
+    assert config.alerts.offline_events == {EventType.ENGINE_LOST, EventType.CLUSTER_EMPTY}
     assert config.email is None
 
 
