@@ -57,7 +57,7 @@ class Alerts:
         self._grace: dict[str, tuple[Event, asyncio.Task[None]]] = {}
         self._pending: dict[str, list[Event]] = {}  # hook name -> batch being collected
         self._timers: dict[str, asyncio.Task[None]] = {}
-        self._deliveries: set[asyncio.Task[None]] = set()
+        self._deliveries: dict[asyncio.Task[None], tuple[str, list[str]]] = {}
         self._backoff: dict[asyncio.Task[Any], tuple[str, list[str]]] = {}  # waiting to retry
         self._closing = False
 
@@ -125,8 +125,11 @@ class Alerts:
 
     def _spawn(self, hook: Hook, events: list[Event]) -> None:
         task = asyncio.create_task(self._deliver(hook, events))
-        self._deliveries.add(task)
-        task.add_done_callback(self._deliveries.discard)
+        self._deliveries[task] = (
+            hook.name,
+            [f"{e.type.value}:{e.engine_id or '-'}" for e in events],
+        )
+        task.add_done_callback(lambda done: self._deliveries.pop(done, None))
 
     async def _deliver(self, hook: Hook, events: list[Event]) -> None:
         born, delay, attempt = time.monotonic(), self.settings.retry_initial, 0
@@ -187,11 +190,10 @@ class Alerts:
         if self._deliveries:
             _, pending = await asyncio.wait(set(self._deliveries), timeout=timeout)
             for task in pending:
+                hook_name, kinds = self._deliveries[task]
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            if pending:
-                self.metrics.alerts_dropped.labels("shutdown").inc(len(pending))
-                log.error("alert_dropped", count=len(pending), reason="monitor stopping")
+                self._dropped(hook_name, kinds, "monitor stopping during delivery")
         for hook in self.hooks:
             await hook.aclose()

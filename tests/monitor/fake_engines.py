@@ -106,7 +106,7 @@ def _serve(args: argparse.Namespace) -> None:
 
 def _churn_one(engine: FakeEngine, ops: int, rng: random.Random, tally: dict[str, int]) -> None:
     present = False
-    creates = deletes = 0
+    creates = deletes = leaves = 0
     for _ in range(ops):
         roll = rng.random()
         if not present:
@@ -114,7 +114,7 @@ def _churn_one(engine: FakeEngine, ops: int, rng: random.Random, tally: dict[str
             creates, present = creates + 1, True
         elif roll < 0.35:
             engine.leave()
-            deletes, present = deletes + 1, False
+            deletes, leaves, present = deletes + 1, leaves + 1, False
         elif roll < 0.6:  # restart: gone and back between two looks, if we are quick
             engine.vanish()
             engine.join()
@@ -125,6 +125,7 @@ def _churn_one(engine: FakeEngine, ops: int, rng: random.Random, tally: dict[str
     with _TALLY_LOCK:
         tally["creates"] += creates
         tally["deletes"] += deletes
+        tally["leaves"] += leaves
 
 
 def _churn(args: argparse.Namespace) -> None:
@@ -134,7 +135,7 @@ def _churn(args: argparse.Namespace) -> None:
     ]
     print("ready", flush=True)
     sys.stdin.readline()  # "go"
-    tally = {"creates": 0, "deletes": 0}
+    tally = {"creates": 0, "deletes": 0, "leaves": 0}
     threads = [
         threading.Thread(
             target=_churn_one, args=(e, args.ops, random.Random(f"{args.prefix}{i}"), tally)
