@@ -104,9 +104,10 @@ class _Inbox:
         self.accepted: asyncio.Queue[float] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
 
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         now = time.perf_counter()
-        assert self.loop is not None and self.accepted is not None
+        assert self.loop is not None
+        assert self.accepted is not None
         self.loop.call_soon_threadsafe(self.accepted.put_nowait, now)
         return "250 OK"
 
@@ -140,10 +141,12 @@ async def email_latency(hosts: str, runs: int) -> dict[str, Any]:
     return {"part": "engine_lost -> e-mail accepted", **_percentiles(samples)}
 
 
-async def _churner(hosts: str, prefix: str, engines: int, ops: int) -> asyncio.subprocess.Process:
+async def _churner(
+    hosts: str, prefix: str, engines: int, ops: int, *extra: str
+) -> asyncio.subprocess.Process:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tests.monitor.fake_engines", "churn", hosts, "/netdiscovery",
-        prefix, "--engines", str(engines), "--ops", str(ops), cwd=REPO,
+        prefix, "--engines", str(engines), "--ops", str(ops), *extra, cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
@@ -152,12 +155,12 @@ async def _churner(hosts: str, prefix: str, engines: int, ops: int) -> asyncio.s
     return proc
 
 
-async def churn(hosts: str, engines: int, procs: int, ops: int) -> dict[str, Any]:
+async def churn(hosts: str, engines: int, procs: int, ops: int, *extra: str) -> dict[str, Any]:
     monitor = Monitor(_config(hosts))
     await monitor.start()
     await monitor.watcher.fresh.wait()
     workers = await asyncio.gather(
-        *(_churner(hosts, f"w{i}-", engines // procs, ops) for i in range(procs))
+        *(_churner(hosts, f"w{i}-", engines // procs, ops, *extra) for i in range(procs))
     )
     try:
         started = time.perf_counter()
@@ -181,7 +184,8 @@ async def churn(hosts: str, engines: int, procs: int, ops: int) -> dict[str, Any
             proc.stdin.write(b"bye\n")
         await asyncio.gather(*(p.wait() for p in workers))
         await monitor.close()
-    return {"part": f"{engines} engines churning", "true_changes": true_changes,
+    name = f"{engines} engines churning {' '.join(extra)}".strip()
+    return {"part": name, "true_changes": true_changes,
             "reported": seen, "unobserved": monitor.watcher.unobserved_total,
             "accounted": seen + monitor.watcher.unobserved_total == true_changes,
             "view_equals_truth": True, "graceful_leaves": graceful, "churn_s": round(churned, 2),

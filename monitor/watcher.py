@@ -21,8 +21,8 @@ from typing import Any
 import structlog
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError
+from kazoo.protocol.states import Callback, KazooState, WatchedEvent
 from kazoo.protocol.states import EventType as ZkEventType
-from kazoo.protocol.states import KazooState, WatchedEvent
 
 from monitor import statefile
 from monitor.events import Event, EventType
@@ -194,11 +194,13 @@ class Watcher:
         # round trip instead of two for a leave.
         early = {} if full else {name: self._send_read(name) for name in dirty}
         children, stat = await wait_result(listing)
-        listed_at = time.monotonic()
+        await self._handed_over()
+        listed_at = time.monotonic()  # every notification up to the listing is in by now
+        dirty, self._dirty = dirty | self._dirty, set()
         prev = self.view or View()
         parent = Parent(czxid=stat.czxid, cversion=stat.cversion, pzxid=stat.pzxid)
         reads = await self._read_all(
-            {n: early.get(n) for n in children if full or n in early or n not in prev.members}
+            {n: early.get(n) for n in children if full or n in dirty or n not in prev.members}
         )
         view, retry = assemble(prev, children, reads, parent, time.time())
         if not full and diff(prev, view).unobserved:
@@ -213,6 +215,27 @@ class Watcher:
         self._apply(prev, view, listed_at, baseline=self.view is None)
         if self.connected:
             self.fresh.set()
+
+    async def _handed_over(self) -> None:
+        """Wait until every watch event kazoo received before now has reached the loop.
+
+        kazoo hands replies and watch events over on two different threads, so
+        under load a notification can trail the reply that ZooKeeper sent after
+        it (by hundreds of ms, measured). A marker queued behind the events on
+        kazoo's callback thread restores ZooKeeper's order: once it arrives, the
+        dirty marks and write times of every change up to the listing are here.
+        """
+        loop = asyncio.get_running_loop()
+        arrived: asyncio.Future[None] = loop.create_future()
+
+        def settle() -> None:
+            if not arrived.done():
+                arrived.set_result(None)
+
+        self.client.handler.dispatch_callback(
+            Callback("watch", loop.call_soon_threadsafe, (settle,))
+        )
+        await arrived
 
     def _send_read(self, name: str) -> Any:
         return self.client.get_async(self._prefix + name, watch=self._watch)
@@ -257,7 +280,7 @@ class Watcher:
             log.warning("changes_unobserved", count=result.unobserved)
             if self._on_unobserved is not None:
                 self._on_unobserved(result.unobserved)
-        self._forget(prev, view)
+        self._forget(prev, view, listed_at)
         if result.changes or result.unobserved:
             self._schedule_save()
 
@@ -275,20 +298,27 @@ class Watcher:
         for name in prev.members.keys() - view.members.keys():
             written = self._written.get(name)
             deleted = self._deleted.get(name, listed_at)
-            if written is not None and 0.0 <= deleted - written <= self._leave_window:
+            if written is not None and deleted < written:  # an older deletion of the name
+                deleted = listed_at
+            if written is not None and deleted - written <= self._leave_window:
                 departing.add(name)
         return frozenset(departing)
 
-    def _forget(self, prev: View, view: View) -> None:
-        """Drop notification times that no longer explain a future removal."""
+    def _forget(self, prev: View, view: View, listed_at: float) -> None:
+        """Drop notification times that can no longer explain a future removal.
+
+        Times up to the listing belong to a node that is now gone or replaced;
+        later ones may already be about its successor, so they stay.
+        """
         now = time.monotonic()
         for name in list(self._written.keys() | self._deleted.keys()):
             old, new = prev.members.get(name), view.members.get(name)
-            gone = new is None or (old is not None and old.czxid != new.czxid)
-            stale = now - self._written.get(name, now) > 60.0
-            if gone or stale:
-                self._written.pop(name, None)
-                self._deleted.pop(name, None)
+            if new is None or (old is not None and old.czxid != new.czxid):
+                for times in (self._written, self._deleted):
+                    if times.get(name, now) <= listed_at:
+                        times.pop(name)
+            elif now - self._written.get(name, now) > 60.0:
+                self._written.pop(name)
 
     def _emit(self, event: Event) -> None:
         try:

@@ -104,7 +104,13 @@ def _serve(args: argparse.Namespace) -> None:
     engine.close()
 
 
-def _churn_one(engine: FakeEngine, ops: int, rng: random.Random, tally: dict[str, int]) -> None:
+def _churn_one(
+    engine: FakeEngine,
+    ops: int,
+    rng: random.Random,
+    tally: dict[str, int],
+    graceful_only: bool = False,
+) -> None:
     present = False
     creates = deletes = leaves = 0
     for _ in range(ops):
@@ -115,7 +121,9 @@ def _churn_one(engine: FakeEngine, ops: int, rng: random.Random, tally: dict[str
         elif roll < 0.35:
             engine.leave()
             deletes, leaves, present = deletes + 1, leaves + 1, False
-        elif roll < 0.6:  # restart: gone and back between two looks, if we are quick
+        elif (
+            roll < 0.6 and not graceful_only
+        ):  # restart: gone and back between two looks, if we are quick
             engine.vanish()
             engine.join()
             creates, deletes = creates + 1, deletes + 1
@@ -138,7 +146,8 @@ def _churn(args: argparse.Namespace) -> None:
     tally = {"creates": 0, "deletes": 0, "leaves": 0}
     threads = [
         threading.Thread(
-            target=_churn_one, args=(e, args.ops, random.Random(f"{args.prefix}{i}"), tally)
+            target=_churn_one,
+            args=(e, args.ops, random.Random(f"{args.prefix}{i}"), tally, args.graceful_only),
         )
         for i, e in enumerate(engines)
     ]
@@ -172,6 +181,7 @@ def main() -> None:
     churn.add_argument("--engines", type=int, default=50)
     churn.add_argument("--ops", type=int, default=20)
     churn.add_argument("--timeout", type=float, default=10.0)
+    churn.add_argument("--graceful-only", action="store_true", help="no delete without leaving")
     args = parser.parse_args()
     {"serve": _serve, "churn": _churn}[args.mode](args)
 
