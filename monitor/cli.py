@@ -118,7 +118,11 @@ def run(argv: Sequence[str]) -> int:
     except ConfigError as exc:  # e.g. a callable hook that cannot be imported
         print(f"netdisco-monitor: configuration error: {exc}", file=sys.stderr)
         return 2
-    monitor.run()
+    try:
+        monitor.run()
+    except OSError as exc:  # e.g. the HTTP port is taken: say so, without a traceback
+        print(f"netdisco-monitor: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -138,3 +138,16 @@ async def test_bad_config_fails_at_start_naming_the_key(tmp_path: Path):
     _, err = await proc.communicate()
     assert proc.returncode == 2
     assert "zookeeper.hosts" in err.decode()
+
+
+async def test_port_in_use_is_one_clear_line(zk_hosts):
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        proc = await _cli("--zk", zk_hosts, "--port", str(port))
+        _, err = await proc.communicate()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert proc.returncode == 1
+    assert "address already in use" in err.decode().strip().splitlines()[-1]
