@@ -21,6 +21,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from netdisco.config import is_loopback
 from netdisco.crawler import SpiderState
 from netdisco.engine import EngineState, SpiderEngine
 from netdisco.exceptions import InvalidTransition, UnknownSpider
@@ -182,6 +183,13 @@ def authorize(request: web.Request) -> SpiderEngine:
         raise ApiError(403, "control_disabled", "control is disabled on this engine")
     token = engine.settings.token
     if token is None:
+        if not _served_on_loopback(request):
+            # an application that mounts these routes on a public address without a token
+            raise ApiError(
+                403,
+                "control_needs_token",
+                "control without a token is only served on a loopback address",
+            )
         return engine
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not given.strip():
@@ -189,6 +197,16 @@ def authorize(request: web.Request) -> SpiderEngine:
     if not hmac.compare_digest(given.strip().encode(), token.encode()):
         raise ApiError(403, "forbidden", "the bearer token is not valid for this engine")
     return engine
+
+
+def _served_on_loopback(request: web.Request) -> bool:
+    """Whether the socket this request arrived on is bound to a loopback address."""
+    sockname = request.transport.get_extra_info("sockname") if request.transport else None
+    if isinstance(sockname, str | bytes):
+        return True  # a Unix socket: only this machine can reach it
+    if not sockname:
+        return False
+    return is_loopback(str(sockname[0]))
 
 
 def _control(action: str) -> Handler:

@@ -74,7 +74,7 @@ def zookeeper_registry(table: Mapping[str, Any]) -> RegistryFactory:
     from netdisco.registry import Registration  # kazoo only when configured
     from netdisco.zkconfig import ZooKeeperSettings
 
-    settings = ZooKeeperSettings.from_mapping(table, prefix="zookeeper")
+    settings = ZooKeeperSettings.from_mapping(table, prefix="zookeeper", environ=os.environ)
 
     def build(engine_id: str, describe: Callable[[], dict[str, Any]]) -> Registry:
         return Registration(settings, engine_id, describe)
