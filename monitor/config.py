@@ -47,7 +47,7 @@ ENV_PREFIX = "NETDISCO_MONITOR_"
 _SCHEMA: dict[str, dict[str, str]] = {
     "zookeeper": {"hosts": "str", "root": "str", "session_timeout": "float",
                   "resync_interval": "float"},
-    "http": {"host": "str", "port": "int", "recent_events": "int"},
+    "http": {"host": "str", "port": "int", "recent_events": "int", "poll_status": "float"},
     "alerts": {"grace": "float", "state_file": "str", "batch_window": "float",
                "max_age": "float", "retry_initial": "float", "retry_max": "float",
                "hook_timeout": "float", "offline_events": "list", "leave_window": "float"},

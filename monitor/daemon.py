@@ -24,6 +24,7 @@ from monitor.hooks import build_hooks
 from monitor.http import HttpServer
 from monitor.metrics import Metrics
 from monitor.settings import MonitorConfig
+from monitor.status import StatusPoller
 from monitor.watcher import Watcher
 
 log = structlog.get_logger(__name__)
@@ -56,6 +57,7 @@ class Monitor:
             record=self.record,
         )
         self.http = HttpServer(self, config.http.host, config.http.port)
+        self.status = StatusPoller(self.watcher.members, config.http.poll_status)
         self.metrics.bind(
             online=lambda: len(self.watcher.members()),
             connected=lambda: float(self.watcher.connected),
@@ -89,11 +91,13 @@ class Monitor:
     async def start(self) -> None:
         await self.http.start()
         await self.watcher.start()
+        self.status.start()
         log.info("monitor_started", version=__version__, zk=self.config.zookeeper.hosts,
                  root=self.config.zookeeper.root, http=self.http.url)  # fmt: skip
 
     async def close(self) -> None:
         """Stop watching, flush alerts, stop serving; then one summary line."""
+        await self.status.close()
         await self.watcher.close()
         await self.alerts.close()
         await self.http.close()
@@ -138,6 +142,8 @@ class Monitor:
         for member in self.watcher.members():
             item = member.describe()
             item["since_iso"] = iso(member.since) if member.since else None
+            rate = self.status.rates.get(member.name)
+            item["pages_per_second"] = rate.pages_per_second if rate else None
             engines.append(item)
         return {
             "root": self.config.zookeeper.root,

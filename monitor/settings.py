@@ -25,6 +25,7 @@ class HttpSettings:
     host: str = "127.0.0.1"
     port: int = 8316  # 0: any free port (tests)
     recent_events: int = 500
+    poll_status: float = 5.0  # s between reads of each engine's pages/s; 0: never
 
 
 @dataclass(frozen=True, kw_only=True)

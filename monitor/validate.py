@@ -76,6 +76,7 @@ def http(values: Mapping[str, Any]) -> HttpSettings:
         host=values.get("host", "127.0.0.1"),
         port=_port("http.port", values.get("port", 8316)),
         recent_events=recent,
+        poll_status=_positive("http.poll_status", values.get("poll_status", 5.0), zero_ok=True),
     )
 
 

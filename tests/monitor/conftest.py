@@ -91,6 +91,7 @@ def monitor_config(zk_hosts: str, **sections: dict[str, Any]) -> MonitorConfig:
         "zookeeper.hosts": zk_hosts,
         "zookeeper.session_timeout": 2.0,
         "http.port": 0,
+        "http.poll_status": 0.0,
         "alerts.grace": 0.0,
         "alerts.batch_window": 0.0,
         "alerts.retry_initial": 0.1,

@@ -13,7 +13,9 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
+from monitor.status import spiders_url, total_rate
 from netdisco.testing import free_port
 from tests.monitor.conftest import monitor_config, until
 
@@ -172,3 +174,49 @@ async def test_dashboard_shows_an_engine_come_and_go(zk_hosts, start_monitor, en
         events = "document.getElementById('events').textContent"
         assert "engine_left dash1" in await page.eval(events)
         assert await page.eval("window.__sameLoad") is True
+
+
+def test_spiders_url_and_total_rate():
+    assert spiders_url("http://h:1/netdiscovery/engine") == "http://h:1/netdiscovery/spiders"
+    assert spiders_url("http://h:1/netdiscovery/engine#x") == "http://h:1/netdiscovery/spiders"
+    assert spiders_url("file:///etc/passwd") is None
+    assert spiders_url("http://h:1/other") is None
+    assert total_rate([{"pages_per_second": 1.5}, {"pages_per_second": None}, {}]) == 1.5
+    assert total_rate({"spiders": [{"pages_per_second": 2}]}) == 2.0
+    with pytest.raises(ValueError, match="no spider list"):
+        total_rate({"error": "x"})
+
+
+async def test_pages_per_second_read_from_the_engine(zk_hosts, start_monitor, engines):
+    async def spiders(request: web.Request) -> web.Response:
+        rates = [{"name": "a", "pages_per_second": 12.5}, {"name": "b", "pages_per_second": 3}]
+        return web.json_response(rates)
+
+    app = web.Application()
+    app.router.add_get("/netdiscovery/spiders", spiders)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        config = monitor_config(zk_hosts, http={"poll_status": 0.1})
+        monitor, _ = await start_monitor(config)
+        fast, dead = (
+            await asyncio.to_thread(engines, "fast"),
+            await asyncio.to_thread(engines, "dead"),
+        )
+        await asyncio.to_thread(
+            fast.join, status_url=f"http://127.0.0.1:{port}/netdiscovery/engine"
+        )
+        await asyncio.to_thread(
+            dead.join, status_url=f"http://127.0.0.1:{free_port()}/netdiscovery/engine"
+        )
+
+        def rates() -> dict[str, Any]:
+            return {e["id"]: e["pages_per_second"] for e in monitor.snapshot()["engines"]}
+
+        await until(lambda: rates().get("fast") == 15.5, what="the rate of the live engine")
+        assert rates()["dead"] is None  # unreachable: unknown, and still a member
+        assert monitor.status.rates["dead"].error == "ClientConnectorError"
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,97 @@
+"""Polls each engine's HTTP endpoint for its crawl rate, for the dashboard.
+
+Only a GET with a short timeout, never with credentials, and only to the
+``status_url`` the engine itself advertised. A failed poll shows as "unknown":
+membership is ZooKeeper's business, never this poller's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import structlog
+
+from monitor.snapshot import Member
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Rate:
+    """An engine's pages per second (all spiders), when it was read, or why not."""
+
+    pages_per_second: float | None
+    at: float
+    error: str | None = None
+
+
+def spiders_url(status_url: str) -> str | None:
+    """``.../netdiscovery/engine`` -> ``.../netdiscovery/spiders`` (where the rates are)."""
+    if not status_url.startswith(("http://", "https://")):
+        return None
+    base = status_url.split("#", 1)[0].rstrip("/")
+    if base.endswith("/engine"):
+        return base[: -len("engine")] + "spiders"
+    return None
+
+
+def total_rate(body: Any) -> float:
+    """Sum of ``pages_per_second`` over a spider list (DESIGN.md spider status objects)."""
+    spiders = body.get("spiders", body) if isinstance(body, dict) else body
+    if not isinstance(spiders, list):
+        raise ValueError("no spider list in the answer")
+    return round(sum(float(s.get("pages_per_second") or 0.0) for s in spiders), 2)
+
+
+class StatusPoller:
+    """Every ``interval`` s, reads the rate of every engine in ``members()``."""
+
+    def __init__(
+        self, members: Callable[[], list[Member]], interval: float, timeout: float = 2.0
+    ) -> None:
+        self.members = members
+        self.interval = interval
+        self.timeout = timeout
+        self.rates: dict[str, Rate] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    def start(self) -> None:
+        if self.interval > 0:
+            self._task = asyncio.create_task(self._run(), name="monitor-status-poller")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._session is not None:
+            await self._session.close()
+
+    async def _run(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=self.timeout)
+        self._session = aiohttp.ClientSession(timeout=timeout)
+        while True:
+            members = self.members()
+            await asyncio.gather(*(self._poll(m) for m in members))
+            present = {m.name for m in members}
+            self.rates = {k: v for k, v in self.rates.items() if k in present}
+            await asyncio.sleep(self.interval)
+
+    async def _poll(self, member: Member) -> None:
+        url = spiders_url(str(member.data.get("status_url", "")))
+        if url is None or self._session is None:
+            return
+        try:
+            async with self._session.get(url) as resp:
+                resp.raise_for_status()
+                rate = total_rate(await resp.json())
+            self.rates[member.name] = Rate(rate, time.time())
+        except (aiohttp.ClientError, TimeoutError, ValueError, TypeError) as exc:
+            self.rates[member.name] = Rate(None, time.time(), error=type(exc).__name__)
