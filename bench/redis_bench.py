@@ -73,6 +73,15 @@ async def engine(redis_url: str, base: str, concurrency: int) -> None:
         retries=0,
     )
     crawler = Crawler(spider, settings, frontier=frontier)
+    empty = [0]
+    take = crawler.frontier.take
+
+    async def counted_take() -> Any:  # how often workers found the shared queue empty
+        request = await take()
+        empty[0] += request is None
+        return request
+
+    crawler.frontier.take = counted_take  # type: ignore[method-assign]
     if frontier is not None:
         await frontier.open()
     print("ready", flush=True)
@@ -85,6 +94,7 @@ async def engine(redis_url: str, base: str, concurrency: int) -> None:
         await frontier.close()
     result = {"pages": stats.succeeded, "start": started, "end": finished, "round_trips": trips}
     result["cpu"] = cpu
+    result["empty_takes"] = empty[0]
     print(json.dumps(result), flush=True)
 
 
@@ -157,6 +167,7 @@ def measure(
         "pages_per_second": round(pages / seconds, 1),
         "per_engine": [r["pages"] for r in results],
         "round_trips_per_page": round(sum(r["round_trips"] for r in results) / pages, 2),
+        "empty_takes": sum(r["empty_takes"] for r in results),
         "redis_commands_per_page": round(commands / pages, 2),
         "engine_cpu_ms_per_page": round(1000 * sum(r["cpu"] for r in results) / pages, 2),
         "engine_cpu_share_of_machine": round(

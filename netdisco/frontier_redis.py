@@ -66,11 +66,13 @@ from netdisco.zkconfig import ZooKeeperSettings
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
-#: KEYS seen, seen_count, queue, payload, seq; ARGV mode, then per request:
-#: seen key (fingerprint or Bloom offsets), dont_filter, priority, JSON -> 1/0 each
+#: KEYS seen, seen_count, queue, payload, seq; ARGV mode, channel, then per request:
+#: seen key (fingerprint or Bloom offsets), dont_filter, priority, JSON -> 1/0 each.
+#: Publishing what was added wakes the engines whose workers wait for work.
 ADD_LUA = """
 local out = {}
-for i = 2, #ARGV, 4 do
+local added = 0
+for i = 3, #ARGV, 4 do
   local new = false
   if ARGV[1] == 'bloom' then
     for off in string.gmatch(ARGV[i], '%d+') do
@@ -85,14 +87,17 @@ for i = 2, #ARGV, 4 do
     redis.call('HSET', KEYS[4], id, ARGV[i + 3])
     redis.call('ZADD', KEYS[3], -tonumber(ARGV[i + 2]), id)
     out[#out + 1] = 1
+    added = added + 1
   else
     out[#out + 1] = 0
   end
 end
+if added > 0 then redis.call('PUBLISH', ARGV[2], added) end
 return out
 """
 #: KEYS queue, leases, owner, owned, payload, take token; ARGV owner, ttl ms, count
-#: -> id, JSON, id, JSON... (up to count). The token makes a retried take (its reply
+#: -> id, JSON, id, JSON... (up to count), or when none is queued the number leased.
+#: The token makes a retried take (its reply
 #: was lost with the connection) get the requests it already leased, not orphan them.
 TAKE_LUA = (
     NOW_LUA
@@ -106,7 +111,7 @@ if prior then
 else
   local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[3]))
   for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
-  if #ids == 0 then return {} end
+  if #ids == 0 then return redis.call('ZCARD', KEYS[2]) end
   redis.call('SET', KEYS[6], cjson.encode(ids), 'PX', ARGV[2])
 end
 local out = {}
@@ -140,6 +145,8 @@ end
 return 1
 """
 )
+#: how long a worker waits for work that engines are still producing
+WORK_WAIT = 0.25
 _RETRY_FIRST = 0.05
 _RETRY_MAX = 1.0
 _OPTIONS = ("prefix", "lease_ttl", "seen", "bloom_capacity", "bloom_error", "prefetch")
@@ -299,8 +306,8 @@ class RedisFrontier:
         self.keys = Keys(options.prefix, spider.name)
         self.round_trips = 0
         self._redis = redis or aioredis.Redis.from_url(
-            options.url, socket_connect_timeout=2.0, socket_timeout=10.0
-        )
+            options.url, socket_connect_timeout=2.0, socket_timeout=10.0, protocol=2
+        )  # RESP2: works with every Redis 5+ server, and pub/sub on its own connection
         self._add = self._redis.register_script(ADD_LUA)
         self._take = self._redis.register_script(TAKE_LUA)
         self._done = self._redis.register_script(DONE_LUA)
@@ -311,6 +318,8 @@ class RedisFrontier:
         self._acks: list[str] = []  # done, ack not sent yet
         self._unacked: set[str] = set()  # done, ack not confirmed yet
         self._flusher: asyncio.Task[None] | None = None
+        self._work = asyncio.Event()  # set (and replaced) when any engine adds requests
+        self._listener: asyncio.Task[None] | None = None
         self._suspects: set[str] = set()
         self._opened = False
         self._closed = False
@@ -334,6 +343,7 @@ class RedisFrontier:
                 ) from exc
             self._opened = True
             self._heartbeat = asyncio.create_task(self._beat_forever(), name="frontier-heartbeat")
+            self._listener = asyncio.create_task(self._listen(), name="frontier-listener")
             log.info("frontier_opened", url=redact(self.options.url), owner=self.owner)
 
     async def close(self, *, hand_back: bool = True) -> int:
@@ -341,9 +351,11 @@ class RedisFrontier:
         if self._closed:
             return 0
         self._closed = True
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            await asyncio.gather(self._heartbeat, return_exceptions=True)
+        tasks = [task for task in (self._heartbeat, self._listener) if task is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:  # see _listen: they end on _closed even if a cancellation is lost
+            await asyncio.wait(tasks, timeout=2.0)
         if self._flusher is not None:
             await asyncio.wait([self._flusher], timeout=5.0)
         returned = 0
@@ -363,7 +375,7 @@ class RedisFrontier:
     async def add(self, requests: Sequence[Request]) -> list[bool]:
         if not self._opened:
             await self.open()
-        args: list[str | bytes] = [self.options.seen]
+        args: list[str | bytes] = [self.options.seen, self.keys.added_channel]
         sent: list[int] = []
         for index, request in enumerate(requests):
             try:
@@ -393,7 +405,7 @@ class RedisFrontier:
         while True:
             if not self._buffer:
                 found = await self._take_batch()
-                if not found:
+                if isinstance(found, int):
                     return None
                 pairs = zip(found[::2], found[1::2], strict=True)
                 self._buffer.extend((rid.decode(), raw) for rid, raw in pairs)
@@ -456,6 +468,19 @@ class RedisFrontier:
         return bloom_offsets(request.fingerprint, *self._bloom)
 
     async def _take_batch(self) -> Any:
+        """Requests, or, when none is queued but some are leased (so more may come),
+        the same after waiting up to ``WORK_WAIT`` for another engine to add some."""
+        wake = self._work  # taken before asking, so no notice can slip in between
+        found = await self._take_once()
+        if isinstance(found, int) and found > 0:
+            try:
+                await asyncio.wait_for(wake.wait(), WORK_WAIT)
+            except TimeoutError:
+                return found
+            found = await self._take_once()
+        return found
+
+    async def _take_once(self) -> Any:
         k = self.keys
         token = k.take_token(uuid.uuid4().hex)  # the same for every retry of this take
         keys = [k.queue, k.leases, k.owner, k.owned(self.owner), k.payload, token]
@@ -496,8 +521,26 @@ class RedisFrontier:
                 log.warning("frontier_available_again", seconds_down=round(down, 2))
             return result
 
+    async def _listen(self) -> None:
+        """Turn other engines' additions into a wake-up for our waiting workers.
+
+        redis-py may turn our cancellation into a connection error, so the loops
+        here stop on ``_closed`` rather than trusting ``CancelledError`` to arrive.
+        """
+        while not self._closed:
+            try:
+                async with self._redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+                    await pubsub.subscribe(self.keys.added_channel)
+                    while not self._closed:
+                        if await pubsub.get_message(timeout=0.5) is not None:
+                            self._work.set()
+                            self._work = asyncio.Event()
+            except RedisError as exc:  # an outage: the operations log it and wait
+                log.debug("frontier_listener_failed", error=repr(exc))
+                await asyncio.sleep(_RETRY_MAX)
+
     async def _beat_forever(self) -> None:
-        while True:
+        while not self._closed:
             await asyncio.sleep(self.options.lease_ttl / 3)
             try:
                 await self.beat()

@@ -159,6 +159,11 @@ class Keys:
         """Prefix of the per-incarnation sets of leased ids."""
         return self._key("owned:")
 
+    @property
+    def added_channel(self) -> str:
+        """Pub/sub channel: how many requests an ``add`` queued (wakes idle workers)."""
+        return self._key("added")
+
     def take_token(self, token: str) -> str:
         """String: the id one take leased, so that its retry finds it (expires)."""
         return self._key(f"take:{token}")
@@ -239,7 +244,7 @@ class LeaseRecovery:
         self.leave_window = leave_window
         self.resync = resync
         self.recoveries: list[Recovery] = []
-        self._redis: aioredis.Redis = aioredis.Redis.from_url(redis_url)
+        self._redis: aioredis.Redis = aioredis.Redis.from_url(redis_url, protocol=2)
         self._client: KazooClient | None = None
         self._members: dict[str, dict[str, Any]] = {}
         self._written: dict[str, float] = {}
