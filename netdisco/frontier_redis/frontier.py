@@ -1,43 +1,13 @@
-"""A frontier in Redis that several engines share: one crawl, many processes.
-
-``settings.frontier = "redis://host:port/db?prefix=netdisco&lease_ttl=30"`` picks it
-(``make_frontier``). Per spider (keys in ``netdisco.recovery.Keys``): a sorted set
-of request ids by priority (FIFO within a priority), a hash of the requests as
-JSON, the seen set, and the leases: every request taken is recorded with its
-owner (the engine incarnation) and a deadline, and acknowledged by ``done``.
-Each operation is one Lua script, so two engines never take the same request
-and a crash between two commands cannot lose one.
-
-Seen set, memory per URL (measured with Redis 7.0, ``MEMORY USAGE``):
-``seen=exact`` keeps 16-byte fingerprints in a set, 64-72 bytes a URL (72 MB
-per million); ``seen=bloom`` keeps a fixed bitmap of ``bloom_capacity`` x 1.8 bytes
-at ``bloom_error=0.001`` (18 MB for 10 million URLs), with that false-positive
-rate of pages never fetched. A queued request costs its JSON (~300 bytes) more.
-
-Guarantees: a request leaves the frontier only when an engine acknowledges it;
-a lost engine's leases go back to the queue (``netdisco.recovery``), so requests,
-and so items, are at-least-once: a page may be fetched twice, never lost. Give
-items a key downstream (e.g. the URL) where duplicates matter. Callbacks travel
-by method name and are looked up on the spider; ``meta`` must be JSON-able.
-
-Redis unreachable at the first operation: ``FrontierUnavailable``. Lost later:
-every operation waits, retrying with backoff (logged once per outage), so the
-crawl pauses and carries on when Redis is back.
-"""
+"""``RedisFrontier``: the ``Frontier`` protocol over Redis (see the package docstring)."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
-import math
 import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import structlog
 from redis import asyncio as aioredis
@@ -45,12 +15,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from netdisco.exceptions import ConfigError, FrontierUnavailable, RequestNotShareable
+from netdisco.exceptions import FrontierUnavailable, RequestNotShareable
 from netdisco.frontier import Frontier, MemoryFrontier
+from netdisco.frontier_redis.codec import decode, encode
+from netdisco.frontier_redis.options import RedisOptions, bloom_offsets, redact
+from netdisco.frontier_redis.scripts import ADD_LUA, DONE_LUA, TAKE_LUA
 from netdisco.recovery import (
-    DEFAULT_PREFIX,
-    NOW_LUA,
-    REQUEUE_LUA,
     Keys,
     LeaseRecovery,
     renew_leases,
@@ -66,223 +36,10 @@ from netdisco.zkconfig import ZooKeeperSettings
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
-#: KEYS seen, seen_count, queue, payload, seq; ARGV mode, channel, then per request:
-#: seen key (fingerprint or Bloom offsets), dont_filter, priority, JSON -> 1/0 each.
-#: Publishing what was added wakes the engines whose workers wait for work.
-ADD_LUA = """
-local out = {}
-local added = 0
-for i = 3, #ARGV, 4 do
-  local new = false
-  if ARGV[1] == 'bloom' then
-    for off in string.gmatch(ARGV[i], '%d+') do
-      if redis.call('SETBIT', KEYS[1], off, 1) == 0 then new = true end
-    end
-    if new then redis.call('INCR', KEYS[2]) end
-  else
-    new = redis.call('SADD', KEYS[1], ARGV[i]) == 1
-  end
-  if new or ARGV[i + 1] == '1' then
-    local id = string.format('%015d', redis.call('INCR', KEYS[5]))
-    redis.call('HSET', KEYS[4], id, ARGV[i + 3])
-    redis.call('ZADD', KEYS[3], -tonumber(ARGV[i + 2]), id)
-    out[#out + 1] = 1
-    added = added + 1
-  else
-    out[#out + 1] = 0
-  end
-end
-if added > 0 then redis.call('PUBLISH', ARGV[2], added) end
-return out
-"""
-#: KEYS queue, leases, owner, owned, payload, take token; ARGV owner, ttl ms, count
-#: -> id, JSON, id, JSON... (up to count), or when none is queued the number leased.
-#: The token makes a retried take (its reply
-#: was lost with the connection) get the requests it already leased, not orphan them.
-TAKE_LUA = (
-    NOW_LUA
-    + """
-local ids = {}
-local prior = redis.call('GET', KEYS[6])
-if prior then
-  for _, id in ipairs(cjson.decode(prior)) do
-    if redis.call('HGET', KEYS[3], id) == ARGV[1] then ids[#ids + 1] = id end
-  end
-else
-  local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[3]))
-  for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
-  if #ids == 0 then return redis.call('ZCARD', KEYS[2]) end
-  redis.call('SET', KEYS[6], cjson.encode(ids), 'PX', ARGV[2])
-end
-local out = {}
-for _, id in ipairs(ids) do
-  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), id)
-  redis.call('HSET', KEYS[3], id, ARGV[1])
-  redis.call('SADD', KEYS[4], id)
-  out[#out + 1] = id
-  out[#out + 1] = redis.call('HGET', KEYS[5], id) or ''
-end
-return out
-"""
-)
-#: KEYS leases, owner, owned, payload, queue; ARGV owner, requeue (1/0), ids...
-#: A request requeued by recovery but finished by its old owner after all is
-#: taken out of the queue again, saving a duplicate fetch.
-DONE_LUA = (
-    REQUEUE_LUA
-    + """
-for i = 3, #ARGV do
-  local id = ARGV[i]
-  if redis.call('HGET', KEYS[2], id) == ARGV[1] then
-    redis.call('HDEL', KEYS[2], id)
-    redis.call('ZREM', KEYS[1], id)
-    redis.call('SREM', KEYS[3], id)
-    if ARGV[2] == '1' then requeue(KEYS[5], KEYS[4], id) else redis.call('HDEL', KEYS[4], id) end
-  elseif ARGV[2] == '0' and redis.call('ZREM', KEYS[5], id) == 1 then
-    redis.call('HDEL', KEYS[4], id)
-  end
-end
-return 1
-"""
-)
 #: how long a worker waits for work that engines are still producing
 WORK_WAIT = 0.25
 _RETRY_FIRST = 0.05
 _RETRY_MAX = 1.0
-_OPTIONS = ("prefix", "lease_ttl", "seen", "bloom_capacity", "bloom_error", "prefetch")
-
-
-@dataclass(frozen=True, kw_only=True)
-class RedisOptions:
-    """Where the frontier lives and how it behaves; parsed from the ``frontier`` URL."""
-
-    url: str
-    prefix: str = DEFAULT_PREFIX
-    lease_ttl: float = 30.0
-    seen: str = "exact"
-    bloom_capacity: int = 10_000_000
-    bloom_error: float = 0.001
-    prefetch: int = 4
-
-    @classmethod
-    def from_url(cls, url: str) -> RedisOptions:
-        """Our options come from the query string; the rest goes to redis-py."""
-        parts = urlsplit(url)
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        ours = {k: v for k, v in query if k in _OPTIONS}
-        rest = urlencode([(k, v) for k, v in query if k not in _OPTIONS])
-        try:
-            options = cls(
-                url=urlunsplit(parts._replace(query=rest)),
-                prefix=ours.get("prefix", DEFAULT_PREFIX),
-                lease_ttl=float(ours.get("lease_ttl", cls.lease_ttl)),
-                seen=ours.get("seen", cls.seen),
-                bloom_capacity=int(ours.get("bloom_capacity", cls.bloom_capacity)),
-                bloom_error=float(ours.get("bloom_error", cls.bloom_error)),
-                prefetch=int(ours.get("prefetch", cls.prefetch)),
-            )
-        except ValueError as exc:
-            raise ConfigError("frontier", f"bad option in {redact(url)}: {exc}") from None
-        options.check()
-        return options
-
-    def check(self) -> None:
-        """Fail at start, naming the option, rather than half-way through a crawl."""
-        problems = {
-            "lease_ttl": None if self.lease_ttl >= 1 else "must be at least 1 second",
-            "seen": None if self.seen in ("exact", "bloom") else "must be exact or bloom",
-            "bloom_capacity": None if self.bloom_capacity > 0 else "must be positive",
-            "bloom_error": None if 0 < self.bloom_error < 1 else "must be between 0 and 1",
-            "prefix": None if self.prefix and "{" not in self.prefix else "must be non-empty",
-            "prefetch": None if 1 <= self.prefetch <= 1000 else "must be from 1 to 1000",
-        }
-        for name, problem in problems.items():
-            if problem is not None:
-                raise ConfigError("frontier", f"option {name} {problem} ({redact(self.url)})")
-
-    def bloom_size(self) -> tuple[int, int]:
-        """``(bits, hashes)`` for the capacity and error rate (at most 2**32 bits)."""
-        bits = math.ceil(-self.bloom_capacity * math.log(self.bloom_error) / math.log(2) ** 2)
-        bits = min(bits, 2**32)
-        return bits, max(1, round(bits / self.bloom_capacity * math.log(2)))
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
-
-
-def bloom_offsets(fingerprint: bytes, bits: int, hashes: int) -> str:
-    """Double hashing over the (already uniform) 16-byte fingerprint."""
-    first = int.from_bytes(fingerprint[:8], "big")
-    step = int.from_bytes(fingerprint[8:16], "big") | 1
-    return " ".join(str((first + i * step) % bits) for i in range(hashes))
-
-
-def _method_name(function: Callable[..., Any] | None, spider: Spider, url: str) -> str | None:
-    if function is None:
-        return None
-    name = getattr(function, "__name__", "")
-    if getattr(function, "__self__", None) is spider and getattr(spider, name, None) == function:
-        return str(name)
-    raise RequestNotShareable(
-        f"callback {function!r} is not a method of spider {spider.name!r}; "
-        "a shared frontier stores callbacks by method name",
-        url=url,
-    )
-
-
-def _resolve(spider: Spider, name: str | None) -> Any:
-    if name is None:
-        return None
-    method = getattr(spider, name, None)
-    if not callable(method):
-        raise RequestNotShareable(f"spider {spider.name!r} has no method {name!r}", url="")
-    return method
-
-
-#: Request fields stored as they are (JSON types); body, fingerprint and callbacks are converted.
-_PLAIN = (
-    "url",
-    "method",
-    "headers",
-    "meta",
-    "priority",
-    "dont_filter",
-    "proxy",
-    "depth",
-    "attempts",
-)
-
-
-def encode(request: Request, spider: Spider) -> str:
-    """The request as JSON; callbacks by method name. ``RequestNotShareable`` if it cannot."""
-    data = {name: getattr(request, name) for name in _PLAIN}
-    data["body"] = None if request.body is None else base64.b64encode(request.body).decode()
-    data["fingerprint"] = request.fingerprint.hex()
-    data["callback"] = _method_name(request.callback, spider, request.url)
-    data["errback"] = _method_name(request.errback, spider, request.url)
-    try:
-        return json.dumps(data, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise RequestNotShareable(f"meta is not JSON-able: {exc}", url=request.url) from None
-
-
-def decode(raw: bytes | str, spider: Spider) -> Request:
-    """The inverse of ``encode``, callbacks resolved on this process's spider."""
-    data = json.loads(raw)
-    body = data["body"]
-    return Request(
-        **{name: data[name] for name in _PLAIN},
-        body=None if body is None else base64.b64decode(body),
-        fingerprint=bytes.fromhex(data["fingerprint"]),
-        callback=_resolve(spider, data["callback"]),
-        errback=_resolve(spider, data["errback"]),
-    )
 
 
 class RedisFrontier:

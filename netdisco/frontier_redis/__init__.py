@@ -1,0 +1,56 @@
+"""A frontier in Redis that several engines share: one crawl, many processes.
+
+``settings.frontier = "redis://host:port/db?prefix=netdisco&lease_ttl=30"`` picks it
+(``make_frontier``); the query options are in ``options``. Per spider (keys in
+``netdisco.recovery.Keys``): a sorted set of request ids by priority (FIFO within
+a priority), a hash of the requests as JSON (``codec``), the seen set, and the
+leases: every request taken is recorded with its owner (the engine incarnation)
+and a deadline, and acknowledged by ``done``. Each operation is one Lua script
+(``scripts``), so two engines never take the same request.
+
+Round trips: a take leases up to ``prefetch`` requests at once, acks are sent in
+the background in batches, an ``add`` is one script per batch of links, and a
+worker that finds the queue empty while others still hold leases waits for a
+pub/sub notice of new work instead of polling. Measured: about 1.7 round trips
+a page (``bench/redis_bench.py``).
+
+Seen set, memory per URL (measured with Redis 7.0, ``MEMORY USAGE``):
+``seen=exact`` keeps 16-byte fingerprints in a set, 64-72 bytes a URL (72 MB per
+million); ``seen=bloom`` keeps a fixed bitmap of ``bloom_capacity`` x 1.8 bytes at
+``bloom_error=0.001`` (18 MB for 10 million URLs), with that false-positive rate
+of pages never fetched. A queued request costs its JSON (~300 bytes) more.
+
+Guarantees: a request leaves the frontier only when an engine acknowledges it;
+a lost engine's leases go back to the queue (``netdisco.recovery``), so requests,
+and so items, are at-least-once: a page may be fetched twice, never lost. Give
+items a key downstream (e.g. the URL) where duplicates matter.
+
+Redis unreachable at the first operation: ``FrontierUnavailable``. Lost later:
+every operation waits, retrying with backoff (logged once per outage), so the
+crawl pauses and carries on when Redis is back.
+"""
+
+from netdisco.frontier_redis.codec import decode, encode
+from netdisco.frontier_redis.frontier import (
+    WORK_WAIT,
+    RedisFrontier,
+    lease_recovery,
+    make_frontier,
+)
+from netdisco.frontier_redis.options import RedisOptions, bloom_offsets, redact
+from netdisco.frontier_redis.scripts import ADD_LUA, DONE_LUA, TAKE_LUA
+
+__all__ = [
+    "ADD_LUA",
+    "DONE_LUA",
+    "TAKE_LUA",
+    "WORK_WAIT",
+    "RedisFrontier",
+    "RedisOptions",
+    "bloom_offsets",
+    "decode",
+    "encode",
+    "lease_recovery",
+    "make_frontier",
+    "redact",
+]

@@ -1,0 +1,78 @@
+"""Requests as JSON, so that any engine can take what another queued.
+
+Callbacks travel by method name and are looked up on the taking engine's spider
+(functions and lambdas cannot travel); ``meta`` must be JSON-able.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from typing import Any
+
+from netdisco.exceptions import RequestNotShareable
+from netdisco.request import Request
+from netdisco.spider import Spider
+
+
+def _method_name(function: Callable[..., Any] | None, spider: Spider, url: str) -> str | None:
+    if function is None:
+        return None
+    name = getattr(function, "__name__", "")
+    if getattr(function, "__self__", None) is spider and getattr(spider, name, None) == function:
+        return str(name)
+    raise RequestNotShareable(
+        f"callback {function!r} is not a method of spider {spider.name!r}; "
+        "a shared frontier stores callbacks by method name",
+        url=url,
+    )
+
+
+def _resolve(spider: Spider, name: str | None) -> Any:
+    if name is None:
+        return None
+    method = getattr(spider, name, None)
+    if not callable(method):
+        raise RequestNotShareable(f"spider {spider.name!r} has no method {name!r}", url="")
+    return method
+
+
+#: Request fields stored as they are (JSON types); body, fingerprint and callbacks are converted.
+_PLAIN = (
+    "url",
+    "method",
+    "headers",
+    "meta",
+    "priority",
+    "dont_filter",
+    "proxy",
+    "depth",
+    "attempts",
+)
+
+
+def encode(request: Request, spider: Spider) -> str:
+    """The request as JSON; callbacks by method name. ``RequestNotShareable`` if it cannot."""
+    data = {name: getattr(request, name) for name in _PLAIN}
+    data["body"] = None if request.body is None else base64.b64encode(request.body).decode()
+    data["fingerprint"] = request.fingerprint.hex()
+    data["callback"] = _method_name(request.callback, spider, request.url)
+    data["errback"] = _method_name(request.errback, spider, request.url)
+    try:
+        return json.dumps(data, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise RequestNotShareable(f"meta is not JSON-able: {exc}", url=request.url) from None
+
+
+def decode(raw: bytes | str, spider: Spider) -> Request:
+    """The inverse of ``encode``, callbacks resolved on this process's spider."""
+    data = json.loads(raw)
+    body = data["body"]
+    return Request(
+        **{name: data[name] for name in _PLAIN},
+        body=None if body is None else base64.b64decode(body),
+        fingerprint=bytes.fromhex(data["fingerprint"]),
+        callback=_resolve(spider, data["callback"]),
+        errback=_resolve(spider, data["errback"]),
+    )

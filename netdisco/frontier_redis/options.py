@@ -1,0 +1,83 @@
+"""The ``frontier = "redis://..."`` setting: where the frontier lives, how it behaves."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from netdisco.exceptions import ConfigError
+from netdisco.recovery import DEFAULT_PREFIX
+
+_OPTIONS = ("prefix", "lease_ttl", "seen", "bloom_capacity", "bloom_error", "prefetch")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RedisOptions:
+    """Where the frontier lives and how it behaves; parsed from the ``frontier`` URL."""
+
+    url: str
+    prefix: str = DEFAULT_PREFIX
+    lease_ttl: float = 30.0
+    seen: str = "exact"
+    bloom_capacity: int = 10_000_000
+    bloom_error: float = 0.001
+    prefetch: int = 4
+
+    @classmethod
+    def from_url(cls, url: str) -> RedisOptions:
+        """Our options come from the query string; the rest goes to redis-py."""
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        ours = {k: v for k, v in query if k in _OPTIONS}
+        rest = urlencode([(k, v) for k, v in query if k not in _OPTIONS])
+        try:
+            options = cls(
+                url=urlunsplit(parts._replace(query=rest)),
+                prefix=ours.get("prefix", DEFAULT_PREFIX),
+                lease_ttl=float(ours.get("lease_ttl", cls.lease_ttl)),
+                seen=ours.get("seen", cls.seen),
+                bloom_capacity=int(ours.get("bloom_capacity", cls.bloom_capacity)),
+                bloom_error=float(ours.get("bloom_error", cls.bloom_error)),
+                prefetch=int(ours.get("prefetch", cls.prefetch)),
+            )
+        except ValueError as exc:
+            raise ConfigError("frontier", f"bad option in {redact(url)}: {exc}") from None
+        options.check()
+        return options
+
+    def check(self) -> None:
+        """Fail at start, naming the option, rather than half-way through a crawl."""
+        problems = {
+            "lease_ttl": None if self.lease_ttl >= 1 else "must be at least 1 second",
+            "seen": None if self.seen in ("exact", "bloom") else "must be exact or bloom",
+            "bloom_capacity": None if self.bloom_capacity > 0 else "must be positive",
+            "bloom_error": None if 0 < self.bloom_error < 1 else "must be between 0 and 1",
+            "prefix": None if self.prefix and "{" not in self.prefix else "must be non-empty",
+            "prefetch": None if 1 <= self.prefetch <= 1000 else "must be from 1 to 1000",
+        }
+        for name, problem in problems.items():
+            if problem is not None:
+                raise ConfigError("frontier", f"option {name} {problem} ({redact(self.url)})")
+
+    def bloom_size(self) -> tuple[int, int]:
+        """``(bits, hashes)`` for the capacity and error rate (at most 2**32 bits)."""
+        bits = math.ceil(-self.bloom_capacity * math.log(self.bloom_error) / math.log(2) ** 2)
+        bits = min(bits, 2**32)
+        return bits, max(1, round(bits / self.bloom_capacity * math.log(2)))
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def bloom_offsets(fingerprint: bytes, bits: int, hashes: int) -> str:
+    """Double hashing over the (already uniform) 16-byte fingerprint."""
+    first = int.from_bytes(fingerprint[:8], "big")
+    step = int.from_bytes(fingerprint[8:16], "big") | 1
+    return " ".join(str((first + i * step) % bits) for i in range(hashes))
