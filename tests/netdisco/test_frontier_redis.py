@@ -16,7 +16,7 @@ from kazoo.client import KazooClient
 from redis import asyncio as aioredis
 
 from netdisco import Request, Settings
-from netdisco.exceptions import ConfigError, FrontierUnavailable, RequestNotShareable
+from netdisco.exceptions import ConfigError, DropItem, FrontierUnavailable, RequestNotShareable
 from netdisco.frontier import MemoryFrontier
 from netdisco.frontier_redis import (
     TAKE_LUA,
@@ -27,6 +27,8 @@ from netdisco.frontier_redis import (
     make_frontier,
     redact,
 )
+from netdisco.frontier_redis.dedup import DedupPipeline
+from netdisco.pipelines import Pipeline
 from netdisco.recovery import Keys, LeaseRecovery, recover_owner
 from netdisco.testing import RedisServer, free_port
 from netdisco.zkconfig import ZooKeeperSettings
@@ -381,3 +383,37 @@ def test_keys_share_one_cluster_slot():
     keys = Keys("netdisco", "quotes")
     names = [keys.queue, keys.payload, keys.seen, keys.leases, keys.owner, keys.owned("x")]
     assert all("{quotes}" in name for name in names)
+
+
+class Collect(Pipeline):
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    async def process(self, item: Any) -> None:
+        self.items.append(item)
+
+
+class Failing(Pipeline):
+    def process(self, item: Any) -> None:
+        raise OSError("disk full")
+
+
+async def test_dedup_pipeline_passes_each_key_once_across_engines(redis_url: str):
+    sinks = [Collect(), Collect()]
+    pipes = [DedupPipeline(sink, redis_url, key=lambda item: item["url"]) for sink in sinks]
+    failing = DedupPipeline(Failing(), redis_url, key=lambda item: item["url"])
+    for pipe in [*pipes, failing]:
+        await pipe.open()
+    try:
+        await pipes[0].process({"url": "a"})
+        with pytest.raises(DropItem, match="duplicate"):
+            await pipes[1].process({"url": "a"})
+        await pipes[1].process({"url": "b"})
+        with pytest.raises(OSError, match="disk full"):
+            await failing.process({"url": "c"})
+        await pipes[0].process({"url": "c"})  # unmarked after the failed write
+    finally:
+        for pipe in [*pipes, failing]:
+            await pipe.close()
+    assert sinks[0].items == [{"url": "a"}, {"url": "c"}]
+    assert sinks[1].items == [{"url": "b"}]
