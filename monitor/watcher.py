@@ -75,6 +75,7 @@ class Watcher:
         self._ever_connected = False
         self._closing = False
         self._listed_wall = 0.0  # wall time of the listing behind ``view``
+        self._listing_sent = 0.0  # monotonic time the current listing was sent
         self._task: asyncio.Task[None] | None = None
         self._save_task: asyncio.Task[None] | None = None
         self._watch: Callable[[WatchedEvent], None] | None = None
@@ -186,6 +187,7 @@ class Watcher:
     async def _reconcile(self) -> None:
         full, self._full = self._full, False
         dirty, self._dirty = self._dirty, set()
+        self._listing_sent = time.monotonic()
         listing = self.client.get_children_async(
             self.settings.root, watch=self._watch, include_data=True
         )
@@ -196,19 +198,20 @@ class Watcher:
         children, stat = await wait_result(listing)
         await self._handed_over()
         listed_at = time.monotonic()  # every notification up to the listing is in by now
-        dirty, self._dirty = dirty | self._dirty, set()
+        # Marks that came in meanwhile may be about changes after an early read was
+        # answered (whose watch they consumed): those names are read afresh.
+        late, self._dirty = self._dirty, set()
+        dirty |= late
         prev = self.view or View()
         parent = Parent(czxid=stat.czxid, cversion=stat.cversion, pzxid=stat.pzxid)
         reads = await self._read_all(
-            {n: early.get(n) for n in children if full or n in dirty or n not in prev.members}
+            {
+                n: None if n in late else early.get(n)
+                for n in children
+                if full or n in dirty or n not in prev.members
+            }
         )
         view, retry = assemble(prev, children, reads, parent, time.time())
-        if not full and diff(prev, view).unobserved:
-            # kazoo hands watch events and replies over on different threads, so a
-            # notification may trail the listing: when the cversion says changes are
-            # missing, read every child before believing they were too fast to see.
-            reads.update(await self._read_all({n: None for n in children if n not in reads}))
-            view, retry = assemble(prev, children, reads, parent, time.time())
         if retry:  # changed after the listing: look again at once
             self._dirty |= retry
             self._wake.set()
@@ -291,14 +294,16 @@ class Watcher:
         within a session timeout of that write: a deletion that soon after a
         write (``leave_window``, well under any session timeout) was made by a
         live client. This covers the ``leaving`` write that was deleted before
-        we could read it. The deletion time is bounded by the first of: its
-        notification, a read finding no node, the listing without it.
+        we could read it. The deletion time is taken as the first of: its
+        notification, a read finding no node, the sending of the listing
+        without it (not the reply, which a busy loop may handle late). A write
+        noticed after that was handed over late: the listing's arrival bounds it.
         """
         departing = set()
         for name in prev.members.keys() - view.members.keys():
             written = self._written.get(name)
-            deleted = self._deleted.get(name, listed_at)
-            if written is not None and deleted < written:  # an older deletion of the name
+            deleted = min(self._deleted.get(name, self._listing_sent), self._listing_sent)
+            if written is not None and deleted < written:
                 deleted = listed_at
             if written is not None and deleted - written <= self._leave_window:
                 departing.add(name)

@@ -7,6 +7,10 @@ import json
 import os
 import sys
 from collections import Counter
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
 
 from monitor.events import EventType
 from netdisco.testing import ZooKeeperServer
@@ -15,11 +19,11 @@ from tests.monitor.fake_engines import FakeEngine
 
 
 async def _spawn_churn(
-    hosts: str, prefix: str, engines: int, ops: int
+    hosts: str, prefix: str, engines: int, ops: int, *extra: str
 ) -> asyncio.subprocess.Process:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tests.monitor.fake_engines", "churn", hosts, "/netdiscovery",
-        prefix, "--engines", str(engines), "--ops", str(ops),
+        prefix, "--engines", str(engines), "--ops", str(ops), *extra,
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
@@ -28,16 +32,27 @@ async def _spawn_churn(
     return proc
 
 
+def _root_stat(hosts: str) -> Any:
+    client = KazooClient(hosts=hosts)
+    client.start(timeout=15)
+    try:
+        return client.exists("/netdiscovery")
+    finally:
+        client.stop()
+        client.close()
+
+
 async def _tell(proc: asyncio.subprocess.Process, line: bytes) -> None:
     assert proc.stdin is not None
     proc.stdin.write(line)
     await proc.stdin.drain()
 
 
-async def test_200_engines_churning_every_change_accounted_for(zk_hosts, start_monitor):
+@pytest.mark.parametrize("mode", [(), ("--graceful-only",)], ids=["mixed", "graceful-only"])
+async def test_200_engines_churning_every_change_accounted_for(zk_hosts, start_monitor, mode):
     monitor, rec = await start_monitor(monitor_config(zk_hosts, zookeeper={"session_timeout": 10}))
     procs = await asyncio.gather(
-        *(_spawn_churn(zk_hosts, f"w{i}-", engines=50, ops=16) for i in range(4))
+        *(_spawn_churn(zk_hosts, f"w{i}-", 50, 16, *mode) for i in range(4))
     )
     try:
         for proc in procs:
@@ -47,9 +62,14 @@ async def test_200_engines_churning_every_change_accounted_for(zk_hosts, start_m
             assert proc.stdout is not None
             results.append(json.loads(await asyncio.wait_for(proc.stdout.readline(), 45)))
         truth = {name: czxid for r in results for name, czxid in r["held"].items()}
+        cversion = (await asyncio.to_thread(_root_stat, zk_hosts)).cversion
 
         def converged() -> bool:
-            return {m.name: m.czxid for m in monitor.watcher.members()} == truth
+            # the members, and the count of changes: a join and leave nobody saw
+            # leaves the members as they were but must still be counted
+            view = monitor.watcher.view
+            members = {m.name: m.czxid for m in monitor.watcher.members()}
+            return members == truth and view is not None and view.parent.cversion == cversion
 
         await until(converged, timeout=20, what="the monitor's view equals the truth")
         true_changes = sum(r["creates"] + r["deletes"] for r in results)
@@ -62,6 +82,12 @@ async def test_200_engines_churning_every_change_accounted_for(zk_hosts, start_m
         )
         assert true_changes > 1000
         assert seen + monitor.watcher.unobserved_total == true_changes, (counts, true_changes)
+        if mode:  # every delete followed a leaving write: (almost) none may read as a loss
+            # Known limit (notes/monitor.md): under this much load the loop can be more
+            # than alerts.leave_window late, and then a leave reads as a loss; measured
+            # 0 to 1 in about 250 leaves here (a third before the hand-over barrier).
+            assert counts[EventType.ENGINE_LEFT] > 100, counts
+            assert counts[EventType.ENGINE_LOST] <= counts[EventType.ENGINE_LEFT] // 100, counts
     finally:
         for proc in procs:
             await _tell(proc, b"bye\n")
