@@ -123,16 +123,7 @@ async def engine(redis_url: str, zk_hosts: str, base: str, engine_id: str) -> di
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
     await crawler.start()
-    stopper = asyncio.create_task(stopping.wait())
-    await asyncio.wait(
-        [stopper, asyncio.create_task(crawler.wait())], return_when="FIRST_COMPLETED"
-    )
-    if stopping.is_set():
-        await registration.stop()
-        await crawler.stop(deadline=10.0)
-    else:
-        stopper.cancel()
-        await registration.stop()
+    await _until_done_or_stopped(crawler, registration, stopping)
     handed_back = await frontier.close()
     await recovery.stop()
     return {
@@ -143,6 +134,22 @@ async def engine(redis_url: str, zk_hosts: str, base: str, engine_id: str) -> di
         "round_trips": frontier.round_trips,
         "recoveries": [r.__dict__ for r in recovery.recoveries],
     }
+
+
+async def _until_done_or_stopped(
+    crawler: Crawler, registration: Registration, stopping: asyncio.Event
+) -> None:
+    """Crawl to the end, or on SIGTERM stop in the engine's order: deregister, then stop."""
+    stopper = asyncio.create_task(stopping.wait())
+    await asyncio.wait(
+        [stopper, asyncio.create_task(crawler.wait())], return_when="FIRST_COMPLETED"
+    )
+    if stopping.is_set():
+        await registration.stop()
+        await crawler.stop(deadline=10.0)
+    else:
+        stopper.cancel()
+        await registration.stop()
 
 
 def run_engine(argv: list[str]) -> None:
