@@ -26,9 +26,11 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
 
 _TALLY_LOCK = threading.Lock()
 
@@ -54,11 +56,21 @@ def engine_data(engine_id: str, state: str = "running", **extra: Any) -> bytes:
 class FakeEngine:
     """One engine registration on its own session (synchronous kazoo)."""
 
-    def __init__(self, hosts: str, root: str, engine_id: str, timeout: float = 1.0) -> None:
+    def __init__(
+        self,
+        hosts: str,
+        root: str,
+        engine_id: str,
+        timeout: float = 1.0,
+        client: KazooClient | None = None,
+    ) -> None:
+        """``client``: share a session with other fake engines (the churn benchmark)."""
         self.path = f"{root.rstrip('/')}/{engine_id}"
         self.engine_id = engine_id
-        self.client = KazooClient(hosts=hosts, timeout=timeout)
-        self.client.start(timeout=15)
+        self.shared = client is not None
+        self.client = client or KazooClient(hosts=hosts, timeout=timeout)
+        if not self.shared:
+            self.client.start(timeout=15)
         self.data = b""
 
     def join(self, **extra: Any) -> int:
@@ -89,8 +101,9 @@ class FakeEngine:
         self.client.delete(self.path)
 
     def close(self) -> None:
-        self.client.stop()
-        self.client.close()
+        if not self.shared:
+            self.client.stop()
+            self.client.close()
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -111,39 +124,50 @@ def _churn_one(
     tally: dict[str, int],
     graceful_only: bool = False,
 ) -> None:
+    """Random joins, leaves, restarts (unless graceful_only) and updates; counts them.
+
+    An operation that fails (ZooKeeper overloaded) ends this engine with its
+    outcome unknown: ``errors`` says the totals can no longer be trusted.
+    """
     present = False
-    creates = deletes = leaves = 0
-    for _ in range(ops):
-        roll = rng.random()
-        if not present:
-            engine.join()
-            creates, present = creates + 1, True
-        elif roll < 0.35:
-            engine.leave()
-            deletes, leaves, present = deletes + 1, leaves + 1, False
-        elif (
-            roll < 0.6 and not graceful_only
-        ):  # restart: gone and back between two looks, if we are quick
-            engine.vanish()
-            engine.join()
-            creates, deletes = creates + 1, deletes + 1
-        else:
-            engine.update(tick=rng.random())
-        time.sleep(rng.random() * 0.01)
+    counts = Counter[str]()
+    try:
+        for _ in range(ops):
+            roll = rng.random()
+            if not present:
+                engine.join()
+                counts["creates"] += 1
+                present = True
+            elif roll < 0.35:
+                engine.leave()
+                counts.update(deletes=1, leaves=1)
+                present = False
+            elif roll < 0.6 and not graceful_only:  # restart: gone and back, if we are quick
+                engine.vanish()
+                engine.join()
+                counts.update(creates=1, deletes=1)
+            else:
+                engine.update(tick=rng.random())
+            time.sleep(rng.random() * 0.01)
+    except KazooException:
+        counts["errors"] += 1
     with _TALLY_LOCK:
-        tally["creates"] += creates
-        tally["deletes"] += deletes
-        tally["leaves"] += leaves
+        for key, value in counts.items():
+            tally[key] += value
 
 
 def _churn(args: argparse.Namespace) -> None:
+    clients = []
+    for _ in range(0, args.engines, args.per_client):
+        clients.append(KazooClient(hosts=args.hosts, timeout=args.timeout))
+        clients[-1].start(timeout=15)
     engines = [
-        FakeEngine(args.hosts, args.root, f"{args.prefix}{i}", args.timeout)
+        FakeEngine(args.hosts, args.root, f"{args.prefix}{i}", client=clients[i // args.per_client])
         for i in range(args.engines)
     ]
     print("ready", flush=True)
     sys.stdin.readline()  # "go"
-    tally = {"creates": 0, "deletes": 0, "leaves": 0}
+    tally = {"creates": 0, "deletes": 0, "leaves": 0, "errors": 0}
     threads = [
         threading.Thread(
             target=_churn_one,
@@ -162,8 +186,9 @@ def _churn(args: argparse.Namespace) -> None:
             held[engine.engine_id] = stat.czxid
     print(json.dumps({**tally, "held": held}), flush=True)
     sys.stdin.readline()  # hold the sessions until told
-    for engine in engines:
-        engine.close()
+    for client in clients:
+        client.stop()
+        client.close()
 
 
 def main() -> None:
@@ -181,6 +206,7 @@ def main() -> None:
     churn.add_argument("--engines", type=int, default=50)
     churn.add_argument("--ops", type=int, default=20)
     churn.add_argument("--timeout", type=float, default=10.0)
+    churn.add_argument("--per-client", type=int, default=1, help="engines sharing a session")
     churn.add_argument("--graceful-only", action="store_true", help="no delete without leaving")
     args = parser.parse_args()
     {"serve": _serve, "churn": _churn}[args.mode](args)
