@@ -14,6 +14,8 @@ from monitor.events import EventType
 
 @dataclass(frozen=True, kw_only=True)
 class ZooKeeperSettings:
+    """``[zookeeper]``: where the engines register (a /chroot in ``hosts`` is honoured)."""
+
     hosts: str
     root: str = "/netdiscovery"
     session_timeout: float = 10.0
@@ -22,6 +24,8 @@ class ZooKeeperSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class HttpSettings:
+    """``[http]``: the monitor's own endpoint and what it polls for the dashboard."""
+
     host: str = "127.0.0.1"
     port: int = 8316  # 0: any free port (tests)
     recent_events: int = 500
@@ -30,6 +34,8 @@ class HttpSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class AlertSettings:
+    """``[alerts]``: when offline hooks run, how failed deliveries are retried."""
+
     grace: float  # default: session_timeout + 5
     state_file: Path | None = None
     batch_window: float = 2.0  # e-mails: events within it go out as one message
@@ -45,6 +51,8 @@ class AlertSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class EmailSettings:
+    """``[email]``: SMTP; credentials come from the variables named in the file."""
+
     sender: str
     to: tuple[str, ...]
     host: str = "127.0.0.1"
@@ -59,12 +67,16 @@ class EmailSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class WebhookSettings:
+    """``[webhook]``: POST of each event's JSON."""
+
     url: str
     events: frozenset[EventType] = frozenset({EventType.ENGINE_LOST})
 
 
 @dataclass(frozen=True, kw_only=True)
 class CommandSettings:
+    """``[command]``: a program run with the event JSON on stdin."""
+
     argv: tuple[str, ...]
     events: frozenset[EventType] = frozenset({EventType.ENGINE_LOST})
     timeout: float = 10.0
@@ -72,12 +84,16 @@ class CommandSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class CallableSettings:
+    """``[callable]``: a Python function loaded by dotted path."""
+
     target: str  # "package.module:function" or "package.module.function"
     events: frozenset[EventType] = frozenset({EventType.ENGINE_LOST})
 
 
 @dataclass(frozen=True, kw_only=True)
 class MonitorConfig:
+    """Every setting of one monitor; an absent hook section is ``None``."""
+
     zookeeper: ZooKeeperSettings
     alerts: AlertSettings
     http: HttpSettings = HttpSettings()
