@@ -6,7 +6,7 @@ import asyncio
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import structlog
@@ -36,6 +36,8 @@ from netdisco.zkconfig import ZooKeeperSettings
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
+#: fingerprints remembered locally as seen (about 90 bytes each) before starting over
+KNOWN_MAX = 1_000_000
 #: how long a worker waits for work that engines are still producing
 WORK_WAIT = 0.25
 _RETRY_FIRST = 0.05
@@ -78,6 +80,7 @@ class RedisFrontier:
         self._work = asyncio.Event()  # set (and replaced) when any engine adds requests
         self._listener: asyncio.Task[None] | None = None
         self._suspects: set[str] = set()
+        self._known: set[bytes] = set()  # fingerprints certainly in the seen set
         self._opened = False
         self._closed = False
         self._open_lock = asyncio.Lock()
@@ -135,6 +138,8 @@ class RedisFrontier:
         args: list[str | bytes] = [self.options.seen, self.keys.added_channel]
         sent: list[int] = []
         for index, request in enumerate(requests):
+            if request.fingerprint in self._known and not request.dont_filter:
+                continue  # seen for sure: most links on a page are, so they stay here
             try:
                 body = encode(request, self.spider)
             except RequestNotShareable as exc:
@@ -154,7 +159,14 @@ class RedisFrontier:
             )
             for index, flag in zip(sent, result, strict=True):
                 added[index] = bool(flag)
+            self._remember(requests[index].fingerprint for index in sent)
         return added
+
+    def _remember(self, fingerprints: Iterable[bytes]) -> None:
+        """Fingerprints Redis now holds; bounded, and forgotten after an outage."""
+        if len(self._known) > KNOWN_MAX:
+            self._known.clear()
+        self._known.update(fp for fp in fingerprints if fp)
 
     async def take(self) -> Request | None:
         if not self._opened:
@@ -274,6 +286,7 @@ class RedisFrontier:
                 continue
             self.round_trips += 1
             if self._down_since is not None:
+                self._known.clear()  # Redis may have lost its last writes (AOF everysec)
                 down, self._down_since = time.monotonic() - self._down_since, None
                 log.warning("frontier_available_again", seconds_down=round(down, 2))
             return result

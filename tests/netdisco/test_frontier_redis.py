@@ -91,6 +91,14 @@ async def test_add_dedups_across_frontiers_and_counts(frontier: Factory, spider:
     assert await a.counts() == (7, 0, 6)
 
 
+async def test_links_known_as_seen_cost_no_round_trip(frontier: Factory, spider: SiteSpider):
+    a = frontier()
+    await a.add(requests_for(spider, 3))
+    trips = a.round_trips
+    assert await a.add(requests_for(spider, 3)) == [False, False, False]
+    assert a.round_trips == trips
+
+
 async def test_take_orders_by_priority_then_fifo(frontier: Factory, spider: SiteSpider):
     a = frontier()
     batch = [
