@@ -153,14 +153,23 @@ def cpu_seconds(pid: int) -> float:
 
 
 def measure(
-    count: int, server_url: str, base: str, concurrency: int, pids: dict[str, int]
+    count: int,
+    server_url: str,
+    base: str,
+    concurrency: int,
+    pids: dict[str, int],
+    *,
+    memory: bool = False,
+    options: str = "",
 ) -> dict[str, Any]:
-    """One run of ``count`` engines; ``count`` 0 is one engine on the in-memory frontier."""
+    """One run of ``count`` engines sharing a Redis frontier, or, with ``memory``, of
+    ``count`` independent in-memory crawls of the whole site: what this machine can do
+    with that many engines' work, the yardstick for the shared crawl."""
     client = redis.Redis.from_url(server_url)
     commands_before = int(client.info("stats")["total_commands_processed"])
-    url = f"{server_url}?prefix=bench{uuid.uuid4().hex[:8]}" if count else "memory"
+    url = "memory" if memory else f"{server_url}?prefix=bench{uuid.uuid4().hex[:8]}&{options}"
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    results = run_engines(max(count, 1), url, base, concurrency)
+    results = run_engines(count, url, base, concurrency)
     used = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
     commands = int(client.info("stats")["total_commands_processed"]) - commands_before
     client.close()
@@ -187,7 +196,10 @@ def scale(args: argparse.Namespace, redis_url: str, base: str, pids: dict[str, i
     """One JSON line per engine count: the median of ``--repeat`` runs."""
     one = None
     for count in (int(n) for n in args.engines.split(",")):
-        runs = [measure(count, redis_url, base, args.concurrency, pids) for _ in range(args.repeat)]
+        runs = [
+            measure(count, redis_url, base, args.concurrency, pids, options=args.options)
+            for _ in range(args.repeat)
+        ]
         runs.sort(key=lambda r: float(r["pages_per_second"]))
         row = runs[len(runs) // 2]
         row["all_pages_per_second"] = [r["pages_per_second"] for r in runs]
@@ -204,6 +216,13 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--engines", default="1,2,4")
     parser.add_argument("--site", type=Path)
+    parser.add_argument(
+        "--baseline",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run N independent in-memory crawls (the machine's capacity)",
+    )
+    parser.add_argument("--options", default="", help="frontier URL options, e.g. prefetch=1")
     parser.add_argument("--repeat", type=int, default=1, help="runs per N; the median is kept")
     args = parser.parse_args()
     from netdisco.testing import RedisServer, free_port, wait_port
@@ -220,11 +239,9 @@ def main() -> None:
             base = f"http://127.0.0.1:{port}"
             assert redis_server.process is not None
             pids = {"site_server": server.pid, "redis": redis_server.process.pid}
-            print(
-                json.dumps(
-                    {"memory_frontier": measure(0, redis_server.url, base, args.concurrency, pids)}
-                )
-            )
+            for count in (int(n) for n in args.engines.split(",")) if args.baseline else ():
+                row = measure(count, redis_server.url, base, args.concurrency, pids, memory=True)
+                print(json.dumps({"independent_memory_crawls": row}), flush=True)
             scale(args, redis_server.url, base, pids)
     finally:
         server.terminate()
