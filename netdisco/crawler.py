@@ -25,12 +25,13 @@ from netdisco.exceptions import (
     DownloadFailed,
     InvalidTransition,
     InvalidURL,
+    NetdiscoError,
     OutOfScope,
     RequestError,
     ResponseTooLarge,
     RobotsDenied,
 )
-from netdisco.frontier import Frontier, MemoryFrontier
+from netdisco.frontier import Connected, Frontier, MemoryFrontier
 from netdisco.pipelines import ItemStream, Pipeline
 from netdisco.request import Request
 from netdisco.scheduler import Scheduler, Scope
@@ -75,6 +76,15 @@ class PushResult:
     rejected: list[tuple[str, str]] = field(default_factory=list)
 
 
+def frontier_for(settings: Settings, spider: Spider, owner: str | None) -> Frontier:
+    """The frontier ``settings.frontier`` names; ``owner`` labels our leases in a shared one."""
+    if settings.frontier.startswith("memory"):
+        return MemoryFrontier()
+    from netdisco.frontier_redis import make_frontier  # redis-py only when asked
+
+    return make_frontier(settings, spider, owner=owner)
+
+
 class Crawler:
     """Runs one spider; see the module docstring."""
 
@@ -85,6 +95,7 @@ class Crawler:
         *,
         pipelines: Sequence[Pipeline] = (),
         frontier: Frontier | None = None,
+        owner: str | None = None,
     ) -> None:
         self.spider = spider
         self.name = spider.name
@@ -92,7 +103,7 @@ class Crawler:
         self.stats = Stats()
         self.state = SpiderState.IDLE
         self.started_at: float | None = None
-        self.frontier: Frontier = frontier or MemoryFrontier()
+        self.frontier: Frontier = frontier or frontier_for(self.settings, spider, owner)
         self.scope = Scope(spider.allowed_domains, self.settings.allow, self.settings.deny)
         self.scheduler = Scheduler(self.settings, self.scope, self.frontier, self.stats)
         self.downloader = Downloader(self.settings, self.stats, self.scope.reason)
@@ -108,6 +119,7 @@ class Crawler:
         self._finished = False
         self._workers: list[asyncio.Task[None]] = []
         self._main: asyncio.Task[None] | None = None
+        self._opening = False
         self._close_timeout: float | None = None  # for pending pipeline work, once stopping
         self._context = contextvars.copy_context()
         self._context.run(structlog.contextvars.bind_contextvars, spider=self.name)
@@ -137,6 +149,14 @@ class Crawler:
     async def start(self) -> None:
         """Begin crawling on the running loop; returns at once."""
         self._check("start")
+        if self._opening:
+            raise InvalidTransition(self.name, "starting", "start")
+        self._opening = True
+        try:
+            if isinstance(self.frontier, Connected):
+                await self.frontier.open()  # an unreachable Redis fails here, clearly
+        finally:
+            self._opening = False
         self.started_at = time.time()
         self.stats.restart_clock()
         self._unpaused.set()
@@ -236,7 +256,13 @@ class Crawler:
     async def _close(self) -> None:
         await self.stream.close(self._close_timeout)
         await self.downloader.close()
-        await self._refresh_counts()
+        try:  # a shared frontier that is down must not keep the spider from closing
+            async with asyncio.timeout(max(self.settings.stop_deadline, 1.0)):
+                await self._refresh_counts()
+                if isinstance(self.frontier, Connected):
+                    await self.frontier.close()
+        except (TimeoutError, NetdiscoError) as exc:
+            log.warning("frontier_close_failed", error=repr(exc))
 
     async def _seed(self) -> None:
         try:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from netdisco.pipelines import Pipeline
     from netdisco.settings import Settings
     from netdisco.spider import Spider
+    from netdisco.zkconfig import ZooKeeperSettings
 
 log = structlog.get_logger(__name__)
 
@@ -69,17 +70,29 @@ class EngineState(enum.StrEnum):
     STOPPED = "stopped"
 
 
-def zookeeper_registry(table: Mapping[str, Any]) -> RegistryFactory:
-    """A factory for ZooKeeper registration; validates ``[zookeeper]`` now, not at start."""
-    from netdisco.registry import Registration  # kazoo only when configured
-    from netdisco.zkconfig import ZooKeeperSettings
+def zookeeper_settings(table: Mapping[str, Any]) -> ZooKeeperSettings:
+    """``[zookeeper]`` validated now, not at start (``NETDISCO_ZOOKEEPER_*`` win)."""
+    from netdisco.zkconfig import ZooKeeperSettings  # kazoo only when configured
 
-    settings = ZooKeeperSettings.from_mapping(table, prefix="zookeeper", environ=os.environ)
+    return ZooKeeperSettings.from_mapping(table, prefix="zookeeper", environ=os.environ)
+
+
+def zookeeper_registry(settings: ZooKeeperSettings) -> RegistryFactory:
+    """A factory for the engine's ZooKeeper registration."""
+    from netdisco.registry import Registration  # kazoo only when configured
 
     def build(engine_id: str, describe: Callable[[], dict[str, Any]]) -> Registry:
         return Registration(settings, engine_id, describe)
 
     return build
+
+
+class LeaseKeeper(Protocol):
+    """Returns lost engines' leases in a shared frontier (``netdisco.recovery``)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class SpiderEngine:
@@ -93,12 +106,15 @@ class SpiderEngine:
         registry_factory: RegistryFactory | None = None,
     ) -> None:
         self.settings = settings or EngineSettings()
-        if registry_factory is None and zookeeper is not None:
-            registry_factory = zookeeper_registry(zookeeper)
+        self._zookeeper = zookeeper_settings(zookeeper) if zookeeper is not None else None
+        if registry_factory is None and self._zookeeper is not None:
+            registry_factory = zookeeper_registry(self._zookeeper)
         self._registry_factory = registry_factory
         self.registry: Registry | None = None
         self.state = EngineState.CREATED
-        self.incarnation: str | None = None
+        #: new for every engine object; labels this run's node and its leases in Redis
+        self.incarnation = uuid.uuid4().hex
+        self._recoveries: dict[str, LeaseKeeper] = {}
         self.started_at: float | None = None
         self.port: int = self.settings.port
         self._crawlers: dict[str, Crawler] = {}
@@ -192,7 +208,7 @@ class SpiderEngine:
         instance = spider() if isinstance(spider, type) else spider
         if instance.name in self._crawlers:
             raise DuplicateSpider(instance.name)
-        crawler = Crawler(instance, settings, pipelines=pipelines)
+        crawler = Crawler(instance, settings, pipelines=pipelines, owner=self.incarnation)
         crawler.add_listener(self._on_spider_changed)
         self._crawlers[crawler.name] = crawler
         log.info("spider_added", engine=self.id, spider=crawler.name)
@@ -231,7 +247,6 @@ class SpiderEngine:
             raise RuntimeError(f"engine {self.id!r} is {self.state}; it can start only once")
         self._check_exposure()
         self.state = EngineState.RUNNING
-        self.incarnation = uuid.uuid4().hex
         self.started_at = time.time()
         try:
             if self.settings.http:
@@ -241,6 +256,7 @@ class SpiderEngine:
                 await self.registry.start()
             for crawler in self.crawlers():
                 if crawler.state is SpiderState.IDLE:
+                    await self._keep_leases(crawler)
                     await crawler.start()
         except BaseException:
             await self.stop()
@@ -318,6 +334,11 @@ class SpiderEngine:
             except Exception as exc:  # the crawl must still drain and close its pipelines
                 log.warning("registry_stop_failed", engine=self.id, error=repr(exc))
         await asyncio.gather(*(self._stop_crawler(c, deadline) for c in self.crawlers()))
+        for keeper in self._recoveries.values():
+            try:
+                await keeper.stop()
+            except Exception as exc:  # closing the others matters more
+                log.warning("lease_recovery_stop_failed", engine=self.id, error=repr(exc))
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -340,9 +361,25 @@ class SpiderEngine:
         if crawler.state is not SpiderState.IDLE:  # start() got to it first
             return
         try:
+            await self._keep_leases(crawler)
             await crawler.start()
         except Exception as exc:
             log.error("spider_start_failed", engine=self.id, spider=crawler.name, error=repr(exc))
+
+    async def _keep_leases(self, crawler: Crawler) -> None:
+        """With a shared frontier and ZooKeeper: re-queue lost engines' leases at once.
+
+        One watcher per frontier URL; every live engine runs one, which is safe because
+        returning a lost engine's leases is one atomic script (see ``netdisco.recovery``).
+        """
+        url = crawler.settings.frontier
+        if self._zookeeper is None or url.startswith("memory") or url in self._recoveries:
+            return
+        from netdisco.frontier_redis import lease_recovery  # redis-py only when asked
+
+        keeper = lease_recovery(url, self._zookeeper, self.incarnation)
+        self._recoveries[url] = keeper
+        await keeper.start()
 
     def _deadline(self, deadline: float | None) -> float | None:
         return deadline if deadline is not None else self.settings.stop_deadline

@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from netdisco.request import Request
 
@@ -29,6 +29,20 @@ class Frontier(Protocol):
 
     async def counts(self) -> tuple[int, int, int]:
         """``(queued, leased, seen)``, across every engine sharing this frontier."""
+
+
+@runtime_checkable
+class Connected(Protocol):
+    """A frontier with a connection (Redis): opened at start, closed at the end.
+
+    ``close`` hands back whatever this engine still holds, so others can take it.
+    """
+
+    async def open(self) -> None:
+        """Connect, or raise ``FrontierUnavailable`` with the reason."""
+
+    async def close(self) -> None:
+        """Hand back our leases and disconnect."""
 
 
 class MemoryFrontier:

@@ -11,12 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
 import sys
 import threading
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,39 +26,11 @@ from netdisco import Crawler, SpiderState
 from netdisco.frontier_redis import RedisFrontier, RedisOptions
 from netdisco.recovery import Keys
 from netdisco.testing import RedisServer
-from tests.netdisco.redis_support import GEN_SITE, SiteServer, crawl_settings, site_spider
+from tests.netdisco.conftest import PAGES
+from tests.netdisco.redis_support import SiteServer, crawl_settings, site_spider
 
-PAGES = 2000
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def site_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    command = [sys.executable, str(GEN_SITE), "--out", str(out), "--pages", str(PAGES)]
-    subprocess.run(command, check=True, capture_output=True)
-    return out
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer()
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def redis_url(redis_server: RedisServer) -> str:
-    return f"{redis_server.url}?prefix=d{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-async def site(site_dir: Path) -> AsyncIterator[SiteServer]:
-    server = SiteServer(site_dir, delay=0.002)
-    await server.start()
-    yield server
-    await server.stop()
 
 
 class EngineProcess:
