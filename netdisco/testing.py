@@ -8,7 +8,6 @@ does the same for Debian's ``redis-server`` (optionally with AOF persistence).
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import socket
@@ -16,6 +15,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Self
 
 ZK_JAR = Path("/usr/share/java/zookeeper.jar")
 ZK_CONF_DIR = Path("/etc/zookeeper/conf")
@@ -50,72 +50,44 @@ def four_letter(host: str, port: int, word: str) -> str:
     return b"".join(chunks).decode()
 
 
-class ZooKeeperServer:
-    """A standalone ZooKeeper server on loopback, for tests and the demo.
+class ServerProcess:
+    """A server run as a child process on a free loopback port, stopped by its pid.
 
-    tickTime 500 ms lets tests negotiate session timeouts down to 1 s.
+    Subclasses say how to launch it (``command``) and when it is ready (``ready``);
+    ``restart`` keeps the port and the data directory.
     """
 
-    def __init__(self, data_dir: Path | None = None, tick_ms: int = 500) -> None:
-        self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="netdisco-zk-"))
-        self.tick_ms = tick_ms
+    name = "server"
+
+    def __init__(self, data_dir: Path | None, prefix: str) -> None:
+        self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix=prefix))
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         self.host = "127.0.0.1"
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
-    @property
-    def hosts(self) -> str:
-        """The connection string for clients."""
-        return f"{self.host}:{self.port}"
+    def command(self) -> list[str]:
+        """The argv that starts the server in the foreground."""
+        raise NotImplementedError
 
-    def _write_config(self) -> Path:
-        cfg = self.data_dir / "zoo.cfg"
-        cfg.write_text(
-            f"tickTime={self.tick_ms}\n"
-            f"dataDir={self.data_dir / 'data'}\n"
-            f"clientPort={self.port}\n"
-            f"clientPortAddress={self.host}\n"
-            "admin.enableServer=false\n"
-            "4lw.commands.whitelist=*\n"
-            "maxClientCnxns=0\n"
-            "minSessionTimeout=1000\n"
-        )
-        return cfg
+    def ready(self) -> bool:
+        """Whether the server answers (not merely listens)."""
+        raise NotImplementedError
 
     def start(self, timeout: float = 30.0) -> None:
-        """Start (or restart, on the same data directory) and wait until it serves."""
-        if not ZK_JAR.exists():
-            raise RuntimeError(f"{ZK_JAR} is missing: install Debian's zookeeper package")
-        cfg = self._write_config()
-        log = open(self.data_dir / "server.log", "ab")  # noqa: SIM115 - owned by the child
-        classpath = f"{ZK_CONF_DIR}:{ZK_JAR}"
-        self.process = subprocess.Popen(
-            [
-                "java",
-                "-Xmx256m",
-                "-cp",
-                classpath,
-                "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-                str(cfg),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "ZOO_LOG4J_PROP": "WARN,CONSOLE"},
-        )
-        log.close()
+        """Start (or restart, on the same port and data directory) and wait until ready."""
+        with open(self.data_dir / "server.log", "ab") as log:
+            self.process = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"ZooKeeper exited; see {self.data_dir / 'server.log'}")
-            try:
-                # "ruok" answers before the server serves; "srvr" tells the truth
-                if four_letter(self.host, self.port, "srvr").startswith("Zookeeper version"):
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"ZooKeeper did not answer ruok within {timeout} s")
+                raise RuntimeError(f"{self.name} exited; see {self.data_dir / 'server.log'}")
+            if self.ready():
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"{self.name} was not ready within {timeout} s")
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """Stop the server by its pid (SIGKILL after 10 s)."""
@@ -129,17 +101,59 @@ class ZooKeeperServer:
             proc.kill()
             proc.wait(5)
 
-    def restart(self) -> None:
-        """Stop and start again on the same port and data directory."""
+    def restart(self, downtime: float = 0.0) -> None:
+        """Stop, stay down ``downtime`` seconds, start again on the same port and data."""
         self.stop()
+        time.sleep(downtime)
         self.start()
 
-    def __enter__(self) -> ZooKeeperServer:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ZooKeeperServer(ServerProcess):
+    """A standalone ZooKeeper server on loopback, for tests and the demo.
+
+    tickTime 500 ms lets tests negotiate session timeouts down to 1 s.
+    """
+
+    name = "ZooKeeper"
+
+    def __init__(self, data_dir: Path | None = None, tick_ms: int = 500) -> None:
+        super().__init__(data_dir, "netdisco-zk-")
+        self.tick_ms = tick_ms
+
+    @property
+    def hosts(self) -> str:
+        """The connection string for clients."""
+        return f"{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        if not ZK_JAR.exists():
+            raise RuntimeError(f"{ZK_JAR} is missing: install Debian's zookeeper package")
+        cfg = self.data_dir / "zoo.cfg"
+        cfg.write_text(
+            f"tickTime={self.tick_ms}\n"
+            f"dataDir={self.data_dir / 'data'}\n"
+            f"clientPort={self.port}\n"
+            f"clientPortAddress={self.host}\n"
+            "admin.enableServer=false\n"
+            "4lw.commands.whitelist=*\n"
+            "maxClientCnxns=0\n"
+            "minSessionTimeout=1000\n"
+        )
+        main = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+        return ["java", "-Xmx256m", "-cp", f"{ZK_CONF_DIR}:{ZK_JAR}", main, str(cfg)]
+
+    def ready(self) -> bool:
+        try:  # "ruok" answers before the server serves; "srvr" tells the truth
+            return four_letter(self.host, self.port, "srvr").startswith("Zookeeper version")
+        except OSError:
+            return False
 
 
 def redis_ping(host: str, port: int) -> bool:
@@ -152,12 +166,14 @@ def redis_ping(host: str, port: int) -> bool:
         return False
 
 
-class RedisServer:
+class RedisServer(ServerProcess):
     """Debian's ``redis-server`` on a free loopback port, known by pid.
 
     ``appendonly`` turns on AOF persistence (fsync ``appendfsync``) so that
     ``restart()`` on the same directory keeps the data, as a production server would.
     """
+
+    name = "redis-server"
 
     def __init__(
         self,
@@ -166,19 +182,18 @@ class RedisServer:
         appendonly: bool = False,
         appendfsync: str = "everysec",
     ) -> None:
-        self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="netdisco-redis-"))
+        super().__init__(data_dir, "netdisco-redis-")
         self.appendonly = appendonly
         self.appendfsync = appendfsync
-        self.host = "127.0.0.1"
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         """The connection URL for clients (database 0)."""
         return f"redis://{self.host}:{self.port}/0"
 
-    def _arguments(self) -> list[str]:
+    def command(self) -> list[str]:
+        if shutil.which("redis-server") is None:
+            raise RuntimeError("redis-server is missing: install Debian's redis-server package")
         return [
             "redis-server",
             "--bind", self.host,
@@ -188,49 +203,7 @@ class RedisServer:
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", self.appendfsync,
             "--daemonize", "no",
-            "--logfile", str(self.data_dir / "server.log"),
         ]  # fmt: skip
 
-    def start(self, timeout: float = 20.0) -> None:
-        """Start (or restart, on the same directory) and wait until it answers PING."""
-        if shutil.which("redis-server") is None:
-            raise RuntimeError("redis-server is missing: install Debian's redis-server package")
-        self.process = subprocess.Popen(
-            self._arguments(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"redis-server exited; see {self.data_dir / 'server.log'}")
-            if redis_ping(self.host, self.port):
-                return
-            time.sleep(0.02)
-        raise TimeoutError(f"redis-server did not answer PING within {timeout} s")
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        """Stop by pid (SIGTERM writes the AOF out; SIGKILL after 10 s)."""
-        proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(sig)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-    def restart(self, downtime: float = 0.0) -> None:
-        """Stop, stay down ``downtime`` seconds, start again on the same port and directory."""
-        self.stop()
-        time.sleep(downtime)
-        self.start()
-
-    def __enter__(self) -> RedisServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def ready(self) -> bool:
+        return redis_ping(self.host, self.port)

@@ -29,7 +29,6 @@ from netdisco.testing import RedisServer
 from tests.netdisco.conftest import PAGES
 from tests.netdisco.redis_support import SiteServer, crawl_settings, site_spider
 
-
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -195,7 +194,6 @@ async def test_engines_wait_for_a_restarted_redis_and_finish(
     site: SiteServer, zk_hosts: str, engines: Callable[..., Any], tmp_path: Path
 ) -> None:
     server = RedisServer(tmp_path / "redis", appendonly=True)
-    (tmp_path / "redis").mkdir()
     server.start()
     try:
         first = await engines("first", server.url, zk_hosts, site.base)
