@@ -325,31 +325,51 @@ class Registration:
             )
 
     async def _leave(self, client: KazooClient) -> None:
-        """Write ``leaving``, then delete: both sent at once, applied in order.
+        """Write ``leaving`` and delete, as one transaction: one round trip, all or nothing.
 
-        ZooKeeper applies one session's requests in order, so the delete need not
-        wait for the write's reply: one round trip, and watchers still see the
-        ``leaving`` data before the deletion. Both are version-checked, so a node
-        changed behind our back is left to the session close.
+        Watchers see the data change before the deletion, which tells a leave from a
+        crash. If our idea of the node's version is stale (a write was in flight), the
+        version is read again, once per try; a node changed behind our back is left to
+        the session close.
         """
         self._set_state(RegistryState.LEAVING, "leaving")
         version = self._written[1] if self._written is not None else None
         try:
-            if version is None:
-                raise BadVersionError("our node's version is unknown")
             async with asyncio.timeout(min(2.0, self.settings.session_timeout)):
-                written = client.set_async(self.path, self._payload("leaving"), version=version)
-                deleted = client.delete_async(self.path, version=version + 1)
-                await wait_result(written)
-                await wait_result(deleted)
+                for _ in range(3):
+                    if version is None:
+                        version = await self._own_version(client)
+                    if await self._commit_leave(client, version):
+                        self._log("info", "zk deregistered")
+                        return
+                    version = None
+                raise BadVersionError("our node kept changing while we left")
         except Exception as exc:
             self._log(
                 "warning",
                 "zk leave incomplete; closing the session removes the node",
                 error=type(exc).__name__,
             )
-        else:
-            self._log("info", "zk deregistered")
+
+    async def _own_version(self, client: KazooClient) -> int:
+        """The version of our node, which must be owned by our session."""
+        stat = await wait_result(client.exists_async(self.path))
+        if stat is None or stat.ephemeralOwner != self._session_id:
+            raise NoNodeError("our node is gone or owned by another session")
+        return int(stat.version)
+
+    async def _commit_leave(self, client: KazooClient, version: int) -> bool:
+        """True when the leave was applied; False when ``version`` was stale."""
+        transaction = client.transaction()
+        transaction.set_data(self.path, self._payload("leaving"), version=version)
+        transaction.delete(self.path, version=version + 1)
+        results = await wait_result(transaction.commit_async())
+        if any(isinstance(r, BadVersionError) for r in results):
+            return False
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return True
 
     # -- helpers -----------------------------------------------------------------
 

@@ -22,6 +22,7 @@ GUARDED = (
     "create", "create_async", "ensure_path", "ensure_path_async", "exists", "exists_async",
     "get", "get_async", "set", "set_async", "delete", "delete_async",
     "get_children", "get_children_async", "get_acls", "get_acls_async", "sync", "sync_async",
+    "transaction",
 )  # fmt: skip
 
 
