@@ -30,7 +30,8 @@ from typing import Any
 import redis
 import structlog
 
-GEN_SITE = Path("/work/shared/bench/gen_site.py")
+#: the shared benchmark harness lives beside the repository
+GEN_SITE = Path(__file__).resolve().parents[2] / "shared" / "bench" / "gen_site.py"
 HERE = Path(__file__).resolve()
 
 

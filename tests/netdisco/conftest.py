@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-from netdisco.testing import RedisServer
-from tests.netdisco.redis_support import GEN_SITE, SiteServer
+from netdisco.testing import RedisServer, write_site
+from tests.netdisco.redis_support import SiteServer
 
 PAGES = 2000
 
@@ -19,9 +17,7 @@ PAGES = 2000
 @pytest.fixture(scope="module")
 def site_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
-    command = [sys.executable, str(GEN_SITE), "--out", str(out), "--pages", str(PAGES)]
-    subprocess.run(command, check=True, capture_output=True)
-    return out
+    return write_site(out, PAGES)
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,6 @@ from netdisco.frontier_redis import RedisFrontier, RedisOptions, lease_recovery
 from netdisco.registry import Registration
 from netdisco.zkconfig import ZooKeeperSettings
 
-GEN_SITE = Path("/work/shared/bench/gen_site.py")
 SESSION_TIMEOUT = 2.0
 
 
