@@ -9,6 +9,9 @@ APT    := DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 .PHONY: test lint typecheck unit demo bench system-deps clean
 
 $(STAMP): pyproject.toml
+	@# Debian's python3 needs python3-venv (ensurepip) before it can make a venv
+	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || \
+	  (apt-get update -q && $(APT) python3-venv)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
