@@ -34,7 +34,7 @@ def redis_url(redis_server: RedisServer) -> str:
 
 
 @pytest.fixture
-async def site(site_dir: Path) -> AsyncIterator[SiteServer]:
+async def counting_site(site_dir: Path) -> AsyncIterator[SiteServer]:
     server = SiteServer(site_dir, delay=0.002)
     await server.start()
     yield server

@@ -97,17 +97,17 @@ async def wait_for(check: Callable[[], bool], timeout: float = 40.0) -> None:
         await asyncio.sleep(0.01)
 
 
-def assert_every_page_fetched(site: SiteServer) -> None:
-    missing = set(site.pages) - set(site.fetches)
+def assert_every_page_fetched(counting_site: SiteServer) -> None:
+    missing = set(counting_site.pages) - set(counting_site.fetches)
     assert not missing, f"{len(missing)} pages never fetched, e.g. {sorted(missing)[:3]}"
 
 
 async def test_two_crawlers_in_one_process_fetch_each_page_once(
-    site: SiteServer, redis_url: str
+    counting_site: SiteServer, redis_url: str
 ) -> None:
     crawlers = []
     for owner in ("one", "two"):
-        spider = site_spider(site.base)
+        spider = site_spider(counting_site.base)
         frontier = RedisFrontier(RedisOptions.from_url(redis_url), spider, owner=owner)
         crawlers.append(Crawler(spider, crawl_settings(redis_url), frontier=frontier))
     try:
@@ -116,8 +116,8 @@ async def test_two_crawlers_in_one_process_fetch_each_page_once(
         for crawler in crawlers:
             assert isinstance(crawler.frontier, RedisFrontier)
             await crawler.frontier.close()
-    assert_every_page_fetched(site)
-    assert site.duplicates == 0
+    assert_every_page_fetched(counting_site)
+    assert counting_site.duplicates == 0
     assert [c.state for c in crawlers] == [SpiderState.FINISHED] * 2
     assert sum(s.succeeded for s in stats) == PAGES
     assert all(s.succeeded > PAGES // 10 for s in stats), "one crawler did all the work"
@@ -147,16 +147,16 @@ async def requeued_at(redis: aioredis.Redis, key: str, timeout: float = 20.0) ->
 
 
 async def test_sigkilled_engine_loses_no_page(
-    site: SiteServer, redis_url: str, zk_hosts: str, engines: Callable[..., Any]
+    counting_site: SiteServer, redis_url: str, zk_hosts: str, engines: Callable[..., Any]
 ) -> None:
-    victim = await engines("victim", redis_url, zk_hosts, site.base)
-    survivor = await engines("survivor", redis_url, zk_hosts, site.base)
+    victim = await engines("victim", redis_url, zk_hosts, counting_site.base)
+    survivor = await engines("survivor", redis_url, zk_hosts, counting_site.base)
     client, gone, when = await asyncio.to_thread(watch_deletion, zk_hosts, "/netdiscovery/victim")
     options = RedisOptions.from_url(redis_url)
     redis = aioredis.Redis.from_url(options.url)
     owned = Keys(options.prefix, "gensite").owned(victim.incarnation)
     try:
-        await wait_for(lambda: site.fetched >= PAGES // 3)
+        await wait_for(lambda: counting_site.fetched >= PAGES // 3)
         victim.kill()
         await victim.proc.wait()
         in_flight = await redis.scard(owned)
@@ -167,46 +167,46 @@ async def test_sigkilled_engine_loses_no_page(
         await redis.aclose()
         await asyncio.to_thread(client.stop)
         await asyncio.to_thread(client.close)
-    assert_every_page_fetched(site)
-    assert site.duplicates <= in_flight
+    assert_every_page_fetched(counting_site)
+    assert counting_site.duplicates <= in_flight
     assert latency < 1.0, f"leases returned {latency:.3f} s after the loss was visible"
     assert [r["engine_id"] for r in result["recoveries"]] == ["victim"]
     assert result["state"] == "finished"
 
 
 async def test_graceful_stop_mid_crawl_fetches_nothing_twice(
-    site: SiteServer, redis_url: str, zk_hosts: str, engines: Callable[..., Any]
+    counting_site: SiteServer, redis_url: str, zk_hosts: str, engines: Callable[..., Any]
 ) -> None:
-    leaver = await engines("leaver", redis_url, zk_hosts, site.base)
-    stayer = await engines("stayer", redis_url, zk_hosts, site.base)
-    await wait_for(lambda: site.fetched >= PAGES // 3)
+    leaver = await engines("leaver", redis_url, zk_hosts, counting_site.base)
+    stayer = await engines("stayer", redis_url, zk_hosts, counting_site.base)
+    await wait_for(lambda: counting_site.fetched >= PAGES // 3)
     leaver.proc.send_signal(signal.SIGTERM)
     left = await leaver.finish()
     stayed = await stayer.finish()
     assert left["state"] == "stopped"
     assert stayed["state"] == "finished"
     assert stayed["recoveries"] == []
-    assert_every_page_fetched(site)
-    assert site.duplicates == 0
+    assert_every_page_fetched(counting_site)
+    assert counting_site.duplicates == 0
 
 
 async def test_engines_wait_for_a_restarted_redis_and_finish(
-    site: SiteServer, zk_hosts: str, engines: Callable[..., Any], tmp_path: Path
+    counting_site: SiteServer, zk_hosts: str, engines: Callable[..., Any], tmp_path: Path
 ) -> None:
     server = RedisServer(tmp_path / "redis", appendonly=True)
     server.start()
     try:
-        first = await engines("first", server.url, zk_hosts, site.base)
-        second = await engines("second", server.url, zk_hosts, site.base)
-        await wait_for(lambda: site.fetched >= PAGES // 3)
+        first = await engines("first", server.url, zk_hosts, counting_site.base)
+        second = await engines("second", server.url, zk_hosts, counting_site.base)
+        await wait_for(lambda: counting_site.fetched >= PAGES // 3)
         await asyncio.to_thread(server.restart, 1.0)
-        during = site.fetched
+        during = counting_site.fetched
         results = [await first.finish(), await second.finish()]
     finally:
         server.stop()
     assert during < PAGES
     assert [r["state"] for r in results] == ["finished", "finished"]
-    assert_every_page_fetched(site)
+    assert_every_page_fetched(counting_site)
     logs = first.log.read_text() + second.log.read_text()
     assert "frontier_unavailable_waiting" in logs
     assert "frontier_available_again" in logs

@@ -85,22 +85,22 @@ async def spider_state(port: int) -> str | None:
 
 
 async def test_sigkill_halfway_loses_no_page(
-    tmp_path: Path, site: SiteServer, zk_hosts: str, redis_url: str
+    tmp_path: Path, counting_site: SiteServer, zk_hosts: str, redis_url: str
 ) -> None:
     spider = tmp_path / "gen_spider.py"
-    spider.write_text(SPIDER.format(base=site.base))
+    spider.write_text(SPIDER.format(base=counting_site.base))
     first, _ = start_engine(tmp_path, "cli-a", spider, zk_hosts, redis_url)
     second, port = start_engine(tmp_path, "cli-b", spider, zk_hosts, redis_url)
     try:
-        await until(lambda: site.fetched >= PAGES // 2)
+        await until(lambda: counting_site.fetched >= PAGES // 2)
         first.send_signal(signal.SIGKILL)
         assert first.wait(10) == -signal.SIGKILL
         while await spider_state(port) != "finished":
             assert second.poll() is None, (tmp_path / "cli-b.log").read_text()[-3000:]
             await asyncio.sleep(0.2)
-        assert site.fetched == PAGES
+        assert counting_site.fetched == PAGES
         # only what the killed engine held (8 workers x prefetch 4 leases) may be fetched twice
-        assert site.duplicates <= 8 * 4
+        assert counting_site.duplicates <= 8 * 4
         second.send_signal(signal.SIGTERM)
         assert second.wait(20) == 0
     finally:

@@ -8,7 +8,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -35,14 +35,6 @@ from netdisco.zkconfig import ZooKeeperSettings
 from tests.netdisco.redis_support import SiteSpider, make_request
 
 Factory = Callable[..., RedisFrontier]
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer()
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
