@@ -108,3 +108,21 @@ async def test_sigkill_halfway_loses_no_page(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(5)
+
+
+def test_unreachable_redis_fails_at_start_with_the_reason(tmp_path: Path) -> None:
+    config = tmp_path / "engine.toml"
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    config.write_text(
+        '[engine]\nid = "lonely"\nport = 0\n\n[[spiders]]\nspider = "netdisco.demo.site:Shop"\n'
+        f'settings = {{ frontier = "{url}" }}\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "netdisco.cli", "engine", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("NETDISCO_")},
+    )
+    assert done.returncode == 2
+    assert f"cannot reach Redis at {url}" in done.stderr
