@@ -20,7 +20,7 @@ import structlog
 from reactivex import Observable
 
 from netdisco import settings as settings_module
-from netdisco.downloader import Downloader
+from netdisco.downloader import Downloader, Parking
 from netdisco.exceptions import (
     DownloadFailed,
     InvalidTransition,
@@ -107,6 +107,7 @@ class Crawler:
         self.scope = Scope(spider.allowed_domains, self.settings.allow, self.settings.deny)
         self.scheduler = Scheduler(self.settings, self.scope, self.frontier, self.stats)
         self.downloader = Downloader(self.settings, self.stats, self.scope.reason)
+        self.parking = Parking(self.downloader, 4 * self.settings.concurrency)
         self.stream = ItemStream(self.stats, self.settings.item_buffer)
         self.scraper = Scraper(self._admit, self.stream, self.stats)
         self._pipelines = [*pipelines, *spider.pipelines()]
@@ -258,6 +259,8 @@ class Crawler:
         await self.downloader.close()
         try:  # a shared frontier that is down must not keep the spider from closing
             async with asyncio.timeout(max(self.settings.stop_deadline, 1.0)):
+                for request in self.parking.drain():
+                    await self.frontier.done(request, requeue=True)
                 await self._refresh_counts()
                 if isinstance(self.frontier, Connected):
                     await self.frontier.close()
@@ -306,11 +309,12 @@ class Crawler:
             if self._budget_spent():
                 await self._idle()
                 continue
-            request = await self.frontier.take()
+            request = self.parking.ready() or await self.frontier.take()
             if request is None:
                 await self._idle()
                 continue
-            await self._process(request)
+            if not self.parking.park(request):
+                await self._process(request)
 
     def _budget_spent(self) -> bool:
         limit = self.settings.max_pages

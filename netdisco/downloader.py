@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from email.utils import parsedate_to_datetime
 from urllib.parse import urljoin, urlsplit
@@ -58,6 +59,50 @@ class HostSlot:
         self.next_start = start + delay
         if start > now:
             await asyncio.sleep(start - now)
+
+
+class Parking:
+    """Requests set aside while their host is at its limit, so that a worker serves
+    another host instead of waiting: one slow host must not hold every worker.
+
+    At most ``limit`` wait here; past that a worker waits for the host as before, which
+    keeps memory bounded when the frontier holds nothing but one busy host.
+    """
+
+    def __init__(self, downloader: Downloader, limit: int) -> None:
+        self.downloader = downloader
+        self.limit = limit
+        self._hosts: dict[str, deque[Request]] = {}
+        self._count = 0
+
+    def park(self, request: Request) -> bool:
+        """Set ``request`` aside if its host is busy (and there is room); say if it was."""
+        host = urlsplit(request.url).netloc
+        if self._count >= self.limit or not self.downloader.busy(host):
+            return False
+        self._hosts.setdefault(host, deque()).append(request)
+        self._count += 1
+        return True
+
+    def ready(self) -> Request | None:
+        """A parked request whose host has room now, oldest first per host."""
+        if not self._count:
+            return None
+        for host, waiting in self._hosts.items():
+            if not self.downloader.busy(host):
+                request = waiting.popleft()
+                if not waiting:
+                    del self._hosts[host]
+                self._count -= 1
+                return request
+        return None
+
+    def drain(self) -> list[Request]:
+        """Every parked request (to hand back to the frontier on close)."""
+        requests = [r for waiting in self._hosts.values() for r in waiting]
+        self._hosts.clear()
+        self._count = 0
+        return requests
 
 
 def retry_after(headers: Mapping[str, str], cap: float) -> float | None:
@@ -168,6 +213,11 @@ class Downloader:
                 raise OutOfScope(f"redirect to {url}: {reason}", url=url)
         if self.robots is not None and not await self.robots.allowed(url, proxy):
             raise RobotsDenied("disallowed by robots.txt", url=url)
+
+    def busy(self, host: str) -> bool:
+        """Whether ``host`` (a netloc) already has ``per_host_concurrency`` requests going."""
+        slot = self._slots.get(host)
+        return slot is not None and slot.semaphore.locked()
 
     def _slot(self, url: str) -> HostSlot:
         key = urlsplit(url).netloc

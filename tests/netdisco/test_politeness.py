@@ -1,0 +1,98 @@
+"""A busy host does not hold the workers: its requests wait aside while others proceed.
+
+Two real servers on loopback (two ports, so two hosts): one answers after 0.5 s,
+one at once. With one request at a time per host, the slow host's queue must not
+keep the fast host's pages waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from netdisco import Crawler, Request, Response, Settings, Spider
+
+
+class Host:
+    """Serves any path, after ``delay``; remembers when each request arrived."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.arrivals: dict[str, float] = {}
+        self.first = asyncio.Event()
+        self.base = ""
+        self._runner: web.ServerRunner | None = None
+
+    async def handle(self, request: web.BaseRequest) -> web.Response:
+        self.arrivals[request.path] = time.monotonic()
+        self.first.set()
+        await asyncio.sleep(self.delay)
+        return web.Response(text="<html><body>page</body></html>", content_type="text/html")
+
+    async def start(self) -> None:
+        self._runner = web.ServerRunner(web.Server(self.handle), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.base = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+@pytest.fixture
+async def hosts() -> AsyncIterator[tuple[Host, Host]]:
+    slow, fast = Host(0.5), Host(0.0)
+    await slow.start()
+    await fast.start()
+    yield slow, fast
+    await slow.stop()
+    await fast.stop()
+
+
+class TwoHosts(Spider):
+    name = "two-hosts"
+
+    def __init__(self, slow: str, fast: str) -> None:
+        super().__init__()
+        self.slow, self.fast = slow, fast
+
+    async def start(self) -> AsyncIterator[Request]:
+        for n in range(4):  # the slow host's pages come first in the queue
+            yield Request(f"{self.slow}/slow-{n}", callback=self.parse)
+        for n in range(12):
+            yield Request(f"{self.fast}/fast-{n}", callback=self.parse)
+
+    def parse(self, response: Response) -> Iterator[Any]:
+        yield {"url": response.url}
+
+
+async def test_a_busy_host_does_not_hold_the_workers(hosts: tuple[Host, Host]) -> None:
+    slow, fast = hosts
+    settings = Settings(concurrency=4, per_host_concurrency=1, obey_robots=False)
+    crawler = Crawler(TwoHosts(slow.base, fast.base), settings)
+    stats = await crawler.run()
+    assert stats.succeeded == 16
+    assert crawler.parking.drain() == []
+    # the slow host served one request at a time, 0.5 s each; every fast page was asked
+    # for before the slow host's second request even started
+    second_slow = sorted(slow.arrivals.values())[1]
+    assert max(fast.arrivals.values()) < second_slow
+
+
+async def test_parked_requests_go_back_to_the_frontier_on_stop(hosts: tuple[Host, Host]) -> None:
+    slow, _ = hosts
+    settings = Settings(concurrency=4, per_host_concurrency=1, obey_robots=False)
+    crawler = Crawler(TwoHosts(slow.base, slow.base), settings)
+    await crawler.start()
+    await asyncio.wait_for(slow.first.wait(), 10.0)
+    await crawler.stop(deadline=5.0)
+    queued, leased, _ = await crawler.frontier.counts()
+    assert leased == 0
+    assert queued + crawler.stats.succeeded == 16
