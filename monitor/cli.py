@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import tomllib
 import urllib.error
@@ -129,11 +130,13 @@ def run(argv: Sequence[str]) -> int:
 def _check_url(args: argparse.Namespace) -> str:
     if args.url:
         return str(args.url).rstrip("/")
-    host, port = "127.0.0.1", 8316
+    http: dict[str, object] = {}
     if args.config is not None:
         with args.config.open("rb") as fh:
             http = tomllib.load(fh).get("http", {})
-        host, port = http.get("host", host), http.get("port", port)
+    # the same variables the daemon reads win over the file, as they do for the daemon
+    host = os.environ.get("NETDISCO_MONITOR_HTTP_HOST", str(http.get("host", "127.0.0.1")))
+    port = os.environ.get("NETDISCO_MONITOR_HTTP_PORT", str(http.get("port", 8316)))
     if host in ("0.0.0.0", "::"):
         host = "127.0.0.1"
     return f"http://{host}:{port}"
