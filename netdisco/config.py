@@ -60,9 +60,12 @@ def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback  # a dual-stack socket's ::ffff:127.0.0.1
+    return address.is_loopback
 
 
 def _validate_engine(s: EngineSettings) -> None:

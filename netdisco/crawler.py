@@ -156,6 +156,10 @@ class Crawler:
         try:
             if isinstance(self.frontier, Connected):
                 await self.frontier.open()  # an unreachable Redis fails here, clearly
+        except NetdiscoError as exc:  # terminal, so that whoever waits for it is told
+            self.stats.error(f"frontier: {exc}")
+            self._set_state(SpiderState.FAILED)
+            raise
         finally:
             self._opening = False
         self.started_at = time.time()
@@ -257,15 +261,32 @@ class Crawler:
     async def _close(self) -> None:
         await self.stream.close(self._close_timeout)
         await self.downloader.close()
+        for request in self.parking.drain():
+            await self._release(request, requeue=True, bounded=True)
         try:  # a shared frontier that is down must not keep the spider from closing
-            async with asyncio.timeout(max(self.settings.stop_deadline, 1.0)):
-                for request in self.parking.drain():
-                    await self.frontier.done(request, requeue=True)
+            async with asyncio.timeout(1.0):
                 await self._refresh_counts()
-                if isinstance(self.frontier, Connected):
-                    await self.frontier.close()
         except (TimeoutError, NetdiscoError) as exc:
-            log.warning("frontier_close_failed", error=repr(exc))
+            log.warning("frontier_counts_unavailable", error=repr(exc))
+        if isinstance(self.frontier, Connected):
+            try:  # hands our leases back; what it cannot, the others' lease sweep will
+                await self.frontier.close()
+            except Exception as exc:
+                log.warning("frontier_close_failed", error=repr(exc))
+
+    async def _release(self, request: Request, *, requeue: bool, bounded: bool) -> None:
+        """End our lease on ``request``; ``bounded`` (closing): a frontier that is down gets 1 s.
+
+        Mid-crawl, a frontier that is down is waited for: the crawl pauses until it is back.
+        """
+        if not bounded:
+            await self.frontier.done(request, requeue=requeue)
+            return
+        try:
+            async with asyncio.timeout(1.0):
+                await self.frontier.done(request, requeue=requeue)
+        except (TimeoutError, NetdiscoError) as exc:
+            log.warning("lease_not_released", url=request.url, error=repr(exc))
 
     async def _seed(self) -> None:
         try:
@@ -365,7 +386,7 @@ class Crawler:
             finished = True
         finally:
             self.stats.in_flight -= 1
-            await self.frontier.done(request, requeue=not finished)
+            await self._release(request, requeue=not finished, bounded=self._stopping)
             self._notify()
 
     async def _failed(self, request: Request, exc: RequestError) -> None:

@@ -115,6 +115,7 @@ class SpiderEngine:
         #: new for every engine object; labels this run's node and its leases in Redis
         self.incarnation = uuid.uuid4().hex
         self._recoveries: dict[str, LeaseKeeper] = {}
+        self._starting: set[asyncio.Task[None]] = set()  # spiders added while running
         self.started_at: float | None = None
         self.port: int = self.settings.port
         self._crawlers: dict[str, Crawler] = {}
@@ -213,7 +214,9 @@ class SpiderEngine:
         self._crawlers[crawler.name] = crawler
         log.info("spider_added", engine=self.id, spider=crawler.name)
         if self.state is EngineState.RUNNING:
-            self._spawn(self._start_crawler(crawler))
+            starting = self._spawn(self._start_crawler(crawler))
+            self._starting.add(starting)
+            starting.add_done_callback(self._starting.discard)
         self._notify()
         return crawler
 
@@ -333,6 +336,10 @@ class SpiderEngine:
                 await self.registry.stop()
             except Exception as exc:  # the crawl must still drain and close its pipelines
                 log.warning("registry_stop_failed", engine=self.id, error=repr(exc))
+        starting = list(self._starting)  # a spider still opening its frontier must not start now
+        for task in starting:
+            task.cancel()
+        await asyncio.gather(*starting, return_exceptions=True)
         await asyncio.gather(*(self._stop_crawler(c, deadline) for c in self.crawlers()))
         for keeper in self._recoveries.values():
             try:
