@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from netdisco.testing import RedisServer, write_site
+from tests.netdisco.engine_site import start_site
 from tests.netdisco.redis_support import SiteServer
 
 PAGES = 2000
@@ -39,3 +40,11 @@ async def counting_site(site_dir: Path) -> AsyncIterator[SiteServer]:
     await server.start()
     yield server
     await server.stop()
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[str]:
+    """The engine tests' site (modules that serve a site of their own override this)."""
+    runner, base = await start_site()
+    yield base
+    await runner.cleanup()

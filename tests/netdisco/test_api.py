@@ -15,7 +15,7 @@ from netdisco.config import EngineSettings
 from netdisco.engine import SpiderEngine
 from netdisco.settings import Settings
 
-from .engine_site import FakeRegistry, site_spider, start_site, wait_for
+from .engine_site import FakeRegistry, site_spider, wait_for
 
 TOKEN = "tok-0123456789abcdef"
 SLOW = Settings(progress_interval=0, concurrency=1)  # ~10 s on the slow pages: time to drive it
@@ -42,13 +42,6 @@ class Client:
 
     async def control(self, name: str, action: str) -> tuple[int, Any]:
         return await self.call("POST", f"/netdiscovery/spiders/{name}/{action}")
-
-
-@pytest.fixture
-async def site() -> AsyncIterator[str]:
-    runner, base = await start_site()
-    yield base
-    await runner.cleanup()
 
 
 @pytest.fixture

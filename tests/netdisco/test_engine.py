@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +14,10 @@ from netdisco.engine import EngineState, SpiderEngine
 from netdisco.exceptions import ConfigError, DuplicateSpider, InvalidTransition, UnknownSpider
 from netdisco.settings import Settings
 
-from .engine_site import FakeRegistry, site_spider, start_site, wait_for
+from .engine_site import FakeRegistry, site_spider, wait_for
 
 QUIET = Settings(progress_interval=0, concurrency=4)
 ONE_AT_A_TIME = Settings(progress_interval=0, concurrency=1)  # ~10 s on the slow pages
-
-
-@pytest.fixture
-async def site() -> AsyncIterator[str]:
-    runner, base = await start_site()
-    yield base
-    await runner.cleanup()
 
 
 def standalone(**kwargs: Any) -> EngineSettings:

@@ -6,7 +6,6 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -14,8 +13,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from netdisco.testing import free_port
-
-from .engine_site import start_site
 
 TOKEN = "cli-secret-token-42"
 SPIDERS = """
@@ -38,13 +35,6 @@ class Hang(One):
     name = "hang"
     start_urls = ["{base}/hang"]
 """
-
-
-@pytest.fixture
-async def site() -> AsyncIterator[str]:
-    runner, base = await start_site()
-    yield base
-    await runner.cleanup()
 
 
 def write_config(tmp_path: Path, base: str, port: int, settings: str = "concurrency = 2") -> Path:

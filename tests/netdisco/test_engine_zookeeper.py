@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import aiohttp
 import pytest
@@ -15,14 +15,7 @@ from netdisco.engine import SpiderEngine
 from netdisco.exceptions import ConfigError
 from netdisco.settings import Settings
 
-from .engine_site import site_spider, start_site, wait_for
-
-
-@pytest.fixture
-async def site() -> AsyncIterator[str]:
-    runner, base = await start_site()
-    yield base
-    await runner.cleanup()
+from .engine_site import site_spider, wait_for
 
 
 @pytest.fixture
