@@ -8,6 +8,7 @@ does the same for Debian's ``redis-server`` (optionally with AOF persistence).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
 import signal
@@ -15,11 +16,26 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Self
 
+from aiohttp import web
+
 ZK_JAR = Path("/usr/share/java/zookeeper.jar")
 ZK_CONF_DIR = Path("/etc/zookeeper/conf")
+
+
+@contextlib.asynccontextmanager
+async def serve(app: web.Application, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """Serve ``app`` on a free loopback port inside the running loop; yields its base URL."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+    await runner.setup()
+    await web.TCPSite(runner, host, 0).start()
+    try:
+        yield f"http://{host}:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -18,10 +18,8 @@ from kazoo.protocol.states import KazooState, WatchedEvent
 
 T = TypeVar("T")
 
-#: ids of kazoo threads seen so far (kept for callers that read it; ids are reused).
-_kazoo_thread_ids: set[int] = set()
-#: The authoritative mark: thread-local, so it dies with the thread. Thread ids are
-#: recycled at once on Linux, so an id set would flag later, unrelated threads.
+#: Marks kazoo's threads. Thread-local, so it dies with the thread: thread ids are
+#: recycled at once on Linux, so a set of ids would flag later, unrelated threads.
 _thread_mark = threading.local()
 
 
@@ -32,7 +30,6 @@ def on_kazoo_thread() -> bool:
 
 def _mark_kazoo_thread() -> None:
     _thread_mark.kazoo = True
-    _kazoo_thread_ids.add(threading.get_ident())
 
 
 async def wait_result(async_result: Any) -> Any:

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from netdisco import Crawler, Request, Response, Settings, Spider
-from netdisco.testing import free_port
+from netdisco.testing import serve
 
 PAGE = "<html><body><h1>Grüße, 世界</h1></body></html>".encode()
 ENCODERS = {"gzip": gzip.compress, "deflate": zlib.compress, "br": brotli.compress}
@@ -30,12 +30,8 @@ async def site() -> AsyncIterator[tuple[str, list[str]]]:
 
     app = web.Application()
     app.router.add_get("/{encoding}", page)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    yield f"http://127.0.0.1:{port}", accepted
-    await runner.cleanup()
+    async with serve(app) as base:
+        yield base, accepted
 
 
 class Titles(Spider):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -58,6 +60,17 @@ async def spawn(*args: str, token: str | None = None) -> asyncio.subprocess.Proc
     )  # fmt: skip
 
 
+@contextlib.asynccontextmanager
+async def stopped_at_exit(proc: asyncio.subprocess.Process) -> AsyncIterator[None]:
+    """Whatever the test does, the engine process does not outlive it (SIGKILL by pid)."""
+    try:
+        yield
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
 async def get_json(session: aiohttp.ClientSession, url: str, deadline: float = 20.0) -> object:
     """GET ``url`` until the engine answers (it is still starting), then its JSON."""
     loop = asyncio.get_running_loop()
@@ -77,7 +90,7 @@ async def test_engine_serves_its_spiders_and_exits_0_on_sigterm(tmp_path: Path, 
     port = free_port()
     proc = await spawn("--config", str(write_config(tmp_path, site, port)), token=TOKEN)
     base = f"http://127.0.0.1:{port}"
-    try:
+    async with stopped_at_exit(proc):
         async with aiohttp.ClientSession() as session:
             health = await get_json(session, f"{base}/netdiscovery/health")
             assert isinstance(health, dict)
@@ -97,10 +110,6 @@ async def test_engine_serves_its_spiders_and_exits_0_on_sigterm(tmp_path: Path, 
             assert {"netdisco_requests", "netdisco_spider_state"} <= names
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = await asyncio.wait_for(proc.communicate(), 30)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
     assert proc.returncode == 0, stderr.decode()
     output = (stdout + stderr).decode()
     assert "engine_stopped" in output
@@ -119,12 +128,8 @@ async def test_bad_config_fails_at_start_naming_the_key(
 ) -> None:
     config = write_config(tmp_path, "http://127.0.0.1:9", free_port(), settings)
     proc = await spawn("--config", str(config), *args)
-    try:
+    async with stopped_at_exit(proc):
         _, stderr = await asyncio.wait_for(proc.communicate(), 30)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
     assert proc.returncode == 2
     assert needle in stderr.decode()
 
@@ -153,26 +158,18 @@ async def test_sigterm_cancels_in_flight_after_the_deadline_and_exits_0(
     tmp_path: Path, site: str
 ) -> None:
     proc = await hanging_engine(tmp_path, site, deadline=0.5)
-    try:
+    async with stopped_at_exit(proc):
         proc.send_signal(signal.SIGTERM)
         _, stderr = await asyncio.wait_for(proc.communicate(), 30)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
     assert proc.returncode == 0, stderr.decode()
     assert '"spiders": {"hang": "stopped"}' in stderr.decode()
 
 
 async def test_a_second_signal_forces_the_exit(tmp_path: Path, site: str) -> None:
     proc = await hanging_engine(tmp_path, site, deadline=600)
-    try:
+    async with stopped_at_exit(proc):
         proc.send_signal(signal.SIGTERM)
         await read_until(proc.stderr, "engine_stopping")
         proc.send_signal(signal.SIGINT)
         await asyncio.wait_for(proc.wait(), 30)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
     assert proc.returncode == 130

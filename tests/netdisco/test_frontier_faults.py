@@ -16,7 +16,7 @@ from aiohttp import web
 from netdisco import Crawler, Response, Settings, Spider, SpiderState
 from netdisco.config import EngineSettings
 from netdisco.engine import SpiderEngine
-from netdisco.testing import RedisServer, free_port
+from netdisco.testing import RedisServer, free_port, serve
 
 
 @pytest.fixture
@@ -30,12 +30,8 @@ async def slow_site() -> AsyncIterator[tuple[str, asyncio.Event]]:
 
     app = web.Application()
     app.router.add_get("/{path:.*}", slow)
-    runner = web.AppRunner(app, shutdown_timeout=0.5)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    yield f"http://127.0.0.1:{port}", arrived
-    await runner.cleanup()
+    async with serve(app) as base:
+        yield base, arrived
 
 
 class Slow(Spider):

@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 
 from netdisco import Crawler, Request, Response, Settings, Spider
+from netdisco.testing import serve
 
 
 class Host:
@@ -26,34 +27,24 @@ class Host:
         self.arrivals: dict[str, float] = {}
         self.first = asyncio.Event()
         self.base = ""
-        self._runner: web.ServerRunner | None = None
 
-    async def handle(self, request: web.BaseRequest) -> web.Response:
+    async def handle(self, request: web.Request) -> web.Response:
         self.arrivals[request.path] = time.monotonic()
         self.first.set()
         await asyncio.sleep(self.delay)
         return web.Response(text="<html><body>page</body></html>", content_type="text/html")
 
-    async def start(self) -> None:
-        self._runner = web.ServerRunner(web.Server(self.handle), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.base = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/{path:.*}", self.handle)
+        return app
 
 
 @pytest.fixture
 async def hosts() -> AsyncIterator[tuple[Host, Host]]:
     slow, fast = Host(0.5), Host(0.0)
-    await slow.start()
-    await fast.start()
-    yield slow, fast
-    await slow.stop()
-    await fast.stop()
+    async with serve(slow.app()) as slow.base, serve(fast.app()) as fast.base:
+        yield slow, fast
 
 
 class TwoHosts(Spider):
