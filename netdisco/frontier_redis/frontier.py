@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from netdisco.exceptions import FrontierUnavailable, RequestNotShareable
-from netdisco.frontier import Frontier, MemoryFrontier
+from netdisco.frontier import Frontier
 from netdisco.frontier_redis.codec import decode, encode
 from netdisco.frontier_redis.options import RedisOptions, bloom_offsets, redact
 from netdisco.frontier_redis.scripts import ADD_LUA, DONE_LUA, TAKE_LUA
@@ -336,9 +336,8 @@ class RedisFrontier:
 
 
 def make_frontier(settings: Settings, spider: Spider, *, owner: str | None = None) -> Frontier:
-    """The frontier ``settings.frontier`` names: in memory, or Redis (shared)."""
-    if settings.frontier.startswith("memory"):
-        return MemoryFrontier()
+    """The Redis frontier ``settings.frontier`` names (``netdisco.crawler.frontier_for``
+    chooses between it and the in-memory one)."""
     return RedisFrontier(RedisOptions.from_url(settings.frontier), spider, owner=owner)
 
 

@@ -16,6 +16,7 @@ from kazoo.client import KazooClient
 from redis import asyncio as aioredis
 
 from netdisco import Request, Settings
+from netdisco.crawler import frontier_for
 from netdisco.exceptions import ConfigError, DropItem, FrontierUnavailable, RequestNotShareable
 from netdisco.frontier import MemoryFrontier
 from netdisco.frontier_redis import (
@@ -24,7 +25,6 @@ from netdisco.frontier_redis import (
     RedisOptions,
     decode,
     encode,
-    make_frontier,
     redact,
 )
 from netdisco.frontier_redis.dedup import DedupPipeline
@@ -313,7 +313,7 @@ async def test_operations_wait_while_redis_restarts(spider: SiteSpider, tmp_path
         server.stop()
 
 
-def test_options_from_url_and_make_frontier(spider: SiteSpider):
+def test_options_from_url_and_frontier_for(spider: SiteSpider):
     options = RedisOptions.from_url("redis://h:1/2?prefix=p&lease_ttl=5&seen=bloom&db=3")
     assert (options.url, options.prefix, options.lease_ttl, options.seen) == (
         "redis://h:1/2?db=3",
@@ -325,8 +325,8 @@ def test_options_from_url_and_make_frontier(spider: SiteSpider):
         with pytest.raises(ConfigError, match="frontier"):
             RedisOptions.from_url(f"redis://h:1/0?{bad}")
     assert redact("redis://u:pw@h:1/0") == "redis://u:***@h:1/0"
-    assert isinstance(make_frontier(Settings(), spider), MemoryFrontier)
-    made = make_frontier(Settings(frontier="redis://h:1/0"), spider, owner="x")
+    assert isinstance(frontier_for(Settings(), spider, None), MemoryFrontier)
+    made = frontier_for(Settings(frontier="redis://h:1/0"), spider, "x")
     assert isinstance(made, RedisFrontier)
     assert made.owner == "x"
 
