@@ -8,7 +8,9 @@ does the same for Debian's ``redis-server`` (optionally with AOF persistence).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import random
 import shutil
 import signal
@@ -16,9 +18,9 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from aiohttp import web
 
@@ -36,6 +38,26 @@ async def serve(app: web.Application, host: str = "127.0.0.1") -> AsyncIterator[
         yield f"http://{host}:{runner.addresses[0][1]}"
     finally:
         await runner.cleanup()
+
+
+async def eventually(
+    check: Callable[[], Any], what: str = "", *, timeout: float = 60.0
+) -> Any:
+    """Poll ``check`` (sync or async) until it returns something truthy, and return that.
+
+    The deadline is generous on purpose: it only decides how long a broken test takes
+    to fail, never whether a working one passes.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout} s: {what or check}")
+        await asyncio.sleep(0.02)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -13,7 +13,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,28 +28,13 @@ from netdisco.config import EngineSettings, load_config
 from netdisco.demo.site import ITEMS_ENV, SITE_ENV, SmtpSink, start_site
 from netdisco.engine import SpiderEngine
 from netdisco.settings import Settings
-from netdisco.testing import free_port
+from netdisco.testing import eventually, free_port
 from netdisco.zkconfig import ZooKeeperSettings
 
 from .netdisco import engine_site
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-
-
-async def until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    """Poll ``check`` (sync or async) until it returns something truthy."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return result
-        if loop.time() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        await asyncio.sleep(0.05)
 
 
 @pytest.fixture
@@ -130,7 +115,7 @@ async def test_engine_toml_loads_and_crawls(
     engine = SpiderEngine.from_config(config)
     await engine.start()
     try:
-        znode = await until(
+        znode = await eventually(
             lambda: asyncio.to_thread(read_znode, zk_hosts, "/netdiscovery/engine-1"),
             "the engine's znode",
         )
@@ -211,7 +196,7 @@ async def test_embedded_engine_serves_inside_the_application(demo_site: str) -> 
                 sections = {url.split("/")[3] for url in found}
                 return found if len(found) >= 30 and sections == {"shop", "blog"} else None
 
-            found = await until(both_sections, "titles from both sections")
+            found = await eventually(both_sections, "titles from both sections")
             assert found[f"{demo_site}/shop/0"] == "shop 0"
             async with session.get(f"{app_url}/crawler/netdiscovery/spiders/titles") as response:
                 status = await response.json()
@@ -333,7 +318,7 @@ async def test_monitor_example_runs_every_hook_for_a_lost_engine(
         async with aiohttp.ClientSession() as session:
             # an engine that registers before the monitor's first listing is part of its
             # silent baseline, not an engine_joined: wait until the monitor is ready
-            await until(lambda: healthy(session, port), "the monitor's health")
+            await eventually(lambda: healthy(session, port), "the monitor's health")
             engine = start_engine(tmp_path, zk_hosts, monitor_env(receivers, tmp_path))
             events_url = f"http://127.0.0.1:{port}/netdiscovery/events"
 
@@ -345,15 +330,15 @@ async def test_monitor_example_runs_every_hook_for_a_lost_engine(
                     return False
                 return any(e["type"] == kind for e in body["events"])
 
-            await until(lambda: event("engine_joined"), "engine_joined")
+            await eventually(lambda: event("engine_joined"), "engine_joined")
             engine.kill()
             engine.wait()
-            await until(lambda: event("engine_lost"), "engine_lost")
+            await eventually(lambda: event("engine_lost"), "engine_lost")
             incidents = tmp_path / "incidents.jsonl"
-            await until(incidents.exists, "the callable hook's incident line")
+            await eventually(incidents.exists, "the callable hook's incident line")
             subjects = await asyncio.wait_for(receivers.subjects_until("engine_lost"), 30)
-            await until(lambda: receivers.hooks, "the webhook")
-            await until((tmp_path / "lost-engines.jsonl").exists, "the command hook")
+            await eventually(lambda: receivers.hooks, "the webhook")
+            await eventually((tmp_path / "lost-engines.jsonl").exists, "the command hook")
     finally:
         if engine is not None:
             stop(engine)

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
 from email import message_from_bytes
@@ -26,18 +25,6 @@ from netdisco.testing import free_port
 from tests.monitor.fake_engines import FakeEngine
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-async def until(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
-    """Poll ``predicate`` until truthy (a generous deadline, never a timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        await asyncio.sleep(0.02)
 
 
 class Mailbox:

@@ -18,8 +18,9 @@ from monitor.events import Event, EventType
 from monitor.metrics import Metrics
 from monitor.settings import AlertSettings
 from netdisco.exceptions import ConfigError
+from netdisco.testing import eventually
 from tests.monitor import hook_targets
-from tests.monitor.conftest import monitor_config, until
+from tests.monitor.conftest import monitor_config
 
 EMAIL = {"sender": "netdisco@example.org", "to": ["ops@example.org"], "events": ["engine_lost"]}
 
@@ -36,7 +37,7 @@ def _value(monitor: Any, name: str, hook: str) -> float:
 async def _lose(engines: Any, rec: Any, name: str) -> None:
     engine = await asyncio.to_thread(engines, name)
     await asyncio.to_thread(engine.join)
-    await until(lambda: rec.of("engine_joined", name))
+    await eventually(lambda: rec.of("engine_joined", name))
     await asyncio.to_thread(engine.vanish)  # gone without "leaving": lost
 
 
@@ -46,9 +47,9 @@ async def test_sigkilled_engine_email_has_its_details(
     config = monitor_config(zk_hosts, email=_email(smtp), alerts={"grace": 0.5})
     _, rec = await start_monitor(config)
     doomed = await asyncio.to_thread(engine_processes, zk_hosts, "doomed")
-    await until(lambda: rec.of("engine_joined", "doomed"))
+    await eventually(lambda: rec.of("engine_joined", "doomed"))
     doomed.signal(signal.SIGKILL)
-    await until(lambda: smtp.mailbox.messages, what="the e-mail")
+    await eventually(lambda: smtp.mailbox.messages, what="the e-mail")
     msg = smtp.mailbox.messages[0]
     assert "engine_lost" in msg["Subject"]
     assert "doomed" in msg["Subject"]
@@ -66,9 +67,9 @@ async def test_smtp_down_then_up_the_alert_arrives(zk_hosts, start_monitor, engi
     config = monitor_config(zk_hosts, email=_email(smtp_down))
     monitor, rec = await start_monitor(config)
     await _lose(engines, rec, "e1")
-    await until(lambda: _value(monitor, "netdisco_monitor_alerts_failed_total", "email") >= 2)
+    await eventually(lambda: _value(monitor, "netdisco_monitor_alerts_failed_total", "email") >= 2)
     smtp_down.start()
-    await until(lambda: smtp_down.mailbox.messages, what="the late e-mail")
+    await eventually(lambda: smtp_down.mailbox.messages, what="the late e-mail")
     assert "e1" in smtp_down.mailbox.messages[0]["Subject"]
     assert _value(monitor, "netdisco_monitor_alerts_sent_total", "email") == 1
 
@@ -79,9 +80,9 @@ async def test_flap_inside_grace_sends_nothing(zk_hosts, start_monitor, engines,
     monitor, rec = await start_monitor(config)
     engine = await asyncio.to_thread(engines, "flappy")
     await _lose(lambda _: engine, rec, "flappy")
-    await until(lambda: rec.of("engine_lost", "flappy"))
+    await eventually(lambda: rec.of("engine_lost", "flappy"))
     await asyncio.to_thread(engine.join)
-    flapped = await until(lambda: rec.of("engine_flapped", "flappy"))
+    flapped = await eventually(lambda: rec.of("engine_flapped", "flappy"))
     await asyncio.sleep(2.0)  # past the grace period: nothing may go out
     assert smtp.mailbox.messages == []
     assert len(flapped) == 1
@@ -95,11 +96,11 @@ async def test_events_in_one_window_make_one_email(zk_hosts, start_monitor, engi
     pair = [await asyncio.to_thread(engines, name) for name in ("x1", "x2")]
     for engine in pair:
         await asyncio.to_thread(engine.join)
-    await until(lambda: len(rec.of("engine_joined")) == 2)
+    await eventually(lambda: len(rec.of("engine_joined")) == 2)
     for engine in pair:
         await asyncio.to_thread(engine.vanish)
-    await until(lambda: smtp.mailbox.messages)
-    await until(lambda: rec.of("cluster_empty"))
+    await eventually(lambda: smtp.mailbox.messages)
+    await eventually(lambda: rec.of("cluster_empty"))
     await asyncio.sleep(1.0)  # let a wrongly split second message show up
     assert len(smtp.mailbox.messages) == 1
     msg = smtp.mailbox.messages[0]
@@ -116,7 +117,7 @@ async def test_alert_past_max_age_is_dropped_and_counted(
     monitor, rec = await start_monitor(config)
     with capture_logs() as logs:
         await _lose(engines, rec, "gone")
-        await until(lambda: _value(monitor, "netdisco_monitor_alerts_dropped_total", "email"))
+        await eventually(lambda: _value(monitor, "netdisco_monitor_alerts_dropped_total", "email"))
     dropped = [x for x in logs if x["event"] == "alert_dropped"]
     assert len(dropped) == 1
     assert dropped[0]["events"] == ["engine_lost:gone"]
@@ -138,7 +139,7 @@ async def test_webhook_retried_until_accepted(zk_hosts, start_monitor, engines, 
         url = f"http://127.0.0.1:{unused_tcp_port}/hook"
         monitor, rec = await start_monitor(monitor_config(zk_hosts, webhook={"url": url}))
         await _lose(engines, rec, "w1")
-        await until(lambda: _value(monitor, "netdisco_monitor_alerts_sent_total", "webhook"))
+        await eventually(lambda: _value(monitor, "netdisco_monitor_alerts_sent_total", "webhook"))
         assert len(received) == 2
         assert received[1]["type"] == "engine_lost"
         assert received[1]["engine"]["id"] == "w1"
@@ -154,7 +155,7 @@ async def test_command_gets_event_json_on_stdin(zk_hosts, start_monitor, engines
     await start_monitor(monitor_config(zk_hosts, command=command))
     engine = await asyncio.to_thread(engines, "c1")
     await asyncio.to_thread(engine.join)
-    await until(lambda: out.exists() and out.read_text())
+    await eventually(lambda: out.exists() and out.read_text())
     event = json.loads(out.read_text())
     assert event["type"] == "engine_joined"
     assert event["engine_id"] == "c1"
@@ -168,7 +169,7 @@ async def test_callable_by_dotted_path(zk_hosts, start_monitor, engines, target:
     await start_monitor(config)
     engine = await asyncio.to_thread(engines, "py1")
     await asyncio.to_thread(engine.join)
-    got = await until(lambda: hook_targets.RECEIVED)
+    got = await eventually(lambda: hook_targets.RECEIVED)
     assert got[0][1:] == ("engine_joined", "py1")
 
 
@@ -190,10 +191,10 @@ async def test_a_hung_hook_blocks_neither_watcher_nor_email(zk_hosts, start_moni
     )
     monitor, rec = await start_monitor(config)
     await _lose(engines, rec, "h1")
-    await until(lambda: smtp.mailbox.messages)
+    await eventually(lambda: smtp.mailbox.messages)
     await _lose(engines, rec, "h2")  # the watcher still reports while the hook hangs
-    await until(lambda: rec.of("engine_lost", "h2"))
-    await until(lambda: _value(monitor, "netdisco_monitor_alerts_failed_total", "callable"))
+    await eventually(lambda: rec.of("engine_lost", "h2"))
+    await eventually(lambda: _value(monitor, "netdisco_monitor_alerts_failed_total", "callable"))
 
 
 class _Recording:
@@ -223,7 +224,7 @@ async def test_no_offline_alert_while_the_view_is_stale():
     assert hook.got == []  # stale: nothing yet
     present.add("b")  # b came back while we could not see
     fresh.set()
-    await until(lambda: hook.got)
+    await eventually(lambda: hook.got)
     await asyncio.sleep(0.1)
     assert [e.engine_id for e in hook.got] == ["a"]
     await alerts.close()

@@ -12,8 +12,8 @@ from typing import Any
 
 import aiohttp
 
-from netdisco.testing import free_port
-from tests.monitor.conftest import REPO, until
+from netdisco.testing import eventually, free_port
+from tests.monitor.conftest import REPO
 
 TOML = """
 [zookeeper]
@@ -82,10 +82,10 @@ async def test_daemon_beside_two_engines(zk_hosts, tmp_path: Path, smtp, engine_
     config.write_text(TOML.format(hosts=zk_hosts, port=port, smtp=smtp.port, state=state))
     daemon = Daemon(await _cli("--config", str(config), "--log-json"))
     try:
-        await until(lambda: daemon.named("baseline"), what="baseline")
+        await eventually(lambda: daemon.named("baseline"), what="baseline")
         calm = await asyncio.to_thread(engine_processes, zk_hosts, "calm")
         doomed = await asyncio.to_thread(engine_processes, zk_hosts, "doomed")
-        await until(lambda: len(daemon.named("engine_joined")) == 2, what="two joins")
+        await eventually(lambda: len(daemon.named("engine_joined")) == 2, what="two joins")
         url = f"http://127.0.0.1:{port}/netdiscovery/monitor"
         async with aiohttp.ClientSession() as session, session.get(url) as resp:
             shown = sorted(e["id"] for e in (await resp.json())["engines"])
@@ -93,10 +93,10 @@ async def test_daemon_beside_two_engines(zk_hosts, tmp_path: Path, smtp, engine_
         assert await _check(port) == (0, "ok: 2 engines online\n")
 
         doomed.signal(signal.SIGKILL)
-        await until(lambda: smtp.mailbox.messages, what="the e-mail about the lost engine")
+        await eventually(lambda: smtp.mailbox.messages, what="the e-mail about the lost engine")
         assert "doomed" in smtp.mailbox.messages[0]["Subject"]
         calm.signal(signal.SIGTERM)
-        await until(lambda: daemon.named("engine_left"), what="the graceful leave")
+        await eventually(lambda: daemon.named("engine_left"), what="the graceful leave")
         assert [x["engine_id"] for x in daemon.named("engine_left")] == ["calm"]
         assert [x["engine_id"] for x in daemon.named("engine_lost")] == ["doomed"]
 
@@ -120,7 +120,7 @@ async def test_daemon_beside_two_engines(zk_hosts, tmp_path: Path, smtp, engine_
 
 async def test_sigint_also_stops_with_one_summary(zk_hosts):
     daemon = Daemon(await _cli("--zk", zk_hosts, "--port", "0", "--log-json"))
-    await until(lambda: daemon.named("baseline"), what="baseline")
+    await eventually(lambda: daemon.named("baseline"), what="baseline")
     daemon.proc.send_signal(signal.SIGINT)
     assert await asyncio.wait_for(daemon.proc.wait(), 20) == 0
     await daemon.reader

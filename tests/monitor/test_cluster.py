@@ -13,8 +13,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from monitor.events import EventType
-from netdisco.testing import ZooKeeperServer
-from tests.monitor.conftest import REPO, monitor_config, until
+from netdisco.testing import ZooKeeperServer, eventually
+from tests.monitor.conftest import REPO, monitor_config
 from tests.monitor.fake_engines import FakeEngine
 
 
@@ -71,7 +71,7 @@ async def test_200_engines_churning_every_change_accounted_for(zk_hosts, start_m
             members = {m.name: m.czxid for m in monitor.watcher.members()}
             return members == truth and view is not None and view.parent.cversion == cversion
 
-        await until(converged, timeout=20, what="the monitor's view equals the truth")
+        await eventually(converged, timeout=20, what="the monitor's view equals the truth")
         true_changes = sum(r["creates"] + r["deletes"] for r in results)
         counts = Counter(e.type for e in rec.events)
         seen = (
@@ -105,12 +105,12 @@ async def test_zookeeper_restart_gives_no_false_events(start_monitor, tmp_path):
             engine = await asyncio.to_thread(FakeEngine, server.hosts, "/netdiscovery", name, 10)
             made.append(engine)
             await asyncio.to_thread(engine.join)
-        await until(lambda: len(monitor.watcher.members()) == 2)
+        await eventually(lambda: len(monitor.watcher.members()) == 2)
         before = {m.name: m.czxid for m in monitor.watcher.members()}
         mark = len(rec.events)
         await asyncio.to_thread(server.restart)
-        await until(lambda: rec.of("zk_reconnected"), timeout=30, what="monitor reconnected")
-        await until(lambda: monitor.health()[0], what="fresh view after the restart")
+        await eventually(lambda: rec.of("zk_reconnected"), timeout=30, what="monitor reconnected")
+        await eventually(lambda: monitor.health()[0], what="fresh view after the restart")
         await asyncio.sleep(1.0)  # room for any false event to show up
         assert [e.type.value for e in rec.events[mark:]] == ["zk_disconnected", "zk_reconnected"]
         assert {m.name: m.czxid for m in monitor.watcher.members()} == before

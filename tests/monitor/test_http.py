@@ -16,8 +16,8 @@ import pytest
 from aiohttp import web
 
 from monitor.status import spiders_url, total_rate
-from netdisco.testing import free_port
-from tests.monitor.conftest import monitor_config, until
+from netdisco.testing import eventually, free_port
+from tests.monitor.conftest import monitor_config
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -34,7 +34,7 @@ async def test_routes(zk_hosts, start_monitor, engines):
     base = monitor.http.url
     engine = await asyncio.to_thread(engines, "h1")
     await asyncio.to_thread(engine.join)
-    await until(lambda: rec.of("engine_joined", "h1"))
+    await eventually(lambda: rec.of("engine_joined", "h1"))
 
     status, body, _ = await _get(f"{base}/netdiscovery/monitor")
     assert status == 200
@@ -215,7 +215,7 @@ async def test_pages_per_second_read_from_the_engine(zk_hosts, start_monitor, en
         def rates() -> dict[str, Any]:
             return {e["id"]: e["pages_per_second"] for e in monitor.snapshot()["engines"]}
 
-        await until(lambda: rates().get("fast") == 15.5, what="the rate of the live engine")
+        await eventually(lambda: rates().get("fast") == 15.5, what="the rate of the live engine")
         assert rates()["dead"] is None  # unreachable: unknown, and still a member
         assert monitor.status.rates["dead"].error == "ClientConnectorError"
     finally:

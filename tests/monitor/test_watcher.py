@@ -10,7 +10,8 @@ from pathlib import Path
 from kazoo.client import KazooClient
 from structlog.testing import capture_logs
 
-from tests.monitor.conftest import monitor_config, until
+from netdisco.testing import eventually
+from tests.monitor.conftest import monitor_config
 
 
 def _close(client: KazooClient) -> None:
@@ -28,15 +29,15 @@ async def test_join_update_leave_each_reported_once(zk_hosts, start_monitor, eng
     monitor, rec = await start_monitor(monitor_config(zk_hosts))
     engine = await asyncio.to_thread(engines, "e1")
     czxid = await asyncio.to_thread(engine.join)
-    joined = await until(lambda: rec.of("engine_joined", "e1"))
+    joined = await eventually(lambda: rec.of("engine_joined", "e1"))
     assert joined[0].engine["czxid"] == czxid
     assert joined[0].engine["status_url"].startswith("http://127.0.0.1:8715/")
     await asyncio.to_thread(engine.update, spiders=[{"name": "q", "state": "paused"}])
-    updated = await until(lambda: rec.of("engine_updated", "e1"))
+    updated = await eventually(lambda: rec.of("engine_updated", "e1"))
     assert updated[0].engine["spiders"] == [{"name": "q", "state": "paused"}]
     assert updated[0].previous is not None
     await asyncio.to_thread(engine.leave)
-    await until(lambda: rec.of("cluster_empty"))
+    await eventually(lambda: rec.of("cluster_empty"))
     assert rec.types("e1") == ["engine_joined", "engine_updated", "engine_left"]
     assert monitor.watcher.members() == []
 
@@ -47,15 +48,15 @@ async def test_pipelined_leave_is_left_and_vanish_is_lost(zk_hosts, start_monito
     for i in range(10):
         engine = await asyncio.to_thread(engines, f"p{i}")
         await asyncio.to_thread(engine.join)
-        await until(partial(rec.of, "engine_joined", f"p{i}"))
+        await eventually(partial(rec.of, "engine_joined", f"p{i}"))
         await asyncio.to_thread(engine.leave, pipelined=bool(i % 2))
-        await until(partial(rec.of, "engine_left", f"p{i}"))
+        await eventually(partial(rec.of, "engine_left", f"p{i}"))
         assert rec.types(f"p{i}") == ["engine_joined", "engine_left"]
     ghost = await asyncio.to_thread(engines, "ghost")
     await asyncio.to_thread(ghost.join)
-    await until(lambda: rec.of("engine_joined", "ghost"))
+    await eventually(lambda: rec.of("engine_joined", "ghost"))
     await asyncio.to_thread(ghost.vanish)
-    await until(lambda: rec.of("engine_lost", "ghost"))
+    await eventually(lambda: rec.of("engine_lost", "ghost"))
     assert rec.types("ghost") == ["engine_joined", "engine_lost"]
 
 
@@ -63,10 +64,10 @@ async def test_graceful_stop_and_sigkill_told_apart(zk_hosts, start_monitor, eng
     _, rec = await start_monitor(monitor_config(zk_hosts))
     calm = await asyncio.to_thread(engine_processes, zk_hosts, "calm")
     doomed = await asyncio.to_thread(engine_processes, zk_hosts, "doomed")
-    await until(lambda: rec.of("engine_joined", "calm") and rec.of("engine_joined", "doomed"))
+    await eventually(lambda: rec.of("engine_joined", "calm") and rec.of("engine_joined", "doomed"))
     calm.signal(signal.SIGTERM)
     doomed.signal(signal.SIGKILL)
-    await until(lambda: rec.of("cluster_empty"), what="both gone")
+    await eventually(lambda: rec.of("cluster_empty"), what="both gone")
     assert rec.types("calm") == ["engine_joined", "engine_left"]
     assert rec.types("doomed") == ["engine_joined", "engine_lost"]
     assert rec.of("engine_lost")[0].detail["last_seen"] > 0
@@ -76,11 +77,11 @@ async def test_restart_between_two_looks(zk_hosts, start_monitor, engines):
     _, rec = await start_monitor(monitor_config(zk_hosts))
     engine = await asyncio.to_thread(engines, "r1")
     old = await asyncio.to_thread(engine.join)
-    await until(lambda: rec.of("engine_joined", "r1"))
+    await eventually(lambda: rec.of("engine_joined", "r1"))
     # Called on the loop's own thread, so the monitor cannot look in between.
     engine.vanish()
     engine.join()
-    restarted = await until(lambda: rec.of("engine_restarted", "r1"))
+    restarted = await eventually(lambda: rec.of("engine_restarted", "r1"))
     assert restarted[0].previous is not None
     assert restarted[0].previous["czxid"] == old
     assert restarted[0].engine["czxid"] != old
@@ -103,7 +104,7 @@ async def test_first_listing_is_a_baseline_and_state_file_reports_the_gap(
     new = await asyncio.to_thread(engines, "new")
     await asyncio.to_thread(new.join)
     second, rec2 = await start_monitor(config)
-    await until(lambda: len(rec2.events) >= 2)
+    await eventually(lambda: len(rec2.events) >= 2)
     await asyncio.sleep(0.3)
     # "go" left while nobody watched: its deletion carries no trace of the leaving
     # write, so the persisted "running" is all there is to go by: lost.
@@ -119,10 +120,12 @@ async def test_root_deleted_and_recreated(zk_hosts, start_monitor, engines):
     admin = await asyncio.to_thread(_admin, zk_hosts)
     try:
         await asyncio.to_thread(admin.delete, "/netdiscovery")
-        await until(lambda: admin.exists("/netdiscovery"), what="root re-created by the monitor")
+        await eventually(
+            lambda: admin.exists("/netdiscovery"), what="root re-created by the monitor"
+        )
         engine = await asyncio.to_thread(engines, "late")
         await asyncio.to_thread(engine.join)
-        await until(lambda: rec.of("engine_joined", "late"))
+        await eventually(lambda: rec.of("engine_joined", "late"))
         assert [m.name for m in monitor.watcher.members()] == ["late"]
     finally:
         await asyncio.to_thread(_close, admin)
@@ -134,12 +137,12 @@ async def test_garbage_node_is_tracked_and_logged_once(zk_hosts, start_monitor, 
     try:
         with capture_logs() as logs:
             await asyncio.to_thread(admin.create, "/netdiscovery/junk", b"\xff{not json")
-            joined = await until(lambda: rec.of("engine_joined", "junk"))
+            joined = await eventually(lambda: rec.of("engine_joined", "junk"))
             await asyncio.to_thread(admin.set, "/netdiscovery/junk", b"[1, 2]")
-            await until(lambda: rec.of("engine_updated", "junk"))
+            await eventually(lambda: rec.of("engine_updated", "junk"))
             good = await asyncio.to_thread(engines, "good")
             await asyncio.to_thread(good.join)
-            await until(lambda: rec.of("engine_joined", "good"))
+            await eventually(lambda: rec.of("engine_joined", "good"))
         assert joined[0].engine["garbage"] is True
         assert joined[0].engine["state"] == "unknown"
         assert [x["event"] for x in logs].count("engine_data_garbage") == 1
@@ -153,7 +156,7 @@ async def test_own_session_expired_view_converges(zk_hosts, start_monitor, engin
     bouncer = await asyncio.to_thread(engines, "bouncer")
     await asyncio.to_thread(steady.join)
     old = await asyncio.to_thread(bouncer.join)
-    await until(lambda: len(monitor.watcher.members()) == 2)
+    await eventually(lambda: len(monitor.watcher.members()) == 2)
     session_id, password = monitor.watcher.client.client_id
     hijack = KazooClient(hosts=zk_hosts, client_id=(session_id, password))
     await asyncio.to_thread(hijack.start, 15)
@@ -161,8 +164,8 @@ async def test_own_session_expired_view_converges(zk_hosts, start_monitor, engin
     await asyncio.to_thread(bouncer.join)
     await asyncio.to_thread(hijack.stop)  # closes the monitor's session: expired
     await asyncio.to_thread(hijack.close)
-    await until(lambda: rec.of("zk_reconnected"), what="reconnect after expiry")
-    await until(lambda: monitor.watcher.fresh.is_set())
+    await eventually(lambda: rec.of("zk_reconnected"), what="reconnect after expiry")
+    await eventually(lambda: monitor.watcher.fresh.is_set())
     members = {m.name: m.czxid for m in monitor.watcher.members()}
     assert members["steady"] == steady.client.exists(steady.path).czxid
     assert members["bouncer"] != old

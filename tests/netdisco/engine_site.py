@@ -76,15 +76,6 @@ def site_spider(name: str, base: str, speed: str = "fast") -> SiteSpider:
     return SiteSpider(name=name, start_urls=[f"{base}/{speed}/p/0"])
 
 
-async def wait_for(predicate: Any, timeout: float = 20.0) -> None:
-    """Poll until ``predicate()`` is true (generous deadline; no timing assertions)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        await asyncio.sleep(0.01)
-
-
 class FakeRegistry:
     """Records what the engine asks of its registry (pure logic, no ZooKeeper)."""
 
@@ -108,4 +99,4 @@ class FakeRegistry:
         return {"state": "registered" if self.healthy else "expired"}
 
 
-__all__ = ["FakeRegistry", "SiteSpider", "SpiderEngine", "site_spider", "start_site", "wait_for"]
+__all__ = ["FakeRegistry", "SiteSpider", "SpiderEngine", "site_spider", "start_site"]

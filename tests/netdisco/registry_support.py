@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,24 +57,6 @@ class Guard:
     def count(self, name: str, path: str | None = None) -> int:
         """How many calls of ``name`` were made (on ``path``, when given)."""
         return sum(1 for called, args in self.calls if called == name and path in (None, args[0]))
-
-
-async def eventually(
-    check: Callable[[], Awaitable[bool]] | Callable[[], bool],
-    what: str,
-    timeout: float = 15.0,
-) -> None:
-    """Poll ``check`` until it is true; fail with ``what`` after a generous deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if isinstance(result, Awaitable):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout} s: {what}")
-        await asyncio.sleep(0.02)
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ from structlog.testing import capture_logs
 from netdisco.config import EngineSettings
 from netdisco.engine import SpiderEngine
 from netdisco.settings import Settings
+from netdisco.testing import eventually
 
-from .engine_site import FakeRegistry, site_spider, wait_for
+from .engine_site import FakeRegistry, site_spider
 
 TOKEN = "tok-0123456789abcdef"
 SLOW = Settings(progress_interval=0, concurrency=1)  # ~10 s on the slow pages: time to drive it
@@ -105,7 +106,7 @@ async def test_status_routes_show_the_design_fields(
     fields = {"name", "state", "started_at", "scheduled", "in_flight", "succeeded", "failed"}
     fields |= {"retried", "filtered", "items", "bytes", "queue_size", "seen"}
     assert fields | {"pages_per_second", "last_error"} <= set(one)
-    await wait_for(lambda: engines[0].crawler("one").stats.items > 0)
+    await eventually(lambda: engines[0].crawler("one").stats.items > 0)
     code, info = await api.call("GET", "/netdiscovery/engine")
     assert code == 200
     assert (info["id"], info["port"], info["registry"]) == ("e-tok", engines[0].port, None)
@@ -215,7 +216,7 @@ async def test_token_is_checked_and_never_shown(
 async def test_metrics_parse_as_prometheus_text(
     engines: list[SpiderEngine], session: aiohttp.ClientSession
 ) -> None:
-    await wait_for(lambda: all(c.stats.items > 0 for e in engines for c in e.crawlers()))
+    await eventually(lambda: all(c.stats.items > 0 for e in engines for c in e.crawlers()))
     api = Client(session, engines[1], None)
     await api.control("two", "pause")
     code, text = await api.call("GET", "/metrics")

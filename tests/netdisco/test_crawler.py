@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from netdisco import (
 )
 from netdisco.exceptions import InvalidTransition, RequestError
 from netdisco.request import Callback
+from netdisco.testing import eventually
 from tests.netdisco.sites import FAST, Site, crawl, running_site, seeds
 
 
@@ -29,15 +30,6 @@ from tests.netdisco.sites import FAST, Site, crawl, running_site, seeds
 async def site() -> AsyncIterator[Site]:
     async with running_site() as served:
         yield served
-
-
-async def eventually(check: Callable[[], bool], what: str, deadline: float = 10.0) -> None:
-    """Poll ``check`` until it holds (a generous deadline, not a timing assertion)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    while not check():
-        assert loop.time() < end, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
 
 
 class Raising(Spider):

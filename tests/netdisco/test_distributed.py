@@ -25,7 +25,7 @@ from redis import asyncio as aioredis
 from netdisco import Crawler, SpiderState
 from netdisco.frontier_redis import RedisFrontier, RedisOptions
 from netdisco.recovery import Keys
-from netdisco.testing import RedisServer
+from netdisco.testing import RedisServer, eventually
 from tests.netdisco.conftest import PAGES
 from tests.netdisco.redis_support import SiteServer, crawl_settings, site_spider
 
@@ -90,13 +90,6 @@ async def engines(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
         await engine.proc.wait()
 
 
-async def wait_for(check: Callable[[], bool], timeout: float = 40.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        await asyncio.sleep(0.01)
-
-
 def assert_every_page_fetched(counting_site: SiteServer) -> None:
     missing = set(counting_site.pages) - set(counting_site.fetches)
     assert not missing, f"{len(missing)} pages never fetched, e.g. {sorted(missing)[:3]}"
@@ -156,7 +149,7 @@ async def test_sigkilled_engine_loses_no_page(
     redis = aioredis.Redis.from_url(options.url)
     owned = Keys(options.prefix, "gensite").owned(victim.incarnation)
     try:
-        await wait_for(lambda: counting_site.fetched >= PAGES // 3)
+        await eventually(lambda: counting_site.fetched >= PAGES // 3)
         victim.kill()
         await victim.proc.wait()
         in_flight = await redis.scard(owned)
@@ -179,7 +172,7 @@ async def test_graceful_stop_mid_crawl_fetches_nothing_twice(
 ) -> None:
     leaver = await engines("leaver", redis_url, zk_hosts, counting_site.base)
     stayer = await engines("stayer", redis_url, zk_hosts, counting_site.base)
-    await wait_for(lambda: counting_site.fetched >= PAGES // 3)
+    await eventually(lambda: counting_site.fetched >= PAGES // 3)
     leaver.proc.send_signal(signal.SIGTERM)
     left = await leaver.finish()
     stayed = await stayer.finish()
@@ -198,7 +191,7 @@ async def test_engines_wait_for_a_restarted_redis_and_finish(
     try:
         first = await engines("first", server.url, zk_hosts, counting_site.base)
         second = await engines("second", server.url, zk_hosts, counting_site.base)
-        await wait_for(lambda: counting_site.fetched >= PAGES // 3)
+        await eventually(lambda: counting_site.fetched >= PAGES // 3)
         await asyncio.to_thread(server.restart, 1.0)
         during = counting_site.fetched
         results = [await first.finish(), await second.finish()]

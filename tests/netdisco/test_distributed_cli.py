@@ -12,12 +12,11 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
 
-from netdisco.testing import free_port
+from netdisco.testing import eventually, free_port
 from tests.netdisco.conftest import PAGES
 from tests.netdisco.redis_support import SiteServer
 
@@ -67,13 +66,6 @@ def start_engine(
     return proc, port
 
 
-async def until(check: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "condition never held"
-        await asyncio.sleep(0.05)
-
-
 async def spider_state(port: int) -> str | None:
     url = f"http://127.0.0.1:{port}/netdiscovery/spiders/gensite"
     try:
@@ -92,7 +84,7 @@ async def test_sigkill_halfway_loses_no_page(
     first, _ = start_engine(tmp_path, "cli-a", spider, zk_hosts, redis_url)
     second, port = start_engine(tmp_path, "cli-b", spider, zk_hosts, redis_url)
     try:
-        await until(lambda: counting_site.fetched >= PAGES // 2)
+        await eventually(lambda: counting_site.fetched >= PAGES // 2)
         first.send_signal(signal.SIGKILL)
         assert first.wait(10) == -signal.SIGKILL
         while await spider_state(port) != "finished":

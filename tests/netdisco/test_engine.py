@@ -13,8 +13,9 @@ from netdisco.crawler import SpiderState
 from netdisco.engine import EngineState, SpiderEngine
 from netdisco.exceptions import ConfigError, DuplicateSpider, InvalidTransition, UnknownSpider
 from netdisco.settings import Settings
+from netdisco.testing import eventually
 
-from .engine_site import FakeRegistry, site_spider, wait_for
+from .engine_site import FakeRegistry, site_spider
 
 QUIET = Settings(progress_interval=0, concurrency=4)
 ONE_AT_A_TIME = Settings(progress_interval=0, concurrency=1)  # ~10 s on the slow pages
@@ -40,7 +41,7 @@ async def test_spider_added_while_running_starts_at_once(site: str) -> None:
         await engine.start()
         assert engine.pause("slow") is SpiderState.PAUSED
         late = engine.add_spider(site_spider("late", site), QUIET)
-        await wait_for(lambda: late.state is SpiderState.FINISHED)
+        await eventually(lambda: late.state is SpiderState.FINISHED)
         assert late.stats.items == 200
         assert await engine.stop_spider("slow") is SpiderState.STOPPED
         assert await engine.wait() == {"slow": SpiderState.STOPPED, "late": SpiderState.FINISHED}

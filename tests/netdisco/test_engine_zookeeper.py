@@ -14,8 +14,9 @@ from netdisco.config import EngineSettings
 from netdisco.engine import SpiderEngine
 from netdisco.exceptions import ConfigError
 from netdisco.settings import Settings
+from netdisco.testing import eventually
 
-from .engine_site import site_spider, wait_for
+from .engine_site import site_spider
 
 
 @pytest.fixture
@@ -43,14 +44,14 @@ async def test_engine_registers_updates_and_leaves(
     path = "/netdiscovery/zk-engine"
     await engine.start()
     try:
-        await wait_for(lambda: (node(reader, path) or {}).get("spiders") is not None)
+        await eventually(lambda: (node(reader, path) or {}).get("spiders") is not None)
         data = node(reader, path)
         assert data is not None
         assert (data["id"], data["incarnation"], data["port"]) == (
             "zk-engine", engine.incarnation, engine.port,
         )  # fmt: skip
         engine.pause("one")
-        await wait_for(
+        await eventually(
             lambda: (
                 (node(reader, path) or {}).get("spiders") == [{"name": "one", "state": "paused"}]
             )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -30,7 +29,7 @@ from netdisco.frontier_redis import (
 from netdisco.frontier_redis.dedup import DedupPipeline
 from netdisco.pipelines import Pipeline
 from netdisco.recovery import Keys, LeaseRecovery, recover_owner
-from netdisco.testing import RedisServer, free_port
+from netdisco.testing import RedisServer, eventually, free_port
 from netdisco.zkconfig import ZooKeeperSettings
 from tests.netdisco.redis_support import SiteSpider, make_request
 
@@ -63,13 +62,6 @@ async def frontier(redis_url: str, spider: SiteSpider) -> AsyncIterator[Factory]
 
 def requests_for(spider: SiteSpider, count: int, **kwargs: Any) -> list[Request]:
     return [make_request(spider, f"http://127.0.0.1:1/p{i}.html", **kwargs) for i in range(count)]
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        await asyncio.sleep(0.02)
 
 
 async def test_add_dedups_across_frontiers_and_counts(frontier: Factory, spider: SiteSpider):

@@ -21,10 +21,10 @@ from kazoo.security import Permissions
 
 from netdisco.exceptions import ConfigError, RegistrationError
 from netdisco.registry import Registration, ZooKeeperSettings
-from netdisco.testing import ZooKeeperServer
+from netdisco.testing import ZooKeeperServer, eventually
 from netdisco.zk import _mark_kazoo_thread, wait_result
 
-from .registry_support import Describe, Guard, eventually, hijack_session, read_node
+from .registry_support import Describe, Guard, hijack_session, read_node
 
 T = 2.0  # session timeout used throughout
 PATH = "/netdiscovery/engine-1"
@@ -258,7 +258,7 @@ async def test_twenty_engines_at_once_race_for_the_root(
     zk_hosts: str, observer: KazooClient, make: Make
 ) -> None:
     registrations = await asyncio.gather(*(make(zk_hosts, f"engine-{n}") for n in range(20)))
-    await eventually(lambda: all(r.healthy for r in registrations), "all 20 registered", 30)
+    await eventually(lambda: all(r.healthy for r in registrations), "all 20 registered", timeout=30)
     children = await wait_result(observer.get_children_async("/netdiscovery"))
     assert sorted(children) == sorted(f"engine-{n}" for n in range(20))
 
