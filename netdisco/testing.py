@@ -40,9 +40,7 @@ async def serve(app: web.Application, host: str = "127.0.0.1") -> AsyncIterator[
         await runner.cleanup()
 
 
-async def eventually(
-    check: Callable[[], Any], what: str = "", *, timeout: float = 60.0
-) -> Any:
+async def eventually(check: Callable[[], Any], what: str = "", *, timeout: float = 60.0) -> Any:
     """Poll ``check`` (sync or async) until it returns something truthy, and return that.
 
     The deadline is generous on purpose: it only decides how long a broken test takes
