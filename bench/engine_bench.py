@@ -95,9 +95,9 @@ def bench_spider(start_url: str) -> Any:
 
 async def child(args: argparse.Namespace) -> dict[str, Any]:
     """Crawl the whole site; measure the window (with wrk, or idle) in the middle of it."""
-    from netdisco.config import EngineSettings
+    from netdisco.crawl.settings import Settings
     from netdisco.engine import SpiderEngine
-    from netdisco.settings import Settings
+    from netdisco.engine.config import EngineSettings
 
     settings = Settings(
         concurrency=64, per_host_concurrency=64, obey_robots=False, progress_interval=0

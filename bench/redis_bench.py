@@ -59,12 +59,16 @@ async def serve(root: str, port: int, delay: float) -> None:
 async def engine(redis_url: str, base: str, concurrency: int) -> None:
     """One engine: connect, say ready, crawl on "go", report."""
     from netdisco import Crawler, Settings
-    from netdisco.frontier_redis import RedisFrontier, RedisOptions
+    from netdisco.crawl.codec import RequestCodec
+    from netdisco.frontiers.redis import RedisFrontier, RedisOptions
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
     spider = _spider(base)
     memory = redis_url == "memory"
-    frontier = None if memory else RedisFrontier(RedisOptions.from_url(redis_url), spider)
+    options = None if memory else RedisOptions.from_url(redis_url)
+    frontier = (
+        None if options is None else RedisFrontier(options, spider.name, RequestCodec(spider))
+    )
     settings = Settings(
         frontier="memory" if memory else redis_url,
         concurrency=concurrency,

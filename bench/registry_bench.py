@@ -23,9 +23,9 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
 
-from netdisco.registry import Registration, ZooKeeperSettings
+from netdisco.cluster.registry import Registration, ZooKeeperSettings
+from netdisco.cluster.zk import wait_result
 from netdisco.testing import ZooKeeperServer
-from netdisco.zk import wait_result
 
 SESSION_TIMEOUT = 2.0
 PATH = "/netdiscovery/bench-engine"

@@ -27,9 +27,9 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from netdisco import CallablePipeline, Request, Response, Spider
-from netdisco.api import create_app
-from netdisco.config import EngineSettings, is_loopback
 from netdisco.engine import SpiderEngine
+from netdisco.engine.api import create_app
+from netdisco.engine.config import EngineSettings, is_loopback
 
 ENGINE = web.AppKey("engine", SpiderEngine)
 TITLES = web.AppKey("titles", dict[str, str])

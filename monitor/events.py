@@ -11,35 +11,11 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
+from netdisco.cluster.contract import EventType
 
-class EventType(StrEnum):
-    """What happened. The values are the public names (DESIGN.md)."""
-
-    ENGINE_JOINED = "engine_joined"
-    ENGINE_LEFT = "engine_left"  # deleted its node after writing state "leaving"
-    ENGINE_LOST = "engine_lost"  # vanished without leaving (crash, expiry)
-    ENGINE_RESTARTED = "engine_restarted"  # new node (czxid) under the same name
-    ENGINE_UPDATED = "engine_updated"  # same node, new data
-    ENGINE_FLAPPED = "engine_flapped"  # lost, then back within the grace period
-    CLUSTER_EMPTY = "cluster_empty"
-    ZK_DISCONNECTED = "zk_disconnected"
-    ZK_RECONNECTED = "zk_reconnected"
-
-
-#: Events about one engine (they carry ``engine_id``).
-ENGINE_EVENTS = frozenset(
-    {
-        EventType.ENGINE_JOINED,
-        EventType.ENGINE_LEFT,
-        EventType.ENGINE_LOST,
-        EventType.ENGINE_RESTARTED,
-        EventType.ENGINE_UPDATED,
-        EventType.ENGINE_FLAPPED,
-    }
-)
+__all__ = ["Event", "EventType", "iso"]
 
 _sequence = itertools.count(1)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from monitor.snapshot import View, view_from_json, view_to_json
+from netdisco.cluster.membership import View, view_from_json, view_to_json
 
 log = structlog.get_logger(__name__)
 

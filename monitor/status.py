@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import structlog
 
-from monitor.snapshot import Member
+from netdisco.cluster.membership import Member
 
 log = structlog.get_logger(__name__)
 
@@ -85,7 +85,7 @@ class StatusPoller:
             await asyncio.sleep(self.interval)
 
     async def _poll(self, member: Member) -> None:
-        url = spiders_url(str(member.data.get("status_url", "")))
+        url = spiders_url(member.payload.status_url or "")
         if url is None or self._session is None:
             return
         try:

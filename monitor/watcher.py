@@ -3,10 +3,10 @@
 Wake-ups come from the children watch, from data watches on every child, from
 CONNECTED and from a periodic full resync; each wake-up lists the root, re-reads
 the children that are new or were notified, and diffs the result with the last
-reported view (:func:`monitor.snapshot.diff`). Events come from that diff,
+reported view (:func:`netdisco.cluster.membership.diff`). Events come from that diff,
 never from counting callbacks, so missed or duplicated notifications cannot
 produce wrong events. kazoo's threads only hand events to the loop
-(:class:`netdisco.zk.Bridge`); every ZooKeeper call is awaited here.
+(:class:`netdisco.cluster.zk.Bridge`); every ZooKeeper call is awaited here.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from kazoo.protocol.states import EventType as ZkEventType
 from monitor import statefile
 from monitor.events import Event, EventType
 from monitor.settings import ZooKeeperSettings
-from monitor.snapshot import Change, Member, Parent, View, assemble, diff, parse_data
-from netdisco.zk import Bridge, wait_result
+from netdisco.cluster.membership import Change, Member, Parent, View, assemble, diff, parse_data
+from netdisco.cluster.zk import Bridge, wait_result
 
 log = structlog.get_logger(__name__)
 

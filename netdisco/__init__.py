@@ -13,13 +13,13 @@ The data flow, step by step (each step is a module):
 """
 
 from netdisco._version import __version__
-from netdisco.crawler import Crawler, PushResult, SpiderState
+from netdisco.crawl.crawler import Crawler, PushResult, SpiderState
+from netdisco.crawl.pipelines import CallablePipeline, ConsolePipeline, JsonLinesPipeline, Pipeline
+from netdisco.crawl.request import Request
+from netdisco.crawl.response import Response
+from netdisco.crawl.settings import Settings
+from netdisco.crawl.spider import Spider
 from netdisco.exceptions import DropItem, NetdiscoError
-from netdisco.pipelines import CallablePipeline, ConsolePipeline, JsonLinesPipeline, Pipeline
-from netdisco.request import Request
-from netdisco.response import Response
-from netdisco.settings import Settings
-from netdisco.spider import Spider
 
 __all__ = [
     "CallablePipeline",

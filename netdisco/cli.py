@@ -15,13 +15,13 @@ from typing import Any
 import structlog
 
 from netdisco import logs
-from netdisco import settings as settings_module
 from netdisco._version import __version__
-from netdisco.crawler import Crawler, SpiderState
+from netdisco.crawl import settings as settings_module
+from netdisco.crawl.crawler import Crawler, SpiderState
+from netdisco.crawl.loader import load_spider
+from netdisco.crawl.pipelines import ConsolePipeline, JsonLinesPipeline, Pipeline
+from netdisco.crawl.settings import Settings
 from netdisco.exceptions import ConfigError, NetdiscoError
-from netdisco.loader import load_spider
-from netdisco.pipelines import ConsolePipeline, JsonLinesPipeline, Pipeline
-from netdisco.settings import Settings
 
 log = structlog.get_logger(__name__)
 
@@ -140,8 +140,8 @@ def _add_engine_parser(commands: Any) -> None:
 
 async def _engine(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM, then deregister, drain the spiders and exit 0."""
-    from netdisco.config import load_config, parse_config  # the crawl command needs neither
     from netdisco.engine import SpiderEngine
+    from netdisco.engine.config import load_config, parse_config  # the crawl command needs neither
 
     overrides = {"id": args.id, "host": args.host, "port": args.port, "advertise": args.advertise}
     pairs = settings_module.parse_pairs(args.set)

@@ -23,10 +23,10 @@ import yaml
 from monitor import cli as monitor_cli
 from monitor.config import load_config as load_monitor_config
 from netdisco import cli as netdisco_cli
-from netdisco import settings as crawl_settings
-from netdisco.config import EngineConfig, load_config
+from netdisco.cluster.settings import ZooKeeperSettings
+from netdisco.crawl import settings as crawl_settings
 from netdisco.demo.site import ITEMS_ENV, SITE_ENV, SPIDERS
-from netdisco.zkconfig import ZooKeeperSettings
+from netdisco.engine.config import EngineConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "compose"

@@ -24,12 +24,12 @@ from kazoo.client import KazooClient
 
 from examples import embed_aiohttp, sqlite_items
 from monitor import config as monitor_config
-from netdisco.config import EngineSettings, load_config
+from netdisco.cluster.settings import ZooKeeperSettings
+from netdisco.crawl.settings import Settings
 from netdisco.demo.site import ITEMS_ENV, SITE_ENV, SmtpSink, start_site
 from netdisco.engine import SpiderEngine
-from netdisco.settings import Settings
+from netdisco.engine.config import EngineSettings, load_config
 from netdisco.testing import eventually, free_port
-from netdisco.zkconfig import ZooKeeperSettings
 
 from .netdisco import engine_site
 

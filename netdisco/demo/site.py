@@ -26,10 +26,10 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from netdisco.pipelines import JsonLinesPipeline, Pipeline
-from netdisco.request import Request
-from netdisco.response import Response
-from netdisco.spider import Spider
+from netdisco.crawl.pipelines import JsonLinesPipeline, Pipeline
+from netdisco.crawl.request import Request
+from netdisco.crawl.response import Response
+from netdisco.crawl.spider import Spider
 
 SECTIONS = ("shop", "blog", "docs")
 PAGES = 400

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from monitor.events import EventType
-from monitor.snapshot import (
+from netdisco.cluster.membership import (
     Member,
     Parent,
     View,

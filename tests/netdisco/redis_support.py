@@ -25,9 +25,12 @@ import structlog
 from aiohttp import web
 
 from netdisco import Crawler, Request, Response, Settings, Spider
-from netdisco.frontier_redis import RedisFrontier, RedisOptions, lease_recovery
-from netdisco.registry import Registration
-from netdisco.zkconfig import ZooKeeperSettings
+from netdisco.cluster.contract import payload_from_dict
+from netdisco.cluster.registry import Registration
+from netdisco.cluster.settings import ZooKeeperSettings
+from netdisco.crawl.codec import RequestCodec
+from netdisco.frontiers.redis import RedisFrontier, RedisOptions
+from netdisco.frontiers.redis.recovery import lease_recovery
 
 SESSION_TIMEOUT = 2.0
 
@@ -105,11 +108,13 @@ async def engine(redis_url: str, zk_hosts: str, base: str, engine_id: str) -> di
     """One engine: crawl until the frontier is drained or SIGTERM; report as JSON."""
     incarnation = uuid.uuid4().hex
     spider = site_spider(base)
-    frontier = RedisFrontier(RedisOptions.from_url(redis_url), spider, owner=incarnation)
+    frontier = RedisFrontier(
+        RedisOptions.from_url(redis_url), spider.name, RequestCodec(spider), owner=incarnation
+    )
     crawler = Crawler(spider, crawl_settings(redis_url), frontier=frontier)
     zk = ZooKeeperSettings(hosts=zk_hosts, session_timeout=SESSION_TIMEOUT, audit_interval=1.0)
     data = {"id": engine_id, "incarnation": incarnation, "pid": os.getpid(), "spiders": []}
-    registration = Registration(zk, engine_id, lambda: dict(data))
+    registration = Registration(zk, engine_id, lambda: payload_from_dict(data))
     recovery = lease_recovery(redis_url, zk, incarnation)
     await frontier.open()
     await registration.start()
@@ -159,7 +164,7 @@ def run_engine(argv: list[str]) -> None:
 
 
 def make_request(spider: SiteSpider, url: str, **kwargs: Any) -> Request:
-    from netdisco.scheduler import fingerprint
+    from netdisco.crawl.scheduler import fingerprint
 
     request = Request(url, callback=spider.parse, **kwargs)
     request.fingerprint = fingerprint(request)

@@ -12,7 +12,8 @@ import signal
 import sys
 import uuid
 
-from netdisco.registry import Registration, ZooKeeperSettings
+from netdisco.cluster.contract import payload_from_dict
+from netdisco.cluster.registry import Registration, ZooKeeperSettings
 
 
 async def main(hosts: str, engine_id: str, session_timeout: float) -> None:
@@ -25,10 +26,10 @@ async def main(hosts: str, engine_id: str, session_timeout: float) -> None:
         "status_url": "http://127.0.0.1:0/netdiscovery/engine",
         "pid": os.getpid(),
         "version": "test",
-        "started_at": "2026-01-01T00:00:00+00:00",
+        "started_at": 1767225600.0,
         "spiders": [],
     }
-    registration = Registration(settings, engine_id, lambda: dict(data))
+    registration = Registration(settings, engine_id, lambda: payload_from_dict(data))
     done = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -13,7 +13,8 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from netdisco.zk import on_kazoo_thread, wait_result
+from netdisco.cluster.contract import EnginePayload, payload_from_dict
+from netdisco.cluster.zk import on_kazoo_thread, wait_result
 
 #: Every KazooClient method our code could call; each is checked for the calling thread.
 GUARDED = (
@@ -88,13 +89,13 @@ class Describe:
             "status_url": "http://127.0.0.1:8715/netdiscovery/engine",
             "pid": 4242,
             "version": "0.1.0",
-            "started_at": "2026-01-01T00:00:00+00:00",
+            "started_at": 1767225600.0,
             "spiders": [],
             **extra,
         }
 
-    def __call__(self) -> dict[str, Any]:
-        return dict(self.data)
+    def __call__(self) -> EnginePayload:
+        return payload_from_dict(self.data)
 
 
 async def hijack_session(hosts: str, client_id: tuple[int, bytes]) -> None:

@@ -11,9 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
-from netdisco.config import EngineSettings
+from netdisco.crawl.settings import Settings
 from netdisco.engine import SpiderEngine
-from netdisco.settings import Settings
+from netdisco.engine.config import EngineSettings
 from netdisco.testing import eventually
 
 from .engine_site import FakeRegistry, site_spider

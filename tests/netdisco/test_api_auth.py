@@ -12,9 +12,9 @@ from unittest import mock
 import pytest
 from aiohttp.test_utils import make_mocked_request
 
-from netdisco.api import ApiError, authorize, create_app
-from netdisco.config import EngineSettings
 from netdisco.engine import SpiderEngine
+from netdisco.engine.api import ApiError, authorize, create_app
+from netdisco.engine.config import EngineSettings
 
 
 def control_request(sockname: object) -> object:

@@ -20,8 +20,8 @@ from netdisco import (
     Spider,
     SpiderState,
 )
+from netdisco.crawl.request import Callback
 from netdisco.exceptions import InvalidTransition, RequestError
-from netdisco.request import Callback
 from netdisco.testing import eventually
 from tests.netdisco.sites import FAST, Site, crawl, running_site, seeds
 

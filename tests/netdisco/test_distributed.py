@@ -23,8 +23,9 @@ from kazoo.client import KazooClient
 from redis import asyncio as aioredis
 
 from netdisco import Crawler, SpiderState
-from netdisco.frontier_redis import RedisFrontier, RedisOptions
-from netdisco.recovery import Keys
+from netdisco.crawl.codec import RequestCodec
+from netdisco.frontiers.redis import RedisFrontier, RedisOptions
+from netdisco.frontiers.redis.leases import Keys
 from netdisco.testing import RedisServer, eventually
 from tests.netdisco.conftest import PAGES
 from tests.netdisco.redis_support import SiteServer, crawl_settings, site_spider
@@ -101,7 +102,9 @@ async def test_two_crawlers_in_one_process_fetch_each_page_once(
     crawlers = []
     for owner in ("one", "two"):
         spider = site_spider(counting_site.base)
-        frontier = RedisFrontier(RedisOptions.from_url(redis_url), spider, owner=owner)
+        frontier = RedisFrontier(
+            RedisOptions.from_url(redis_url), spider.name, RequestCodec(spider), owner=owner
+        )
         crawlers.append(Crawler(spider, crawl_settings(redis_url), frontier=frontier))
     try:
         stats = await asyncio.gather(*(c.run() for c in crawlers))

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from netdisco.config import EngineSettings, engine_settings, is_loopback, load_config
-from netdisco.crawler import SpiderState
+from netdisco.crawl.crawler import SpiderState
+from netdisco.crawl.settings import Settings
 from netdisco.engine import EngineState, SpiderEngine
+from netdisco.engine.config import EngineSettings, engine_settings, is_loopback, load_config
 from netdisco.exceptions import ConfigError, DuplicateSpider, InvalidTransition, UnknownSpider
-from netdisco.settings import Settings
 from netdisco.testing import eventually
 
 from .engine_site import FakeRegistry, site_spider
@@ -84,7 +84,7 @@ async def test_stop_deregisters_before_the_crawl_drains(site: str) -> None:
     await engine.start()
     registry = registries[0]
     assert registry.engine_id == "e1"
-    data = registry.describe()
+    data = registry.describe().to_dict()
     assert data["spiders"] == [{"name": "s", "state": "running"}]
     assert data["status_url"] == f"http://127.0.0.1:{engine.port}/netdiscovery/engine"
     assert len(data["incarnation"]) == 32

@@ -10,10 +10,10 @@ import aiohttp
 import pytest
 from kazoo.client import KazooClient
 
-from netdisco.config import EngineSettings
+from netdisco.crawl.settings import Settings
 from netdisco.engine import SpiderEngine
+from netdisco.engine.config import EngineSettings
 from netdisco.exceptions import ConfigError
-from netdisco.settings import Settings
 from netdisco.testing import eventually
 
 from .engine_site import site_spider

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from netdisco import Request
-from netdisco.frontier import Frontier, MemoryFrontier
-from netdisco.scheduler import fingerprint
+from netdisco.crawl.scheduler import fingerprint
+from netdisco.frontiers import Frontier, MemoryFrontier
 
 
 def _request(path: str, priority: int = 0, **kwargs: object) -> Request:
@@ -13,7 +13,7 @@ def _request(path: str, priority: int = 0, **kwargs: object) -> Request:
     return request
 
 
-async def _drain(frontier: Frontier) -> list[str]:
+async def _drain(frontier: Frontier[Request]) -> list[str]:
     urls = []
     while (request := await frontier.take()) is not None:
         urls.append(request.url.removeprefix("http://a.test"))
@@ -22,7 +22,7 @@ async def _drain(frontier: Frontier) -> list[str]:
 
 
 async def test_add_says_which_requests_are_new() -> None:
-    frontier = MemoryFrontier()
+    frontier = MemoryFrontier[Request]()
     first = await frontier.add([_request("/1"), _request("/2"), _request("/1")])
     again = await frontier.add([_request("/2"), _request("/2", dont_filter=True), _request("/3")])
     assert (first, again) == ([True, True, False], [False, True, True])
@@ -30,7 +30,7 @@ async def test_add_says_which_requests_are_new() -> None:
 
 
 async def test_higher_priority_first_then_insertion_order() -> None:
-    frontier = MemoryFrontier()
+    frontier = MemoryFrontier[Request]()
     await frontier.add(
         [_request("/low", -1), _request("/a", 2), _request("/mid"), _request("/b", 2)]
     )
@@ -40,7 +40,7 @@ async def test_higher_priority_first_then_insertion_order() -> None:
 
 
 async def test_leases_and_requeue() -> None:
-    frontier = MemoryFrontier()
+    frontier = MemoryFrontier[Request]()
     await frontier.add([_request("/1"), _request("/2", 1)])
     taken = await frontier.take()
     assert taken is not None

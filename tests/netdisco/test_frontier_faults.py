@@ -14,8 +14,8 @@ import pytest
 from aiohttp import web
 
 from netdisco import Crawler, Response, Settings, Spider, SpiderState
-from netdisco.config import EngineSettings
 from netdisco.engine import SpiderEngine
+from netdisco.engine.config import EngineSettings
 from netdisco.testing import RedisServer, free_port, serve
 
 

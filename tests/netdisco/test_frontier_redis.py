@@ -15,25 +15,25 @@ from kazoo.client import KazooClient
 from redis import asyncio as aioredis
 
 from netdisco import Request, Settings
-from netdisco.crawler import frontier_for
+from netdisco.cluster.settings import ZooKeeperSettings
+from netdisco.crawl.codec import RequestCodec, decode, encode
+from netdisco.crawl.crawler import frontier_for
+from netdisco.crawl.dedup import DedupPipeline
+from netdisco.crawl.pipelines import Pipeline
 from netdisco.exceptions import ConfigError, DropItem, FrontierUnavailable, RequestNotShareable
-from netdisco.frontier import MemoryFrontier
-from netdisco.frontier_redis import (
+from netdisco.frontiers import MemoryFrontier
+from netdisco.frontiers.redis import (
     TAKE_LUA,
     RedisFrontier,
     RedisOptions,
-    decode,
-    encode,
     redact,
 )
-from netdisco.frontier_redis.dedup import DedupPipeline
-from netdisco.pipelines import Pipeline
-from netdisco.recovery import Keys, LeaseRecovery, recover_owner
+from netdisco.frontiers.redis.leases import Keys, recover_owner
+from netdisco.frontiers.redis.recovery import LeaseRecovery
 from netdisco.testing import RedisServer, eventually, free_port
-from netdisco.zkconfig import ZooKeeperSettings
 from tests.netdisco.redis_support import SiteSpider, make_request
 
-Factory = Callable[..., RedisFrontier]
+Factory = Callable[..., RedisFrontier[Request]]
 
 
 @pytest.fixture
@@ -49,10 +49,14 @@ def spider() -> SiteSpider:
 
 @pytest.fixture
 async def frontier(redis_url: str, spider: SiteSpider) -> AsyncIterator[Factory]:
-    made: list[RedisFrontier] = []
+    made: list[RedisFrontier[Request]] = []
 
-    def build(owner: str | None = None, url: str = redis_url) -> RedisFrontier:
-        made.append(RedisFrontier(RedisOptions.from_url(url), spider, owner=owner))
+    def build(owner: str | None = None, url: str = redis_url) -> RedisFrontier[Request]:
+        made.append(
+            RedisFrontier(
+                RedisOptions.from_url(url), spider.name, RequestCodec(spider), owner=owner
+            )
+        )
         return made[-1]
 
     yield build
@@ -101,7 +105,7 @@ async def test_concurrent_takers_never_share_a_request(frontier: Factory, spider
     await engines[0].add(requests_for(spider, 300))
     taken: Counter[str] = Counter()
 
-    async def worker(f: RedisFrontier) -> None:
+    async def worker(f: RedisFrontier[Request]) -> None:
         while (request := await f.take()) is not None:
             taken[request.url] += 1
             await f.done(request)
@@ -216,7 +220,7 @@ async def test_expired_leases_are_swept_and_live_ones_renewed(
 
 
 async def _queued_is(
-    f: RedisFrontier, expected: int, trigger: Callable[[], Awaitable[None]]
+    f: RedisFrontier[Request], expected: int, trigger: Callable[[], Awaitable[None]]
 ) -> bool:
     await trigger()
     return (await f.counts())[0] == expected
@@ -280,7 +284,7 @@ async def test_bloom_mode_dedups_and_counts(frontier: Factory, spider: SiteSpide
 
 async def test_unreachable_redis_is_a_clear_error_at_start(spider: SiteSpider):
     url = f"redis://user:s3cret@127.0.0.1:{free_port()}/0"
-    f = RedisFrontier(RedisOptions.from_url(url), spider)
+    f = RedisFrontier(RedisOptions.from_url(url), spider.name, RequestCodec(spider))
     with pytest.raises(FrontierUnavailable, match="cannot reach Redis") as info:
         await f.take()
     assert "s3cret" not in str(info.value)
@@ -291,7 +295,7 @@ async def test_operations_wait_while_redis_restarts(spider: SiteSpider, tmp_path
     server = RedisServer(tmp_path, appendonly=True)
     server.start()
     try:
-        f = RedisFrontier(RedisOptions.from_url(server.url), spider)
+        f = RedisFrontier(RedisOptions.from_url(server.url), spider.name, RequestCodec(spider))
         await f.add(requests_for(spider, 3))
         restart = threading.Thread(target=server.restart, args=(1.0,))
         restart.start()

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from netdisco.crawl.loader import load_spider
 from netdisco.exceptions import SpiderLoadError
-from netdisco.loader import load_spider
 from tests.netdisco.sites import EXAMPLES
 
 

@@ -19,10 +19,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import Permissions
 
+from netdisco.cluster.registry import Registration, ZooKeeperSettings
+from netdisco.cluster.zk import _mark_kazoo_thread, wait_result
 from netdisco.exceptions import ConfigError, RegistrationError
-from netdisco.registry import Registration, ZooKeeperSettings
 from netdisco.testing import ZooKeeperServer, eventually
-from netdisco.zk import _mark_kazoo_thread, wait_result
 
 from .registry_support import Describe, Guard, hijack_session, read_node
 

@@ -9,9 +9,10 @@ from urllib.parse import quote
 import pytest
 
 from netdisco import Request, Response, Settings, Spider
-from netdisco.frontier import MemoryFrontier
-from netdisco.scheduler import Scheduler, Scope, canonical_url, check_url, fingerprint
-from netdisco.stats import Stats
+from netdisco.crawl.scheduler import Scheduler, Scope, fingerprint
+from netdisco.crawl.stats import Stats
+from netdisco.crawl.urls import canonical_url, check_url
+from netdisco.frontiers import MemoryFrontier
 from tests.netdisco.sites import Site, crawl, running_site, seeds
 
 
@@ -83,7 +84,7 @@ def test_scope_domains_with_subdomains_and_patterns() -> None:
 
 
 async def test_admit_counts_each_reason() -> None:
-    stats, frontier = Stats(), MemoryFrontier()
+    stats, frontier = Stats(), MemoryFrontier[Request]()
     settings = Settings(depth_limit=1, deny=(r"/private/",))
     scheduler = Scheduler(
         settings, Scope(["a.test"], settings.allow, settings.deny), frontier, stats

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from netdisco import Settings
+from netdisco.crawl.settings import from_env, from_mapping, parse_pairs
 from netdisco.exceptions import ConfigError
-from netdisco.settings import from_env, from_mapping, parse_pairs
 
 
 def test_defaults_are_valid_and_frozen() -> None:

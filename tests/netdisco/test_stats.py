@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from netdisco.stats import Rate
+from netdisco.crawl.stats import Rate
 
 
 class Clock:
@@ -18,7 +18,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock(1000.0)
-    monkeypatch.setattr("netdisco.stats.time.monotonic", fake)
+    monkeypatch.setattr("netdisco.crawl.stats.time.monotonic", fake)
     return fake
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from netdisco.cluster.settings import ZooKeeperSettings
 from netdisco.exceptions import ConfigError
-from netdisco.zkconfig import ZooKeeperSettings
 
 SECRET = "s3cret-Pw"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from netdisco.request import CallbackResult, Request
+from netdisco.crawl.request import CallbackResult, Request
 
 if TYPE_CHECKING:
-    from netdisco.pipelines import Pipeline
-    from netdisco.response import Response
+    from netdisco.crawl.pipelines import Pipeline
+    from netdisco.crawl.response import Response
 
 
 class Spider:

@@ -1,12 +1,12 @@
 """An engine's ephemeral node in ZooKeeper, kept present and owned by its session.
 
 Naive membership code creates its node once and is gone for good after a session
-expiry (see ``ZOOKEEPER.md`` in the design notes). Here the flow is:
+expiry (``docs/architecture.md``, "What ZooKeeper guarantees"). Here the flow is:
 
 1. ``start()`` builds one ``KazooClient`` (connection retried for ever) and starts
    it with ``start_async``; it returns at once, even when ZooKeeper is down.
 2. kazoo's threads only hand state changes and watch events to the loop
-   (``netdisco.zk``); every ZooKeeper call is an awaited ``*_async`` call.
+   (``netdisco.cluster.zk``); every ZooKeeper call is an awaited ``*_async`` call.
 3. One reconcile task is woken by CONNECTED, by the exists-watch on our node, by
    ``data_changed()`` and by a periodic audit. It makes the node exist, be owned
    by the current session and hold the current data: a node left by one of our
@@ -21,7 +21,6 @@ expiry (see ``ZOOKEEPER.md`` in the design notes). Here the flow is:
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from enum import StrEnum
@@ -41,9 +40,10 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import KazooState, WatchedEvent
 from kazoo.retry import KazooRetry
 
+from netdisco.cluster.contract import EnginePayload, NodeState, engine_path, parse_payload
+from netdisco.cluster.settings import DigestCredentials, ZooKeeperSettings
+from netdisco.cluster.zk import Bridge, wait_result
 from netdisco.exceptions import RegistrationError
-from netdisco.zk import Bridge, wait_result
-from netdisco.zkconfig import DigestCredentials, ZooKeeperSettings, check_engine_id
 
 __all__ = ["Registration", "RegistryState", "ZooKeeperSettings"]
 
@@ -78,14 +78,13 @@ class Registration:
         self,
         settings: ZooKeeperSettings,
         engine_id: str,
-        describe: Callable[[], dict[str, Any]],
+        describe: Callable[[], EnginePayload],
         *,
         client_factory: ClientFactory = KazooClient,
     ) -> None:
-        check_engine_id(engine_id)
         self.settings = settings
         self.engine_id = engine_id
-        self.path = f"{settings.root}/{engine_id}"
+        self.path = engine_path(settings.root, engine_id)
         self._describe = describe
         self._credentials: DigestCredentials | None = settings.credentials()
         self._client_factory = client_factory
@@ -260,7 +259,7 @@ class Registration:
             await self._foreign(client)
 
     async def _create(self, client: KazooClient) -> None:
-        data = self._payload("running")
+        data = self._payload(NodeState.RUNNING)
         acl = None if self._credentials is None else self._credentials.node_acl()
         try:
             _, stat = await wait_result(
@@ -291,7 +290,7 @@ class Registration:
 
     async def _keep(self, client: KazooClient, stat: Any) -> None:
         """Our node: rewrite its data when the engine's (or anyone's) change left it stale."""
-        data = self._payload("running")
+        data = self._payload(NodeState.RUNNING)
         if self._written != (data, stat.version):
             new = await wait_result(client.set_async(self.path, data, version=stat.version))
             self._written = (data, new.version)
@@ -299,10 +298,10 @@ class Registration:
 
     async def _foreign(self, client: KazooClient) -> None:
         raw, stat = await wait_result(client.get_async(self.path))
-        other = _parse(raw)
+        other = parse_payload(raw)
         owner = int(stat.ephemeralOwner)
-        ours = self._describe().get("incarnation")
-        if ours is not None and other.get("incarnation") == ours:
+        ours = self._describe().incarnation
+        if ours is not None and other.incarnation == ours:
             self._log(
                 "warning", "zk replacing node left by our older session", owner=f"0x{owner:x}"
             )
@@ -311,8 +310,8 @@ class Registration:
             return
         detail = (
             f"{self.path} is held by another live session 0x{owner:x} "
-            f"(incarnation {other.get('incarnation')!r}, host {other.get('host')!r}, "
-            f"pid {other.get('pid')!r}); waiting for it to go"
+            f"(incarnation {other.incarnation!r}, host {other.host!r}, "
+            f"pid {other.pid!r}); waiting for it to go"
         )
         self._set_state(RegistryState.WAITING, detail)
         if self._waiting_for != owner:
@@ -321,7 +320,7 @@ class Registration:
                 "warning",
                 "zk engine id in use by another live session; waiting",
                 owner=f"0x{owner:x}",
-                other_incarnation=other.get("incarnation"),
+                other_incarnation=other.incarnation,
             )
 
     async def _leave(self, client: KazooClient) -> None:
@@ -361,7 +360,7 @@ class Registration:
     async def _commit_leave(self, client: KazooClient, version: int) -> bool:
         """True when the leave was applied; False when ``version`` was stale."""
         transaction = client.transaction()
-        transaction.set_data(self.path, self._payload("leaving"), version=version)
+        transaction.set_data(self.path, self._payload(NodeState.LEAVING), version=version)
         transaction.delete(self.path, version=version + 1)
         results = await wait_result(transaction.commit_async())
         if any(isinstance(r, BadVersionError) for r in results):
@@ -373,9 +372,8 @@ class Registration:
 
     # -- helpers -----------------------------------------------------------------
 
-    def _payload(self, node_state: str) -> bytes:
-        data = {**self._describe(), "state": node_state}
-        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    def _payload(self, node_state: NodeState) -> bytes:
+        return self._describe().with_state(node_state).to_json()
 
     def _registered(self, how: str) -> None:
         self._waiting_for = None
@@ -404,15 +402,6 @@ class Registration:
 
     def _log(self, level: str, event: str, **fields: Any) -> None:
         getattr(log, level)(event, engine_id=self.engine_id, path=self.path, **fields)
-
-
-def _parse(raw: bytes) -> dict[str, Any]:
-    """Node data as a dict; anything unreadable counts as someone else's."""
-    try:
-        value = json.loads(raw.decode())
-    except (UnicodeDecodeError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _shutdown(client: KazooClient) -> None:

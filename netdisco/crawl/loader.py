@@ -7,8 +7,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from netdisco.crawl.spider import Spider
 from netdisco.exceptions import SpiderLoadError
-from netdisco.spider import Spider
 
 
 def load_spider(ref: str) -> type[Spider]:

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from netdisco import settings as crawl_settings
+from netdisco.crawl import settings as crawl_settings
+from netdisco.crawl.settings import Settings
 from netdisco.exceptions import ConfigError
-from netdisco.settings import Settings
 
 DEFAULT_PORT = 8715
 

@@ -1,9 +1,9 @@
 """A frontier in Redis that several engines share: one crawl, many processes.
 
 ``settings.frontier = "redis://host:port/db?prefix=netdisco&lease_ttl=30"`` picks it
-(``make_frontier``); the query options are in ``options``. Per spider (keys in
-``netdisco.recovery.Keys``): a sorted set of request ids by priority (FIFO within
-a priority), a hash of the requests as JSON (``codec``), the seen set, and the
+(``netdisco.frontiers.open_frontier``); the query options are in ``options``. Per spider (keys in
+``netdisco.frontiers.redis.leases.Keys``): a sorted set of request ids by priority (FIFO within
+a priority), a hash of the requests as JSON (the crawl's codec), the seen set, and the
 leases: every request taken is recorded with its owner (the engine incarnation)
 and a deadline, and acknowledged by ``done``. Each operation is one Lua script
 (``scripts``), so two engines never take the same request.
@@ -21,7 +21,7 @@ million); ``seen=bloom`` keeps a fixed bitmap of ``bloom_capacity`` x 1.8 bytes 
 of pages never fetched. A queued request costs its JSON (~300 bytes) more.
 
 Guarantees: a request leaves the frontier only when an engine acknowledges it;
-a lost engine's leases go back to the queue (``netdisco.recovery``), so requests,
+a lost engine's leases go back to the queue (``netdisco.frontiers.redis.recovery``), so requests,
 and so items, are at-least-once: a page may be fetched twice, never lost. Give
 items a key downstream (e.g. the URL) where duplicates matter.
 
@@ -30,15 +30,9 @@ every operation waits, retrying with backoff (logged once per outage), so the
 crawl pauses and carries on when Redis is back.
 """
 
-from netdisco.frontier_redis.codec import decode, encode
-from netdisco.frontier_redis.frontier import (
-    WORK_WAIT,
-    RedisFrontier,
-    lease_recovery,
-    make_frontier,
-)
-from netdisco.frontier_redis.options import RedisOptions, bloom_offsets, redact
-from netdisco.frontier_redis.scripts import ADD_LUA, DONE_LUA, TAKE_LUA
+from netdisco.frontiers.redis.frontier import WORK_WAIT, RedisFrontier
+from netdisco.frontiers.redis.options import RedisOptions, bloom_offsets, redact
+from netdisco.frontiers.redis.scripts import ADD_LUA, DONE_LUA, TAKE_LUA
 
 __all__ = [
     "ADD_LUA",
@@ -48,9 +42,5 @@ __all__ = [
     "RedisFrontier",
     "RedisOptions",
     "bloom_offsets",
-    "decode",
-    "encode",
-    "lease_recovery",
-    "make_frontier",
     "redact",
 ]

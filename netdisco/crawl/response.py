@@ -10,7 +10,7 @@ from charset_normalizer import from_bytes
 from parsel import Selector, SelectorList
 from w3lib.encoding import html_body_declared_encoding, html_to_unicode, http_content_type_encoding
 
-from netdisco.request import Callback, Request
+from netdisco.crawl.request import Callback, Request
 
 
 def _detect(body: bytes) -> str | None:

@@ -17,6 +17,12 @@ from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 
+from netdisco.crawl.request import Request
+from netdisco.crawl.response import Response
+from netdisco.crawl.robots import RobotsCache
+from netdisco.crawl.settings import Settings
+from netdisco.crawl.stats import Stats
+from netdisco.crawl.urls import canonical_url, check_url
 from netdisco.exceptions import (
     DownloadFailed,
     HttpStatusError,
@@ -26,12 +32,6 @@ from netdisco.exceptions import (
     RobotsDenied,
     TooManyRedirects,
 )
-from netdisco.request import Request
-from netdisco.response import Response
-from netdisco.robots import RobotsCache
-from netdisco.scheduler import canonical_url, check_url
-from netdisco.settings import Settings
-from netdisco.stats import Stats
 
 RETRY_STATUSES = frozenset({408, 429, *range(500, 600)})
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from netdisco.exceptions import ConfigError
-from netdisco.recovery import DEFAULT_PREFIX
+from netdisco.frontiers.redis.leases import DEFAULT_PREFIX
 
 _OPTIONS = ("prefix", "lease_ttl", "seen", "bloom_capacity", "bloom_error", "prefetch")
 

@@ -7,7 +7,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import structlog
 from redis import asyncio as aioredis
@@ -16,22 +16,16 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from netdisco.exceptions import FrontierUnavailable, RequestNotShareable
-from netdisco.frontier import Frontier
-from netdisco.frontier_redis.codec import decode, encode
-from netdisco.frontier_redis.options import RedisOptions, bloom_offsets, redact
-from netdisco.frontier_redis.scripts import ADD_LUA, DONE_LUA, TAKE_LUA
-from netdisco.recovery import (
+from netdisco.frontiers.base import Codec, R
+from netdisco.frontiers.redis.leases import (
     Keys,
-    LeaseRecovery,
     renew_leases,
     return_leases,
     spiders_key,
 )
-from netdisco.recovery import sweep_expired as sweep_leases
-from netdisco.request import Request
-from netdisco.settings import Settings
-from netdisco.spider import Spider
-from netdisco.zkconfig import ZooKeeperSettings
+from netdisco.frontiers.redis.leases import sweep_expired as sweep_leases
+from netdisco.frontiers.redis.options import RedisOptions, bloom_offsets, redact
+from netdisco.frontiers.redis.scripts import ADD_LUA, DONE_LUA, TAKE_LUA
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -44,8 +38,10 @@ _RETRY_FIRST = 0.05
 _RETRY_MAX = 1.0
 
 
-class RedisFrontier:
-    """The ``Frontier`` protocol over Redis, shared by every engine crawling ``spider``.
+class RedisFrontier(Generic[R]):
+    """The ``Frontier`` protocol over Redis, shared by every engine crawling ``name``.
+
+    ``codec`` turns requests into JSON and back (callbacks by name, say).
 
     ``owner`` names the leases: pass the engine's incarnation so that
     ``LeaseRecovery`` can return them when the engine's znode is lost.
@@ -54,15 +50,17 @@ class RedisFrontier:
     def __init__(
         self,
         options: RedisOptions,
-        spider: Spider,
+        name: str,
+        codec: Codec[R],
         *,
         owner: str | None = None,
         redis: aioredis.Redis | None = None,
     ) -> None:
         self.options = options
-        self.spider = spider
+        self.name = name
+        self.codec = codec
         self.owner = owner or uuid.uuid4().hex
-        self.keys = Keys(options.prefix, spider.name)
+        self.keys = Keys(options.prefix, name)
         self.round_trips = 0
         self._redis = redis or aioredis.Redis.from_url(
             options.url, socket_connect_timeout=2.0, socket_timeout=10.0, protocol=2
@@ -96,7 +94,7 @@ class RedisFrontier:
                 return
             try:
                 await self._redis.ping()
-                await self._redis.sadd(spiders_key(self.options.prefix), self.spider.name)
+                await self._redis.sadd(spiders_key(self.options.prefix), self.name)
             except RedisError as exc:
                 raise FrontierUnavailable(
                     f"cannot reach Redis at {redact(self.options.url)}: {exc}"
@@ -132,7 +130,7 @@ class RedisFrontier:
 
     # -- the Frontier protocol ---------------------------------------------------------
 
-    async def add(self, requests: Sequence[Request]) -> list[bool]:
+    async def add(self, requests: Sequence[R]) -> list[bool]:
         if not self._opened:
             await self.open()
         args: list[str | bytes] = [self.options.seen, self.keys.added_channel]
@@ -141,7 +139,7 @@ class RedisFrontier:
             if request.fingerprint in self._known and not request.dont_filter:
                 continue  # seen for sure: most links on a page are, so they stay here
             try:
-                body = encode(request, self.spider)
+                body = self.codec.encode(request)
             except RequestNotShareable as exc:
                 log.error("request_not_shareable", url=request.url, error=str(exc))
                 continue
@@ -168,7 +166,7 @@ class RedisFrontier:
             self._known.clear()
         self._known.update(fp for fp in fingerprints if fp)
 
-    async def take(self) -> Request | None:
+    async def take(self) -> R | None:
         if not self._opened:
             await self.open()
         while True:
@@ -180,7 +178,7 @@ class RedisFrontier:
                 self._buffer.extend((rid.decode(), raw) for rid, raw in pairs)
             rid, raw = self._buffer.popleft()
             try:
-                request = decode(raw, self.spider)
+                request = self.codec.decode(raw)
             except (RequestNotShareable, ValueError, KeyError, TypeError) as exc:
                 log.error("frontier_request_unreadable", id=rid, error=repr(exc))
                 await self._release([rid], requeue=False)
@@ -188,7 +186,7 @@ class RedisFrontier:
             self._ids[id(request)] = rid
             return request
 
-    async def done(self, request: Request, *, requeue: bool = False) -> None:
+    async def done(self, request: R, *, requeue: bool = False) -> None:
         """Requeues go at once; acks are sent in the background, batched.
 
         The worker does not wait for an ack (its children are already queued), so
@@ -231,7 +229,7 @@ class RedisFrontier:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _seen_key(self, request: Request) -> str | bytes:
+    def _seen_key(self, request: R) -> str | bytes:
         if self._bloom is None:
             return request.fingerprint
         return bloom_offsets(request.fingerprint, *self._bloom)
@@ -333,15 +331,3 @@ class RedisFrontier:
         swept = await sweep_leases(self._redis, self.keys)
         if swept:
             log.warning("frontier_expired_leases_requeued", count=swept)
-
-
-def make_frontier(settings: Settings, spider: Spider, *, owner: str | None = None) -> Frontier:
-    """The Redis frontier ``settings.frontier`` names (``netdisco.crawler.frontier_for``
-    chooses between it and the in-memory one)."""
-    return RedisFrontier(RedisOptions.from_url(settings.frontier), spider, owner=owner)
-
-
-def lease_recovery(frontier: str, zookeeper: ZooKeeperSettings, incarnation: str) -> LeaseRecovery:
-    """The registry watcher an engine runs beside its Redis frontiers (one per engine)."""
-    options = RedisOptions.from_url(frontier)
-    return LeaseRecovery(zookeeper, options.url, prefix=options.prefix, incarnation=incarnation)

@@ -14,9 +14,9 @@ from typing import Any
 
 from redis import asyncio as aioredis
 
+from netdisco.crawl.pipelines import Pipeline
 from netdisco.exceptions import DropItem
-from netdisco.frontier_redis.options import RedisOptions
-from netdisco.pipelines import Pipeline
+from netdisco.frontiers.redis.options import RedisOptions
 
 
 class DedupPipeline(Pipeline):

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
-    from netdisco.response import Response
+    from netdisco.crawl.response import Response
 
 #: What a callback may return: nothing, items and requests (sync or async generator), or
 #: a coroutine returning any of these.

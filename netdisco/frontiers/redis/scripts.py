@@ -1,12 +1,12 @@
 """The Lua scripts of the Redis frontier: each operation is one atomic script.
 
 Atomic, so two engines never take the same request and a crash between two
-commands cannot lose one. Key layout: ``netdisco.recovery.Keys``.
+commands cannot lose one. Key layout: ``netdisco.frontiers.redis.leases.Keys``.
 """
 
 from __future__ import annotations
 
-from netdisco.recovery import NOW_LUA, REQUEUE_LUA
+from netdisco.frontiers.redis.leases import NOW_LUA, REQUEUE_LUA
 
 #: KEYS seen, seen_count, queue, payload, seq; ARGV mode, channel, then per request:
 #: seen key (fingerprint or Bloom offsets), dont_filter, priority, JSON -> 1/0 each.

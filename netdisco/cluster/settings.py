@@ -119,17 +119,6 @@ class ZooKeeperSettings:
         return DigestCredentials(user=user, password=password)
 
 
-def check_engine_id(engine_id: str) -> None:
-    """An engine id is one znode name: no '/', not '.' or '..', no control characters."""
-    if (
-        not engine_id
-        or "/" in engine_id
-        or engine_id in (".", "..")
-        or any(ord(ch) < 32 or ord(ch) == 127 for ch in engine_id)
-    ):
-        raise ConfigError("engine.id", f"{engine_id!r} cannot be a ZooKeeper node name")
-
-
 def _from_environ(environ: Mapping[str, str], prefix: str) -> dict[str, Any]:
     """``NETDISCO_ZOOKEEPER_SESSION_TIMEOUT=4`` and the like; numbers parsed here."""
     found: dict[str, Any] = {}

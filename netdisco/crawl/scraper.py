@@ -13,9 +13,9 @@ from typing import Any
 
 import structlog
 
-from netdisco.pipelines import ItemStream
-from netdisco.request import CallbackResult, Request
-from netdisco.stats import Stats
+from netdisco.crawl.pipelines import ItemStream
+from netdisco.crawl.request import CallbackResult, Request
+from netdisco.crawl.stats import Stats
 
 log = structlog.get_logger(__name__)
 Admit = Callable[[list[Request]], Awaitable[Any]]

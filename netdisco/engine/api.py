@@ -1,4 +1,4 @@
-"""The engine's HTTP endpoint: status, lifecycle control and metrics (DESIGN.md routes).
+"""The engine's HTTP endpoint: status, lifecycle control and metrics (``docs/http-api.md``).
 
 It runs inside the engine's own loop (``AppRunner`` / ``TCPSite``), so handlers
 read crawler state directly, without locks. Every answer is JSON with a real
@@ -15,22 +15,68 @@ from __future__ import annotations
 import hmac
 import json
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol
 
 import structlog
 from aiohttp import web
 
-from netdisco.config import is_loopback
-from netdisco.crawler import SpiderState
-from netdisco.engine import EngineState, SpiderEngine
+from netdisco.crawl.crawler import Crawler, PushResult, SpiderState
+from netdisco.engine.config import EngineSettings, is_loopback
+from netdisco.engine.metrics import CONTENT_TYPE, EngineMetrics
 from netdisco.exceptions import InvalidTransition, UnknownSpider
-from netdisco.metrics import CONTENT_TYPE, EngineMetrics
 
 log = structlog.get_logger(__name__)
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class RegistryStatus(Protocol):
+    """The part of a registration the health route reads."""
+
+    def status(self) -> Mapping[str, Any]: ...
+
+
+class ServedEngine(Protocol):
+    """What the endpoint needs from an engine (``SpiderEngine`` is one)."""
+
+    settings: EngineSettings
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def incarnation(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...  # "running" while it serves
+
+    @property
+    def started_at(self) -> float | None: ...
+
+    @property
+    def registry(self) -> RegistryStatus | None: ...
+
+    @property
+    def registry_healthy(self) -> bool | None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def crawlers(self) -> Iterable[Crawler]: ...
+
+    def crawler(self, name: str) -> Crawler: ...
+
+    def add_listener(self, callback: Callable[[Any], None]) -> None: ...
+
+    def pause(self, name: str) -> SpiderState: ...
+
+    def resume(self, name: str) -> SpiderState: ...
+
+    async def stop_spider(self, name: str, deadline: float | None = None) -> SpiderState: ...
+
+    async def push(self, name: str, urls: Iterable[str]) -> PushResult: ...
+
 
 _CODES = {
     400: "bad_request",
@@ -99,7 +145,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
 class StatusCache:
     """The rendered ``/spiders`` body, reused for ``ttl`` seconds or until a change."""
 
-    def __init__(self, engine: SpiderEngine, ttl: float) -> None:
+    def __init__(self, engine: ServedEngine, ttl: float) -> None:
         self._engine = engine
         self._ttl = ttl
         self._body: bytes | None = None
@@ -113,12 +159,12 @@ class StatusCache:
             self._expires = now + self._ttl
         return self._body
 
-    def clear(self, _engine: SpiderEngine | None = None) -> None:
+    def clear(self, _engine: Any = None) -> None:
         """Forget the body (a spider was added or changed state)."""
         self._body = None
 
 
-ENGINE = web.AppKey("engine", SpiderEngine)
+ENGINE = web.AppKey("engine", ServedEngine)
 CACHE = web.AppKey("spiders_cache", StatusCache)
 METRICS = web.AppKey("metrics", EngineMetrics)
 
@@ -130,7 +176,7 @@ async def health(request: web.Request) -> web.Response:
     """200 while running and registered (or standalone); 503 otherwise."""
     engine = request.app[ENGINE]
     registered = engine.registry_healthy
-    ok = engine.state is EngineState.RUNNING and registered is not False
+    ok = engine.state == "running" and registered is not False
     counts: dict[str, int] = {}
     for crawler in engine.crawlers():
         counts[str(crawler.state)] = counts.get(str(crawler.state), 0) + 1
@@ -145,7 +191,7 @@ async def health(request: web.Request) -> web.Response:
     return json_response(body, 200 if ok else 503)
 
 
-def _registry_state(engine: SpiderEngine) -> str:
+def _registry_state(engine: ServedEngine) -> str:
     if engine.registry is None:
         return "standalone"
     return str(engine.registry.status().get("state", "unknown"))
@@ -176,7 +222,7 @@ async def metrics(request: web.Request) -> web.Response:
 # -- control routes ------------------------------------------------------------------
 
 
-def authorize(request: web.Request) -> SpiderEngine:
+def authorize(request: web.Request) -> ServedEngine:
     """Let a control request through, or raise 401/403; the token is compared in constant time."""
     engine = request.app[ENGINE]
     if not engine.settings.control:
@@ -265,8 +311,8 @@ async def _read_urls(request: web.Request, max_body: int) -> list[Any]:
     return urls
 
 
-def create_app(engine: SpiderEngine) -> web.Application:
-    """The endpoint's application; routes exactly as DESIGN.md lists them."""
+def create_app(engine: ServedEngine) -> web.Application:
+    """The endpoint's application; the routes of ``docs/http-api.md``."""
     app = web.Application(middlewares=[errors_middleware], client_max_size=engine.settings.max_body)
     cache = StatusCache(engine, engine.settings.status_cache)
     engine.add_listener(cache.clear)
@@ -287,7 +333,7 @@ def create_app(engine: SpiderEngine) -> web.Application:
 class HttpEndpoint:
     """The endpoint bound to a TCP port in the running loop."""
 
-    def __init__(self, engine: SpiderEngine) -> None:
+    def __init__(self, engine: ServedEngine) -> None:
         self._engine = engine
         self._runner: web.AppRunner | None = None
 

@@ -11,9 +11,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from netdisco.crawl.request import Request
+from netdisco.crawl.spider import Spider
 from netdisco.exceptions import RequestNotShareable
-from netdisco.request import Request
-from netdisco.spider import Spider
 
 
 def _method_name(function: Callable[..., Any] | None, spider: Spider, url: str) -> str | None:
@@ -50,6 +50,21 @@ _PLAIN = (
     "depth",
     "attempts",
 )
+
+
+class RequestCodec:
+    """The ``Codec`` a shared frontier stores one spider's requests with."""
+
+    def __init__(self, spider: Spider) -> None:
+        self.spider = spider
+
+    def encode(self, request: Request) -> str:
+        """See :func:`encode`."""
+        return encode(request, self.spider)
+
+    def decode(self, raw: bytes | str) -> Request:
+        """See :func:`decode`."""
+        return decode(raw, self.spider)
 
 
 def encode(request: Request, spider: Spider) -> str:

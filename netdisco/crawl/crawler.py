@@ -19,8 +19,16 @@ from typing import Any
 import structlog
 from reactivex import Observable
 
-from netdisco import settings as settings_module
-from netdisco.downloader import Downloader, Parking
+from netdisco.crawl import settings as settings_module
+from netdisco.crawl.codec import RequestCodec
+from netdisco.crawl.downloader import Downloader, Parking
+from netdisco.crawl.pipelines import ItemStream, Pipeline
+from netdisco.crawl.request import Request
+from netdisco.crawl.scheduler import Scheduler, Scope
+from netdisco.crawl.scraper import Scraper
+from netdisco.crawl.settings import Settings
+from netdisco.crawl.spider import Spider
+from netdisco.crawl.stats import Stats
 from netdisco.exceptions import (
     DownloadFailed,
     InvalidTransition,
@@ -31,14 +39,7 @@ from netdisco.exceptions import (
     ResponseTooLarge,
     RobotsDenied,
 )
-from netdisco.frontier import Connected, Frontier, MemoryFrontier
-from netdisco.pipelines import ItemStream, Pipeline
-from netdisco.request import Request
-from netdisco.scheduler import Scheduler, Scope
-from netdisco.scraper import Scraper
-from netdisco.settings import Settings
-from netdisco.spider import Spider
-from netdisco.stats import Stats
+from netdisco.frontiers import Connected, Frontier, open_frontier
 
 log = structlog.get_logger(__name__)
 
@@ -76,13 +77,9 @@ class PushResult:
     rejected: list[tuple[str, str]] = field(default_factory=list)
 
 
-def frontier_for(settings: Settings, spider: Spider, owner: str | None) -> Frontier:
+def frontier_for(settings: Settings, spider: Spider, owner: str | None) -> Frontier[Request]:
     """The frontier ``settings.frontier`` names; ``owner`` labels our leases in a shared one."""
-    if settings.frontier.startswith("memory"):
-        return MemoryFrontier()
-    from netdisco.frontier_redis import make_frontier  # redis-py only when asked
-
-    return make_frontier(settings, spider, owner=owner)
+    return open_frontier(settings.frontier, spider.name, RequestCodec(spider), owner=owner)
 
 
 class Crawler:
@@ -94,7 +91,7 @@ class Crawler:
         settings: Settings | None = None,
         *,
         pipelines: Sequence[Pipeline] = (),
-        frontier: Frontier | None = None,
+        frontier: Frontier[Request] | None = None,
         owner: str | None = None,
     ) -> None:
         self.spider = spider
@@ -103,7 +100,7 @@ class Crawler:
         self.stats = Stats()
         self.state = SpiderState.IDLE
         self.started_at: float | None = None
-        self.frontier: Frontier = frontier or frontier_for(self.settings, spider, owner)
+        self.frontier: Frontier[Request] = frontier or frontier_for(self.settings, spider, owner)
         self.scope = Scope(spider.allowed_domains, self.settings.allow, self.settings.deny)
         self.scheduler = Scheduler(self.settings, self.scope, self.frontier, self.stats)
         self.downloader = Downloader(self.settings, self.stats, self.scope.reason)

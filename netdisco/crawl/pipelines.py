@@ -25,8 +25,8 @@ import structlog
 from reactivex import Observable, abc
 from reactivex.subject import Subject
 
+from netdisco.crawl.stats import Stats
 from netdisco.exceptions import DropItem
-from netdisco.stats import Stats
 
 log = structlog.get_logger(__name__)
 Operator = Callable[[Observable[Any]], Observable[Any]]

@@ -1,7 +1,7 @@
 """SpiderEngine: several spiders in one event loop, their lifecycle, and their status.
 
 Each spider runs in its own ``Crawler`` (data-flow steps 1-5 of DESIGN.md); the
-engine is step 6: it owns the crawlers, serves them over HTTP (``netdisco.api``)
+engine is step 6: it owns the crawlers, serves them over HTTP (``netdisco.engine.api``)
 and keeps its ZooKeeper node current through a ``Registry``. It lives inside the
 caller's running loop and keeps no global state, so an application can embed
 one, or two, next to its own tasks::
@@ -25,25 +25,25 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import structlog
 
 from netdisco._version import __version__
-from netdisco.config import EngineConfig, EngineSettings, is_loopback
-from netdisco.crawler import Crawler, PushResult, SpiderState
+from netdisco.cluster.contract import EnginePayload, NodeState, SpiderSummary
+from netdisco.crawl.crawler import TERMINAL, Crawler, PushResult, SpiderState
+from netdisco.engine.api import HttpEndpoint
+from netdisco.engine.config import EngineConfig, EngineSettings, is_loopback
 from netdisco.exceptions import ConfigError, DuplicateSpider, SpiderLoadError, UnknownSpider
 
 if TYPE_CHECKING:
-    from netdisco.api import HttpEndpoint
-    from netdisco.pipelines import Pipeline
-    from netdisco.settings import Settings
-    from netdisco.spider import Spider
-    from netdisco.zkconfig import ZooKeeperSettings
+    from netdisco.cluster.settings import ZooKeeperSettings
+    from netdisco.crawl.pipelines import Pipeline
+    from netdisco.crawl.settings import Settings
+    from netdisco.crawl.spider import Spider
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
-TERMINAL = frozenset({SpiderState.STOPPED, SpiderState.FINISHED, SpiderState.FAILED})
 
 
 class Registry(Protocol):
-    """What the engine needs from its cluster registration (``netdisco.registry``)."""
+    """What the engine needs from its cluster registration (``netdisco.cluster.registry``)."""
 
     async def start(self) -> None: ...
 
@@ -58,7 +58,7 @@ class Registry(Protocol):
 
 
 #: builds a registry from the engine id and the callable that describes the engine
-RegistryFactory = Callable[[str, Callable[[], dict[str, Any]]], Registry]
+RegistryFactory = Callable[[str, Callable[[], EnginePayload]], Registry]
 
 
 class EngineState(enum.StrEnum):
@@ -72,23 +72,39 @@ class EngineState(enum.StrEnum):
 
 def zookeeper_settings(table: Mapping[str, Any]) -> ZooKeeperSettings:
     """``[zookeeper]`` validated now, not at start (``NETDISCO_ZOOKEEPER_*`` win)."""
-    from netdisco.zkconfig import ZooKeeperSettings  # kazoo only when configured
+    from netdisco.cluster.settings import ZooKeeperSettings  # kazoo only when configured
 
     return ZooKeeperSettings.from_mapping(table, prefix="zookeeper", environ=os.environ)
 
 
 def zookeeper_registry(settings: ZooKeeperSettings) -> RegistryFactory:
     """A factory for the engine's ZooKeeper registration."""
-    from netdisco.registry import Registration  # kazoo only when configured
+    from netdisco.cluster.registry import Registration  # kazoo only when configured
 
-    def build(engine_id: str, describe: Callable[[], dict[str, Any]]) -> Registry:
+    def build(engine_id: str, describe: Callable[[], EnginePayload]) -> Registry:
         return Registration(settings, engine_id, describe)
 
     return build
 
 
+class HttpFront(Protocol):
+    """What the engine needs from its HTTP endpoint: bind, serve, close."""
+
+    async def start(self, host: str, port: int) -> int:
+        """Serve on ``host:port``; the port actually bound (0 picks one)."""
+        ...
+
+    async def stop(self) -> None:
+        """Close the listener and idle connections."""
+        ...
+
+
+#: builds the HTTP front for an engine; ``HttpEndpoint`` is the default
+FrontFactory = Callable[["SpiderEngine"], HttpFront]
+
+
 class LeaseKeeper(Protocol):
-    """Returns lost engines' leases in a shared frontier (``netdisco.recovery``)."""
+    """Returns lost engines' leases in a shared frontier (``netdisco.frontiers.redis.recovery``)."""
 
     async def start(self) -> None: ...
 
@@ -104,6 +120,7 @@ class SpiderEngine:
         *,
         zookeeper: Mapping[str, Any] | None = None,
         registry_factory: RegistryFactory | None = None,
+        http_front: FrontFactory = HttpEndpoint,
     ) -> None:
         self.settings = settings or EngineSettings()
         self._zookeeper = zookeeper_settings(zookeeper) if zookeeper is not None else None
@@ -121,14 +138,15 @@ class SpiderEngine:
         self._crawlers: dict[str, Crawler] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._changed = asyncio.Event()
-        self._http: HttpEndpoint | None = None
+        self._front_factory = http_front
+        self._http: HttpFront | None = None
         self._stopping: asyncio.Task[None] | None = None
         self._listeners: list[Callable[[SpiderEngine], None]] = []
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> SpiderEngine:
         """An engine with every spider the configuration lists; errors name the key."""
-        from netdisco.loader import load_spider  # imports user code: only when asked
+        from netdisco.crawl.loader import load_spider  # imports user code: only when asked
 
         engine = cls(config.engine, zookeeper=config.zookeeper)
         for entry in config.spiders:
@@ -160,24 +178,27 @@ class SpiderEngine:
         """None when standalone, else whether the registration is healthy."""
         return None if self.registry is None else self.registry.healthy
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> EnginePayload:
         """The identity data written into the engine's znode (never a secret)."""
-        return {
-            "id": self.id,
-            "incarnation": self.incarnation,
-            "host": self.settings.advertised_host,
-            "port": self.port,
-            "status_url": self.status_url,
-            "pid": os.getpid(),
-            "version": __version__,
-            "started_at": self.started_at,
-            "spiders": [{"name": c.name, "state": str(c.state)} for c in self._crawlers.values()],
-        }
+        return EnginePayload(
+            id=self.id,
+            incarnation=self.incarnation,
+            host=self.settings.advertised_host,
+            port=self.port,
+            status_url=self.status_url,
+            pid=os.getpid(),
+            version=__version__,
+            started_at=self.started_at,
+            spiders=tuple(
+                SpiderSummary(name=c.name, state=str(c.state)) for c in self._crawlers.values()
+            ),
+            state=NodeState.RUNNING,
+        )
 
     def status(self) -> dict[str, Any]:
         """``GET /netdiscovery/engine``: identity, registry state and spider summaries."""
         return {
-            **self.describe(),
+            **self.describe().to_dict(),
             "state": str(self.state),
             "registry": None if self.registry is None else self.registry.status(),
             "spiders": [_summary(c.status()) for c in self._crawlers.values()],
@@ -323,9 +344,7 @@ class SpiderEngine:
             )
 
     async def _start_http(self) -> None:
-        from netdisco.api import HttpEndpoint  # api imports this module
-
-        self._http = HttpEndpoint(self)
+        self._http = self._front_factory(self)
         self.port = await self._http.start(self.settings.host, self.settings.port)
 
     async def _shutdown(self, deadline: float | None) -> None:
@@ -377,12 +396,13 @@ class SpiderEngine:
         """With a shared frontier and ZooKeeper: re-queue lost engines' leases at once.
 
         One watcher per frontier URL; every live engine runs one, which is safe because
-        returning a lost engine's leases is one atomic script (see ``netdisco.recovery``).
+        returning a lost engine's leases is one atomic script
+        (``netdisco.frontiers.redis.recovery``).
         """
         url = crawler.settings.frontier
         if self._zookeeper is None or url.startswith("memory") or url in self._recoveries:
             return
-        from netdisco.frontier_redis import lease_recovery  # redis-py only when asked
+        from netdisco.frontiers.redis.recovery import lease_recovery  # redis-py only when asked
 
         keeper = lease_recovery(url, self._zookeeper, self.incarnation)
         self._recoveries[url] = keeper

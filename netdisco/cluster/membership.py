@@ -12,14 +12,16 @@ changes a diff sees is the number of changes too fast to observe.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from monitor.events import EventType
-
-LEAVING = "leaving"
+from netdisco.cluster.contract import (
+    EnginePayload,
+    EventType,
+    decode_object,
+    payload_from_dict,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,10 +37,19 @@ class Member:
     since: float = 0.0  # wall time this node was first seen
 
     @property
+    def payload(self) -> EnginePayload:
+        """The node's data, typed (``docs/architecture.md``, the znode contract)."""
+        return payload_from_dict(self.data)
+
+    @property
     def state(self) -> str:
         """The engine's own state ("running", "leaving"), or "unknown"."""
-        value = self.data.get("state")
-        return value if isinstance(value, str) else "unknown"
+        return self.payload.state
+
+    @property
+    def leaving(self) -> bool:
+        """Whether the engine's last data said it is leaving."""
+        return self.payload.leaving
 
     def describe(self) -> dict[str, Any]:
         """The engine's last known data as events and HTTP routes show it."""
@@ -90,13 +101,8 @@ class Diff:
 
 def parse_data(raw: bytes | None) -> tuple[dict[str, Any], bool]:
     """Decode znode data; return ``(data, garbage)``. Garbage keeps what is known: nothing."""
-    try:
-        data = json.loads((raw or b"").decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return {}, True
-    if not isinstance(data, dict):
-        return {}, True
-    return data, False
+    data = decode_object(raw)
+    return ({}, True) if data is None else (data, False)
 
 
 def assemble(
@@ -136,7 +142,7 @@ def assemble(
 
 
 def _removed_type(member: Member, departing: frozenset[str]) -> EventType:
-    if member.state == LEAVING or member.name in departing:
+    if member.leaving or member.name in departing:
         return EventType.ENGINE_LEFT
     return EventType.ENGINE_LOST
 
@@ -144,7 +150,7 @@ def _removed_type(member: Member, departing: frozenset[str]) -> EventType:
 def _common_change(old: Member, new: Member) -> Change | None:
     if old.czxid != new.czxid:
         return Change(type=EventType.ENGINE_RESTARTED, name=new.name, member=new, previous=old)
-    if old.mzxid != new.mzxid and new.state != LEAVING:
+    if old.mzxid != new.mzxid and not new.leaving:
         return Change(type=EventType.ENGINE_UPDATED, name=new.name, member=new, previous=old)
     return None
 

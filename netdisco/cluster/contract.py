@@ -1,0 +1,187 @@
+"""The engine-monitor contract: what an engine writes in ZooKeeper and what it means.
+
+Every engine keeps one ephemeral node ``<root>/<engine id>`` (root
+``/netdiscovery`` by default) holding a UTF-8 JSON object, an
+:class:`EnginePayload`. Its ``state`` is ``running`` while the engine lives and
+``leaving`` in the write that goes in one transaction with the node's deletion
+on a graceful stop; a node that vanishes without that write was lost. The
+monitor turns changes of the root's children into the :class:`EventType` events,
+and Redis engines return a lost engine's leases (its ``incarnation``). The whole
+contract, with the reasons behind it, is in ``docs/architecture.md``.
+
+Everybody parses node data through :func:`parse_payload`, which never raises:
+whatever a node holds (garbage, a JSON array, wrong types) comes back as a
+payload with what could be read and ``garbage`` set when nothing could.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from enum import StrEnum
+from typing import Any
+
+from netdisco.exceptions import ConfigError
+
+DEFAULT_ROOT = "/netdiscovery"
+
+
+class NodeState(StrEnum):
+    """The ``state`` an engine writes into its node."""
+
+    RUNNING = "running"
+    LEAVING = "leaving"  # written in the same transaction as the deletion
+
+
+class EventType(StrEnum):
+    """What the monitor reports; the values are the public event names."""
+
+    ENGINE_JOINED = "engine_joined"
+    ENGINE_LEFT = "engine_left"  # deleted its node after writing state "leaving"
+    ENGINE_LOST = "engine_lost"  # vanished without leaving (crash, expiry)
+    ENGINE_RESTARTED = "engine_restarted"  # same name, new node (czxid) between two looks
+    ENGINE_UPDATED = "engine_updated"  # same node, new data
+    ENGINE_FLAPPED = "engine_flapped"  # lost, then back within the grace period
+    CLUSTER_EMPTY = "cluster_empty"
+    ZK_DISCONNECTED = "zk_disconnected"
+    ZK_RECONNECTED = "zk_reconnected"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpiderSummary:
+    """One spider as the node lists it."""
+
+    name: str
+    state: str
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _spiders(value: Any) -> tuple[SpiderSummary, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(
+        SpiderSummary(name=item["name"], state=str(item.get("state", "unknown")))
+        for item in value
+        if isinstance(item, dict) and isinstance(item.get("name"), str)
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnginePayload:
+    """The data of an engine's node; ``None`` where the node did not say (or said garbage)."""
+
+    id: str | None = None
+    incarnation: str | None = None  # new for every engine object: labels its Redis leases
+    host: str | None = None
+    port: int | None = None
+    status_url: str | None = None  # where the engine serves GET /netdiscovery/engine
+    pid: int | None = None
+    version: str | None = None
+    started_at: float | None = None
+    spiders: tuple[SpiderSummary, ...] = ()
+    state: str = "unknown"  # a NodeState value, or whatever a foreign writer put there
+    extra: Mapping[str, Any] = field(default_factory=dict)  # keys of newer writers, kept
+    garbage: bool = False  # the data was not a UTF-8 JSON object
+
+    @property
+    def leaving(self) -> bool:
+        """Whether the engine said it is leaving (a graceful stop)."""
+        return self.state == NodeState.LEAVING
+
+    def with_state(self, state: NodeState) -> EnginePayload:
+        """The same payload in another state."""
+        return replace(self, state=state.value)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object written into the node (unknown keys kept as read)."""
+        data: dict[str, Any] = dict(self.extra)
+        for f in fields(self):
+            if f.name in ("extra", "garbage"):
+                continue
+            value = getattr(self, f.name)
+            if f.name == "spiders":
+                value = [{"name": s.name, "state": s.state} for s in value]
+            data[f.name] = value
+        return data
+
+    def to_json(self) -> bytes:
+        """Compact, sorted UTF-8 JSON: equal payloads give equal bytes (no needless writes)."""
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return text.encode()
+
+
+_KNOWN = frozenset(f.name for f in fields(EnginePayload)) - {"extra", "garbage"}
+
+
+def payload_from_dict(data: Mapping[str, Any]) -> EnginePayload:
+    """A payload from a decoded JSON object; wrong types read as unknown (``None``)."""
+    state = data.get("state")
+    return EnginePayload(
+        id=_str(data.get("id")),
+        incarnation=_str(data.get("incarnation")),
+        host=_str(data.get("host")),
+        port=_int(data.get("port")),
+        status_url=_str(data.get("status_url")),
+        pid=_int(data.get("pid")),
+        version=_str(data.get("version")),
+        started_at=_float(data.get("started_at")),
+        spiders=_spiders(data.get("spiders")),
+        state=state if isinstance(state, str) else "unknown",
+        extra={k: v for k, v in data.items() if k not in _KNOWN},
+    )
+
+
+def decode_object(raw: bytes | None) -> dict[str, Any] | None:
+    """Node data as a JSON object, or None when it is not one (garbage)."""
+    try:
+        data = json.loads((raw or b"").decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def parse_payload(raw: bytes | None) -> EnginePayload:
+    """Whatever a node holds, as a payload; never raises."""
+    data = decode_object(raw)
+    if data is None:
+        return EnginePayload(garbage=True)
+    return payload_from_dict(data)
+
+
+def check_engine_id(engine_id: str) -> None:
+    """An engine id is one znode name: no '/', not '.' or '..', no control characters."""
+    if (
+        not engine_id
+        or "/" in engine_id
+        or engine_id in (".", "..")
+        or any(ord(ch) < 32 or ord(ch) == 127 for ch in engine_id)
+    ):
+        raise ConfigError("engine.id", f"{engine_id!r} cannot be a ZooKeeper node name")
+
+
+def engine_path(root: str, engine_id: str) -> str:
+    """The node an engine keeps: ``<root>/<engine id>``."""
+    check_engine_id(engine_id)
+    return f"{root.rstrip('/')}/{engine_id}"
+
+
+def engine_id_of(root: str, path: str) -> str | None:
+    """The engine id a child path of ``root`` names, or None for any other path."""
+    prefix = root.rstrip("/") + "/"
+    if not path.startswith(prefix) or "/" in path[len(prefix) :]:
+        return None
+    return path[len(prefix) :] or None

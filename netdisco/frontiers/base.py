@@ -1,0 +1,78 @@
+"""Where scheduled requests wait: the ``Frontier`` protocol.
+
+A frontier dedups by fingerprint, orders by priority and tracks requests taken
+but not yet done (leases), so that a shared frontier (Redis) can hand a dead
+engine's work to the living. Frontiers know nothing about HTTP or spiders: they
+queue anything ``Queued``, and a shared one stores it through a ``Codec`` that
+the crawl layer supplies (``netdisco.crawl.codec``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, TypeVar, runtime_checkable
+
+
+class Queued(Protocol):
+    """What a frontier reads of a queued request."""
+
+    @property
+    def url(self) -> str: ...  # for log lines only
+
+    @property
+    def fingerprint(self) -> bytes: ...  # the dedup key
+
+    @property
+    def priority(self) -> int: ...  # higher first
+
+    @property
+    def dont_filter(self) -> bool: ...  # queued even if its fingerprint was seen
+
+
+R = TypeVar("R", bound=Queued)
+
+
+class Codec(Protocol[R]):
+    """Turns a queued request into text another process can read back, and back."""
+
+    def encode(self, request: R) -> str:
+        """The request as text; raise ``RequestNotShareable`` if it cannot travel."""
+        ...
+
+    def decode(self, raw: bytes | str) -> R:
+        """The inverse of ``encode``."""
+        ...
+
+
+class Frontier(Protocol[R]):
+    """The four operations the crawler needs from a frontier."""
+
+    async def add(self, requests: Sequence[R]) -> list[bool]:
+        """Queue each request whose fingerprint is new; say for each whether it was."""
+        ...
+
+    async def take(self) -> R | None:
+        """The next request by priority (leased to us), or None if none is queued now."""
+        ...
+
+    async def done(self, request: R, *, requeue: bool = False) -> None:
+        """Release the lease on a request we took: finished, or put back when ``requeue``."""
+        ...
+
+    async def counts(self) -> tuple[int, int, int]:
+        """``(queued, leased, seen)``, across every engine sharing this frontier."""
+        ...
+
+
+@runtime_checkable
+class Connected(Protocol):
+    """A frontier with a connection (Redis): opened at start, closed at the end.
+
+    ``close`` hands back whatever this engine still holds, so others can take it.
+    """
+
+    async def open(self) -> None:
+        """Connect, or raise ``FrontierUnavailable`` with the reason."""
+
+    async def close(self) -> None:
+        """Hand back our leases and disconnect."""

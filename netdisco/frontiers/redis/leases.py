@@ -1,0 +1,179 @@
+"""Leases in Redis: who holds which request, until when, and how they go back.
+
+A request taken from a Redis frontier is leased to the engine incarnation that
+took it: recorded with its owner and a deadline on the Redis server's clock, and
+acknowledged by ``done``. The scripts here put leases back in the queue on three
+paths: a lost engine (``recover_owner``, called by
+:mod:`netdisco.frontiers.redis.recovery`), an owner gone silent (``sweep_expired``,
+run on every heartbeat), and a graceful stop (``return_leases``). Each is one
+atomic script that checks the owner per id, so several engines running the same
+recovery at once return every lease exactly once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis import asyncio as aioredis
+
+DEFAULT_PREFIX = "netdisco"
+
+#: Redis's clock in ms: every engine measures deadlines with the same clock.
+NOW_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+# Requeue one leased id: its priority travels in the stored request (cjson is built in).
+REQUEUE_LUA = """
+local function requeue(k_queue, k_payload, id)
+  local body = redis.call('HGET', k_payload, id)
+  if body then redis.call('ZADD', k_queue, -cjson.decode(body)['priority'], id) end
+  return body and 1 or 0
+end
+"""
+
+#: KEYS owned, owner, leases, queue, payload; ARGV owner -> number returned
+RETURN_LUA = (
+    REQUEUE_LUA
+    + """
+local n = 0
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('HGET', KEYS[2], id) == ARGV[1] then
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('ZREM', KEYS[3], id)
+    n = n + requeue(KEYS[4], KEYS[5], id)
+  end
+end
+redis.call('DEL', KEYS[1])
+return n
+"""
+)
+
+#: KEYS leases, owner, queue, payload; ARGV owned-key prefix, limit -> number returned
+SWEEP_LUA = (
+    REQUEUE_LUA
+    + NOW_LUA
+    + """
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+for _, id in ipairs(ids) do
+  local who = redis.call('HGET', KEYS[2], id)
+  if who then redis.call('SREM', ARGV[1] .. who, id) end
+  redis.call('HDEL', KEYS[2], id)
+  redis.call('ZREM', KEYS[1], id)
+  requeue(KEYS[3], KEYS[4], id)
+end
+return #ids
+"""
+)
+
+
+#: KEYS owned, leases; ARGV ttl ms -> the ids we hold (their deadlines pushed on)
+BEAT_LUA = (
+    NOW_LUA
+    + """
+local ids = redis.call('SMEMBERS', KEYS[1])
+for _, id in ipairs(ids) do redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[1]), id) end
+return ids
+"""
+)
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The Redis keys of one spider's frontier; ``{spider}`` is a cluster hash tag."""
+
+    prefix: str
+    spider: str
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}:{{{self.spider}}}:{name}"
+
+    @property
+    def queue(self) -> str:
+        """Sorted set: request id by score ``-priority`` (ties: id order, so FIFO)."""
+        return self._key("queue")
+
+    @property
+    def payload(self) -> str:
+        """Hash: request id -> the request as JSON, while queued or leased."""
+        return self._key("req")
+
+    @property
+    def seen(self) -> str:
+        """Set of 16-byte fingerprints (exact mode) or a Bloom bitmap."""
+        return self._key("seen")
+
+    @property
+    def seen_count(self) -> str:
+        """Counter of distinct fingerprints (Bloom mode cannot count itself)."""
+        return self._key("seen_n")
+
+    @property
+    def seq(self) -> str:
+        """Counter that numbers request ids."""
+        return self._key("seq")
+
+    @property
+    def leases(self) -> str:
+        """Sorted set: leased request id by deadline (ms, Redis clock)."""
+        return self._key("leases")
+
+    @property
+    def owner(self) -> str:
+        """Hash: leased request id -> the incarnation holding it."""
+        return self._key("owner")
+
+    @property
+    def owned_prefix(self) -> str:
+        """Prefix of the per-incarnation sets of leased ids."""
+        return self._key("owned:")
+
+    @property
+    def added_channel(self) -> str:
+        """Pub/sub channel: how many requests an ``add`` queued (wakes idle workers)."""
+        return self._key("added")
+
+    def take_token(self, token: str) -> str:
+        """String: the id one take leased, so that its retry finds it (expires)."""
+        return self._key(f"take:{token}")
+
+    def owned(self, owner: str) -> str:
+        """Set of ids leased by ``owner``: what recovery drains."""
+        return self.owned_prefix + owner
+
+
+def spiders_key(prefix: str) -> str:
+    """Set of spider names that have a frontier under ``prefix``."""
+    return f"{prefix}:spiders"
+
+
+async def return_leases(redis: aioredis.Redis, keys: Keys, owner: str) -> int:
+    """Put every request ``owner`` holds back in the queue; how many went back."""
+    k = keys
+    args = [k.owned(owner), k.owner, k.leases, k.queue, k.payload]
+    result = await redis.eval(RETURN_LUA, 5, *args, owner)
+    return int(result)
+
+
+async def renew_leases(redis: aioredis.Redis, keys: Keys, owner: str, ttl_ms: int) -> set[str]:
+    """Push the deadlines of ``owner``'s leases on; the ids it holds in Redis."""
+    raw = await redis.eval(BEAT_LUA, 2, keys.owned(owner), keys.leases, ttl_ms)
+    return {item.decode() for item in raw}
+
+
+async def sweep_expired(redis: aioredis.Redis, keys: Keys, limit: int = 1000) -> int:
+    """Requeue leases past their deadline (their owner stopped renewing them)."""
+    args = [keys.leases, keys.owner, keys.queue, keys.payload]
+    result = await redis.eval(SWEEP_LUA, 4, *args, keys.owned_prefix, limit)
+    return int(result)
+
+
+async def recover_owner(redis: aioredis.Redis, prefix: str, owner: str) -> dict[str, int]:
+    """Return ``owner``'s leases in every spider under ``prefix``; spider -> count."""
+    names = await redis.smembers(spiders_key(prefix))
+    counts = {}
+    for raw in sorted(names):
+        name = raw.decode() if isinstance(raw, bytes) else str(raw)
+        counts[name] = await return_leases(redis, Keys(prefix, name), owner)
+    return counts
