@@ -1,4 +1,4 @@
-"""The engine's HTTP endpoint: status, lifecycle control and metrics (``docs/http-api.md``).
+"""The engine's HTTP endpoint: status, lifecycle control and metrics (README, "HTTP API").
 
 It runs inside the engine's own loop (``AppRunner`` / ``TCPSite``), so handlers
 read crawler state directly, without locks. Every answer is JSON with a real
@@ -312,7 +312,7 @@ async def _read_urls(request: web.Request, max_body: int) -> list[Any]:
 
 
 def create_app(engine: ServedEngine) -> web.Application:
-    """The endpoint's application; the routes of ``docs/http-api.md``."""
+    """The endpoint's application; the routes of the README's "HTTP API" table."""
     app = web.Application(middlewares=[errors_middleware], client_max_size=engine.settings.max_body)
     cache = StatusCache(engine, engine.settings.status_cache)
     engine.add_listener(cache.clear)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 from netdisco.crawl import settings as crawl_settings
 from netdisco.crawl.settings import Settings
 from netdisco.exceptions import ConfigError
+from netdisco.values import convert, field_types, read_toml
 
 DEFAULT_PORT = 8715
 
@@ -85,18 +85,8 @@ def _validate_engine(s: EngineSettings) -> None:
         raise ConfigError("engine.token_env", "names a variable that holds an empty token")
 
 
-_ENGINE_TYPES: dict[str, tuple[type, ...]] = {
-    "id": (str,),
-    "host": (str,),
-    "port": (int,),
-    "advertise": (str,),
-    "token_env": (str,),
-    "http": (bool,),
-    "control": (bool,),
-    "max_body": (int,),
-    "status_cache": (int, float),
-    "stop_deadline": (int, float),
-}
+#: every ``[engine]`` key and its declared type; the token comes only from the environment
+_ENGINE_TYPES = {k: v for k, v in field_types(EngineSettings).items() if k != "token"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,46 +141,25 @@ def engine_settings(
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     for name, raw in table.items():
-        values[name] = _engine_value(name, raw)
+        values[name] = _engine_value(name, raw, text=False)
     for name in _ENGINE_TYPES:
         text = env.get(f"NETDISCO_ENGINE_{name.upper()}")
         if text is not None:
-            values[name] = _engine_value(name, _from_text(name, text))
+            values[name] = _engine_value(name, text)
     for name, raw in (overrides or {}).items():
         if raw is not None:
-            values[name] = _engine_value(name, raw)
+            values[name] = _engine_value(name, raw, text=False)
     token_env = values.get("token_env", EngineSettings.token_env)
     token = env.get(token_env) if token_env else None
     return EngineSettings(**values, token=token)
 
 
-def _engine_value(name: str, raw: Any) -> Any:
-    kinds = _ENGINE_TYPES.get(name)
-    if kinds is None:
+def _engine_value(name: str, raw: Any, *, text: bool = True) -> Any:
+    kind = _ENGINE_TYPES.get(name)
+    if kind is None:
         known = ", ".join(sorted(_ENGINE_TYPES))
         raise ConfigError(f"engine.{name}", f"unknown key (known keys: {known})")
-    value: Any = raw
-    if (isinstance(raw, bool) and bool not in kinds) or not isinstance(raw, kinds):
-        raise ConfigError(f"engine.{name}", f"expected {kinds[0].__name__}, got {raw!r}")
-    return float(value) if float in kinds else value
-
-
-def _from_text(name: str, text: str) -> Any:
-    """An environment value as the key's type; strings stay as they are."""
-    kinds = _ENGINE_TYPES[name]
-    if str in kinds:
-        return text
-    if bool in kinds:
-        lowered = text.strip().lower()
-        if lowered in ("1", "true", "yes", "on"):
-            return True
-        if lowered in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"engine.{name}", f"expected true or false, got {text!r}")
-    try:
-        return int(text) if kinds == (int,) else float(text)
-    except ValueError:
-        raise ConfigError(f"engine.{name}", f"expected a number, got {text!r}") from None
+    return convert(f"engine.{name}", raw, kind, text=text)
 
 
 def spider_configs(
@@ -241,12 +210,7 @@ def load_config(
     pairs: Mapping[str, str] | None = None,
 ) -> EngineConfig:
     """Read and validate an engine TOML file; every error names its key."""
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError("config", f"cannot read {str(path)!r}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("config", f"{str(path)!r} is not valid TOML: {exc}") from exc
+    data = read_toml(path, key="config")
     return parse_config(data, environ=environ, overrides=overrides, pairs=pairs)
 
 

@@ -1,8 +1,9 @@
 """SpiderEngine: several spiders in one event loop, their lifecycle, and their status.
 
-Each spider runs in its own ``Crawler`` (data-flow steps 1-5 of DESIGN.md); the
-engine is step 6: it owns the crawlers, serves them over HTTP (``netdisco.engine.api``)
-and keeps its ZooKeeper node current through a ``Registry``. It lives inside the
+Each spider runs in its own ``Crawler`` (data-flow steps 1-5, ``docs/architecture.md``);
+the engine is step 6: it owns the crawlers, serves them over HTTP through an
+``HttpFront`` (``netdisco.engine.api.HttpEndpoint`` by default) and keeps its
+ZooKeeper node current through a ``Registry``. It lives inside the
 caller's running loop and keeps no global state, so an application can embed
 one, or two, next to its own tasks::
 
@@ -20,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
@@ -29,10 +30,19 @@ from netdisco.cluster.contract import EnginePayload, NodeState, SpiderSummary
 from netdisco.crawl.crawler import TERMINAL, Crawler, PushResult, SpiderState
 from netdisco.engine.api import HttpEndpoint
 from netdisco.engine.config import EngineConfig, EngineSettings, is_loopback
+from netdisco.engine.hosted import (
+    FrontFactory,
+    HttpFront,
+    LeaseKeeper,
+    Registry,
+    RegistryFactory,
+    lease_keeper,
+    zookeeper_registry,
+    zookeeper_settings,
+)
 from netdisco.exceptions import ConfigError, DuplicateSpider, SpiderLoadError, UnknownSpider
 
 if TYPE_CHECKING:
-    from netdisco.cluster.settings import ZooKeeperSettings
     from netdisco.crawl.pipelines import Pipeline
     from netdisco.crawl.settings import Settings
     from netdisco.crawl.spider import Spider
@@ -42,25 +52,6 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 
-class Registry(Protocol):
-    """What the engine needs from its cluster registration (``netdisco.cluster.registry``)."""
-
-    async def start(self) -> None: ...
-
-    def data_changed(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    @property
-    def healthy(self) -> bool: ...
-
-    def status(self) -> dict[str, Any]: ...
-
-
-#: builds a registry from the engine id and the callable that describes the engine
-RegistryFactory = Callable[[str, Callable[[], EnginePayload]], Registry]
-
-
 class EngineState(enum.StrEnum):
     """The engine's own lifecycle: it runs once, then it is done."""
 
@@ -68,47 +59,6 @@ class EngineState(enum.StrEnum):
     RUNNING = "running"
     STOPPING = "stopping"
     STOPPED = "stopped"
-
-
-def zookeeper_settings(table: Mapping[str, Any]) -> ZooKeeperSettings:
-    """``[zookeeper]`` validated now, not at start (``NETDISCO_ZOOKEEPER_*`` win)."""
-    from netdisco.cluster.settings import ZooKeeperSettings  # kazoo only when configured
-
-    return ZooKeeperSettings.from_mapping(table, prefix="zookeeper", environ=os.environ)
-
-
-def zookeeper_registry(settings: ZooKeeperSettings) -> RegistryFactory:
-    """A factory for the engine's ZooKeeper registration."""
-    from netdisco.cluster.registry import Registration  # kazoo only when configured
-
-    def build(engine_id: str, describe: Callable[[], EnginePayload]) -> Registry:
-        return Registration(settings, engine_id, describe)
-
-    return build
-
-
-class HttpFront(Protocol):
-    """What the engine needs from its HTTP endpoint: bind, serve, close."""
-
-    async def start(self, host: str, port: int) -> int:
-        """Serve on ``host:port``; the port actually bound (0 picks one)."""
-        ...
-
-    async def stop(self) -> None:
-        """Close the listener and idle connections."""
-        ...
-
-
-#: builds the HTTP front for an engine; ``HttpEndpoint`` is the default
-FrontFactory = Callable[["SpiderEngine"], HttpFront]
-
-
-class LeaseKeeper(Protocol):
-    """Returns lost engines' leases in a shared frontier (``netdisco.frontiers.redis.recovery``)."""
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
 
 
 class SpiderEngine:
@@ -402,9 +352,7 @@ class SpiderEngine:
         url = crawler.settings.frontier
         if self._zookeeper is None or url.startswith("memory") or url in self._recoveries:
             return
-        from netdisco.frontiers.redis.recovery import lease_recovery  # redis-py only when asked
-
-        keeper = lease_recovery(url, self._zookeeper, self.incarnation)
+        keeper = lease_keeper(url, self._zookeeper, self.incarnation)
         self._recoveries[url] = keeper
         await keeper.start()
 
