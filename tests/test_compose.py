@@ -1,4 +1,4 @@
-"""compose/: no Docker engine runs here, so check what the stack takes from this package.
+"""compose/ without a Docker engine (`make compose-check` runs it): what it takes from this package.
 
 The YAML parses; every command of a service built from our Dockerfile is a
 console script of this distribution whose real argument parser accepts it; the
