@@ -11,6 +11,7 @@ NetdiscoError
 │   ├── TooManyRedirects     redirect cap reached or a redirect loop
 │   ├── ResponseTooLarge     the body passed ``max_response_size``
 │   ├── DownloadFailed       network error, retries exhausted
+│   ├── RetryDeferred        a retry handed back to host queues, to wait out its back-off
 │   └── HttpStatusError      the final response had a 4xx or 5xx status
 ├── DropItem                 raised by a pipeline step to drop one item
 ├── InvalidTransition        a lifecycle control not allowed in the current state
@@ -75,6 +76,14 @@ class ResponseTooLarge(RequestError):
 
 class DownloadFailed(RequestError):
     """A network error or retryable status persisted through every retry."""
+
+
+class RetryDeferred(RequestError):
+    """Not a failure: the request went back to its host queue with the host backed off.
+
+    With host queues a retry may not start on a slot nobody reserved; the frontier
+    holds the back-off (429, 503, Retry-After) for every engine instead.
+    """
 
 
 class DropItem(NetdiscoError):

@@ -36,14 +36,13 @@ from netdisco.exceptions import (
     OutOfScope,
     RequestError,
     ResponseTooLarge,
+    RetryDeferred,
     RobotsDenied,
 )
 from netdisco.frontiers import Connected, Frontier, open_frontier
 
 log = structlog.get_logger(__name__)
-
 __all__ = ["TERMINAL", "Crawler", "PushResult", "SpiderState", "frontier_for"]
-
 
 #: how often a frontier that other engines share is polled for new work
 POLL_INTERVAL = 0.25
@@ -76,6 +75,7 @@ class Crawler:
         self.scope = Scope(spider.allowed_domains, self.settings.allow, self.settings.deny)
         self.scheduler = Scheduler(self.settings, self.scope, self.frontier, self.stats)
         self.downloader = Downloader(self.settings, self.stats, self.scope.reason)
+        self.downloader.defer_to(self.frontier)  # host queues in Redis hold politeness
         self.parking = Parking(self.downloader, 4 * self.settings.concurrency)
         self.stream = ItemStream(self.stats, self.settings.item_buffer)
         self.scraper = Scraper(self._admit, self.stream, self.stats)
@@ -359,6 +359,8 @@ class Crawler:
             self._notify()
 
     async def _failed(self, request: Request, exc: RequestError) -> None:
+        if isinstance(exc, RetryDeferred):  # back in its host queue: not a failure
+            return
         if isinstance(exc, RobotsDenied):
             self.stats.robots_blocked += 1
         elif isinstance(exc, ResponseTooLarge):

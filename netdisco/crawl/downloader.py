@@ -29,9 +29,11 @@ from netdisco.exceptions import (
     InvalidURL,
     OutOfScope,
     ResponseTooLarge,
+    RetryDeferred,
     RobotsDenied,
     TooManyRedirects,
 )
+from netdisco.frontiers import HostReserving
 
 RETRY_STATUSES = frozenset({408, 429, *range(500, 600)})
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -130,6 +132,15 @@ class Downloader:
         self._slots: dict[str, HostSlot] = {}
         self._session: aiohttp.ClientSession | None = None
         self.robots: RobotsCache | None = None
+        #: a frontier that reserves each request's host slot; then we keep no limits here
+        self.reserved_by: HostReserving[Request] | None = None
+
+    def defer_to(self, frontier: object) -> None:
+        """Leave per-host politeness to ``frontier`` if it holds it (for every engine)."""
+        if isinstance(frontier, HostReserving):
+            s = self.settings
+            frontier.set_politeness(s.download_delay, s.per_host_concurrency)
+            self.reserved_by = frontier
 
     async def open(self) -> None:
         """Create the session (inside the running loop)."""
@@ -173,7 +184,19 @@ class Downloader:
                 asked = retry_after(response.headers, s.retry_max_delay)
                 delay = self._backoff(request.attempts) if asked is None else asked
             self.stats.retried += 1
+            await self._retry_later(request, delay)
+
+    async def _retry_later(self, request: Request, delay: float) -> None:
+        """Sleep ``delay`` then try again, or, with host queues, hand the retry back.
+
+        A retry here would start on a slot no one reserved; the frontier instead
+        backs the host off for every engine and the request waits its turn there.
+        """
+        if self.reserved_by is None:
             await asyncio.sleep(delay)
+            return
+        await self.reserved_by.back_off(request, max(delay, self.settings.download_delay))
+        raise RetryDeferred(f"retry in {delay:.2f} s, from the host queue", url=request.url)
 
     def _backoff(self, attempt: int) -> float:
         """Exponential backoff with full jitter around the nominal delay, capped."""
@@ -191,6 +214,8 @@ class Downloader:
             if key in visited:
                 raise TooManyRedirects(f"redirect loop back to {url}", url=request.url)
             visited.add(key)
+            if hop and self.reserved_by is not None:  # our slot's host waits between starts
+                await asyncio.sleep(self.settings.download_delay)
             response = await self._get(request, url, method, body)
             location = response.headers.get("Location")
             if response.status not in REDIRECT_STATUSES or not location:
@@ -227,22 +252,27 @@ class Downloader:
         return slot
 
     async def _get(self, request: Request, url: str, method: str, body: bytes | None) -> Response:
-        assert self._session is not None, "Downloader.open() was not awaited"
+        if self.reserved_by is not None:  # the frontier reserved this start
+            return await self._send(request, url, method, body)
         slot = self._slot(url)
         async with slot.semaphore:
             await slot.wait_turn(self.settings.download_delay)
-            try:
-                async with self._session.request(
-                    method,
-                    url,
-                    headers=request.headers or None,
-                    data=body,
-                    proxy=request.proxy or self.settings.proxy,
-                    allow_redirects=False,
-                ) as resp:
-                    data = await self._read(resp, url)
-            except (aiohttp.InvalidURL, ValueError) as exc:
-                raise InvalidURL(f"cannot request {url!r}: {exc}", url=url) from exc
+            return await self._send(request, url, method, body)
+
+    async def _send(self, request: Request, url: str, method: str, body: bytes | None) -> Response:
+        assert self._session is not None, "Downloader.open() was not awaited"
+        try:
+            async with self._session.request(
+                method,
+                url,
+                headers=request.headers or None,
+                data=body,
+                proxy=request.proxy or self.settings.proxy,
+                allow_redirects=False,
+            ) as resp:
+                data = await self._read(resp, url)
+        except (aiohttp.InvalidURL, ValueError) as exc:
+            raise InvalidURL(f"cannot request {url!r}: {exc}", url=url) from exc
         self.stats.bytes += len(data)
         return Response(url, resp.status, resp.headers, data, request)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from netdisco.crawl.response import Response
@@ -37,6 +38,11 @@ class Request:
     depth: int = 0
     fingerprint: bytes = b""
     attempts: int = 0
+
+    @property
+    def host_key(self) -> str:
+        """The politeness key: requests with one key share one host's limits."""
+        return urlsplit(self.url).netloc
 
     def __repr__(self) -> str:
         return f"<Request {self.method} {self.url}>"

@@ -9,10 +9,18 @@ below the crawl: it queues anything with a fingerprint and a priority
 
 from __future__ import annotations
 
-from netdisco.frontiers.base import Codec, Connected, Frontier, Queued, R
+from netdisco.frontiers.base import Codec, Connected, Frontier, HostReserving, Queued, R
 from netdisco.frontiers.memory import MemoryFrontier
 
-__all__ = ["Codec", "Connected", "Frontier", "MemoryFrontier", "Queued", "open_frontier"]
+__all__ = [
+    "Codec",
+    "Connected",
+    "Frontier",
+    "HostReserving",
+    "MemoryFrontier",
+    "Queued",
+    "open_frontier",
+]
 
 
 def open_frontier(url: str, name: str, codec: Codec[R], *, owner: str | None = None) -> Frontier[R]:
@@ -20,6 +28,9 @@ def open_frontier(url: str, name: str, codec: Codec[R], *, owner: str | None = N
     if url.startswith("memory"):
         return MemoryFrontier()
     from netdisco.frontiers.redis.frontier import RedisFrontier  # redis-py only when asked
+    from netdisco.frontiers.redis.hosts import HostQueueFrontier
     from netdisco.frontiers.redis.options import RedisOptions
 
-    return RedisFrontier(RedisOptions.from_url(url), name, codec, owner=owner)
+    options = RedisOptions.from_url(url)
+    kind = HostQueueFrontier if options.politeness == "cluster" else RedisFrontier
+    return kind(options, name, codec, owner=owner)

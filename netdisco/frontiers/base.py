@@ -28,8 +28,12 @@ class Queued(Protocol):
     @property
     def dont_filter(self) -> bool: ...  # queued even if its fingerprint was seen
 
+    @property
+    def host_key(self) -> str: ...  # whose politeness it falls under (one host queue each)
+
 
 R = TypeVar("R", bound=Queued)
+R_contra = TypeVar("R_contra", bound=Queued, contravariant=True)
 
 
 class Codec(Protocol[R]):
@@ -62,6 +66,22 @@ class Frontier(Protocol[R]):
     async def counts(self) -> tuple[int, int, int]:
         """``(queued, leased, seen)``, across every engine sharing this frontier."""
         ...
+
+
+@runtime_checkable
+class HostReserving(Protocol[R_contra]):
+    """A frontier that holds per-host politeness itself, for every engine sharing it.
+
+    What ``take`` hands out already holds one of its host's slots, reserved at the
+    frontier's clock, and ``done`` releases it: the crawl must then keep no limits
+    of its own, which would hold a slot twice and park requests that hold one.
+    """
+
+    def set_politeness(self, delay: float, per_host: int) -> None:
+        """The crawl's ``download_delay`` and ``per_host_concurrency``."""
+
+    async def back_off(self, request: R_contra, seconds: float) -> None:
+        """Put a taken ``request`` back and keep its host idle ``seconds`` (429, 503...)."""
 
 
 @runtime_checkable

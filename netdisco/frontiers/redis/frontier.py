@@ -133,7 +133,7 @@ class RedisFrontier(Generic[R]):
     async def add(self, requests: Sequence[R]) -> list[bool]:
         if not self._opened:
             await self.open()
-        args: list[str | bytes] = [self.options.seen, self.keys.added_channel]
+        args: list[str | bytes] = []
         sent: list[int] = []
         for index, request in enumerate(requests):
             if request.fingerprint in self._known and not request.dont_filter:
@@ -143,22 +143,25 @@ class RedisFrontier(Generic[R]):
             except RequestNotShareable as exc:
                 log.error("request_not_shareable", url=request.url, error=str(exc))
                 continue
-            args += [self._seen_key(request), "1" if request.dont_filter else "0"]
-            args += [str(request.priority), body]
+            args += self._entry(request, body)
             sent.append(index)
         added = [False] * len(requests)
         if sent:
-            keys = self.keys
-            result = await self._call(
-                lambda: self._add(
-                    keys=[keys.seen, keys.seen_count, keys.queue, keys.payload, keys.seq],
-                    args=args,
-                )
-            )
+            result = await self._call(lambda: self._add_entries(args))
             for index, flag in zip(sent, result, strict=True):
                 added[index] = bool(flag)
             self._remember(requests[index].fingerprint for index in sent)
         return added
+
+    def _entry(self, request: R, body: str) -> list[str | bytes]:
+        """What ``add`` sends of one request."""
+        flag = "1" if request.dont_filter else "0"
+        return [self._seen_key(request), flag, str(request.priority), body]
+
+    def _add_entries(self, entries: list[str | bytes]) -> Awaitable[Any]:
+        k = self.keys
+        keys = [k.seen, k.seen_count, k.queue, k.payload, k.seq]
+        return self._add(keys=keys, args=[self.options.seen, k.added_channel, *entries])
 
     def _remember(self, fingerprints: Iterable[bytes]) -> None:
         """Fingerprints Redis now holds; bounded, and forgotten after an outage."""
@@ -211,16 +214,20 @@ class RedisFrontier(Generic[R]):
 
         async def read() -> list[Any]:
             async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.zcard(self.keys.queue)
                 pipe.zcard(self.keys.leases)
                 if self._bloom is None:
                     pipe.scard(self.keys.seen)
                 else:
                     pipe.get(self.keys.seen_count)
+                pipe.zcard(self.keys.queue)
+                self._count_queued(pipe)
                 return await pipe.execute()
 
-        queued, leased, seen = await self._call(read)
-        return int(queued), int(leased), int(seen or 0)
+        leased, seen, *queued = await self._call(read)
+        return sum(int(n or 0) for n in queued), int(leased), int(seen or 0)
+
+    def _count_queued(self, pipe: Any) -> None:
+        """Queue, in ``pipe``, reads of any more requests waiting (beyond the queue)."""
 
     async def flush(self) -> None:
         """Wait until every ``done`` so far is acknowledged in Redis."""

@@ -9,7 +9,16 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from netdisco.exceptions import ConfigError
 from netdisco.frontiers.redis.leases import DEFAULT_PREFIX
 
-_OPTIONS = ("prefix", "lease_ttl", "seen", "bloom_capacity", "bloom_error", "prefetch")
+_OPTIONS = (
+    "prefix",
+    "lease_ttl",
+    "seen",
+    "bloom_capacity",
+    "bloom_error",
+    "prefetch",
+    "politeness",
+    "trace",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,6 +32,11 @@ class RedisOptions:
     bloom_capacity: int = 10_000_000
     bloom_error: float = 0.001
     prefetch: int = 4
+    #: ``cluster``: host queues in Redis hold per-host limits for every engine together
+    #: (``netdisco.frontiers.redis.hosts``); ``engine``: one queue, each engine polite alone
+    politeness: str = "cluster"
+    #: log every host slot taken and released to a Redis list (tests, debugging)
+    trace: bool = False
 
     @classmethod
     def from_url(cls, url: str) -> RedisOptions:
@@ -40,6 +54,8 @@ class RedisOptions:
                 bloom_capacity=int(ours.get("bloom_capacity", cls.bloom_capacity)),
                 bloom_error=float(ours.get("bloom_error", cls.bloom_error)),
                 prefetch=int(ours.get("prefetch", cls.prefetch)),
+                politeness=ours.get("politeness", cls.politeness),
+                trace=_flag(ours.get("trace", "0")),
             )
         except ValueError as exc:
             raise ConfigError("frontier", f"bad option in {redact(url)}: {exc}") from None
@@ -55,6 +71,9 @@ class RedisOptions:
             "bloom_error": None if 0 < self.bloom_error < 1 else "must be between 0 and 1",
             "prefix": None if self.prefix and "{" not in self.prefix else "must be non-empty",
             "prefetch": None if 1 <= self.prefetch <= 1000 else "must be from 1 to 1000",
+            "politeness": None
+            if self.politeness in ("cluster", "engine")
+            else "must be cluster or engine",
         }
         for name, problem in problems.items():
             if problem is not None:
@@ -65,6 +84,12 @@ class RedisOptions:
         bits = math.ceil(-self.bloom_capacity * math.log(self.bloom_error) / math.log(2) ** 2)
         bits = min(bits, 2**32)
         return bits, max(1, round(bits / self.bloom_capacity * math.log(2)))
+
+
+def _flag(text: str) -> bool:
+    if text not in ("0", "1"):
+        raise ValueError(f"a flag is 0 or 1, not {text!r}")
+    return text == "1"
 
 
 def redact(url: str) -> str:

@@ -1,0 +1,197 @@
+"""The Lua scripts of the host queues: each take and release is one atomic script.
+
+Layout (Mercator's back queues, in Redis; ``HostKeys`` names the keys): one sorted
+set of request ids per host (``hq:<host>``, by ``-priority`` then id, so FIFO
+within a priority); ``ready``, the hosts that have queued requests and a free
+slot, scored by when each may next start one (microseconds, the Redis server's
+clock); ``next``, that time per host even while it has nothing queued;
+``busy:<host>``, the ids holding the host's slots; ``hostof``, id -> host.
+
+A take picks the ready host whose time came first, pops its best request and
+holds one of its slots until the request is done, put back or its lease goes
+back. With ``download_delay`` > 0 a host has one slot and the next start waits
+for the previous request to end, plus the delay: a start can only follow a
+response the server already sent, so two starts at the server are never closer
+than the delay, whatever the latency between Redis, the engines and the site.
+
+Every script shares the first KEYS and ARGV (``HOST_PRELUDE``): KEYS ready,
+next, hostof, hosted, inbox, payload, leases, owner, owned, trace, take token;
+ARGV key prefix, delay (us), slots per host, trace (1/0), channel.
+"""
+
+from __future__ import annotations
+
+HOST_PRELUDE = """
+local pre, delay, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local tracing, channel = ARGV[4] == '1', ARGV[5]
+local K_ready, K_next, K_hostof, K_hosted = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local K_inbox, K_payload, K_leases, K_owner = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local K_owned, K_trace = KEYS[9], KEYS[10]
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+-- whole numbers as digits: Lua would send 1.7960505109744e+15, 100 us off
+local function int(x) return string.format('%.0f', x) end
+local function trace(what, host, id)
+  if tracing then redis.call('RPUSH', K_trace, what .. ' ' .. int(now) .. ' ' .. host .. ' ' .. id) end
+end
+-- in the ready set while it has queued requests and a free slot; woken engines retry
+local function refresh(host)
+  local queued = redis.call('EXISTS', pre .. 'hq:' .. host) == 1
+  if queued and redis.call('SCARD', pre .. 'busy:' .. host) < cap then
+    local at = redis.call('HGET', K_next, host) or '0'
+    if redis.call('ZADD', K_ready, at, host) == 1 then redis.call('PUBLISH', channel, 1) end
+  else
+    redis.call('ZREM', K_ready, host)
+  end
+end
+local function enqueue(host, id, score)
+  redis.call('ZADD', pre .. 'hq:' .. host, score, id)
+  redis.call('HSET', K_hostof, id, host)
+  redis.call('INCR', K_hosted)
+end
+-- a slot ends: the host may start again no sooner than now + wait
+local function release(host, id, wait)
+  if redis.call('SREM', pre .. 'busy:' .. host, id) == 1 then
+    local at = now + wait
+    if at > tonumber(redis.call('HGET', K_next, host) or '0') then
+      redis.call('HSET', K_next, host, int(at))
+    end
+    trace('end', host, id)
+  end
+  refresh(host)
+end
+local function forget(id)
+  redis.call('HDEL', K_payload, id)
+  redis.call('HDEL', K_hostof, id)
+end
+-- leases the lease scripts put back (into the inbox) return to their host queues
+local function drain_inbox(limit)
+  local back = redis.call('ZPOPMIN', K_inbox, limit)
+  for i = 1, #back, 2 do
+    local host = redis.call('HGET', K_hostof, back[i]) or ''
+    enqueue(host, back[i], tonumber(back[i + 1]))
+    release(host, back[i], delay)
+  end
+end
+-- end our lease on id: done (forget it) or put back (its body replaced if given)
+local function finish(owner, id, requeue, wait, body)
+  local host = redis.call('HGET', K_hostof, id) or ''
+  if redis.call('HGET', K_owner, id) == owner then
+    redis.call('HDEL', K_owner, id)
+    redis.call('ZREM', K_leases, id)
+    redis.call('SREM', K_owned, id)
+    if requeue and body ~= '' then redis.call('HSET', K_payload, id, body) end
+    local raw = redis.call('HGET', K_payload, id)
+    if requeue and raw then enqueue(host, id, -cjson.decode(raw)['priority']) else forget(id) end
+    release(host, id, math.max(delay, wait))
+  elseif not requeue then
+    -- put back by lease recovery meanwhile, but done after all: take it out again
+    if redis.call('ZREM', K_inbox, id) == 1 then
+      forget(id)
+      release(host, id, delay)
+    elseif redis.call('ZREM', pre .. 'hq:' .. host, id) == 1 then
+      redis.call('DECR', K_hosted)
+      forget(id)
+      refresh(host)
+    end
+  end
+end
+"""
+
+#: ARGV (after the prelude) mode, then per request: seen key,
+#: dont_filter, priority, host, JSON -> 1/0 each
+HOST_ADD_LUA = (
+    HOST_PRELUDE
+    + """
+local K_seen, K_seen_n, K_seq = KEYS[12], KEYS[13], KEYS[14]
+local function unseen(key)
+  if ARGV[6] ~= 'bloom' then return redis.call('SADD', K_seen, key) == 1 end
+  local fresh = false
+  for off in string.gmatch(key, '%d+') do
+    fresh = (redis.call('SETBIT', K_seen, off, 1) == 0) or fresh
+  end
+  if fresh then redis.call('INCR', K_seen_n) end
+  return fresh
+end
+local out, added = {}, 0
+for i = 7, #ARGV, 5 do
+  out[#out + 1] = 0
+  if unseen(ARGV[i]) or ARGV[i + 1] == '1' then
+    local id = string.format('%015d', redis.call('INCR', K_seq))
+    redis.call('HSET', K_payload, id, ARGV[i + 4])
+    enqueue(ARGV[i + 3], id, -tonumber(ARGV[i + 2]))
+    refresh(ARGV[i + 3])
+    out[#out] = 1
+    added = added + 1
+  end
+end
+if added > 0 then redis.call('PUBLISH', channel, added) end
+return out
+"""
+)
+
+#: ARGV (after the prelude) owner, lease ttl ms, count, then ids to acknowledge
+#: first -> id, JSON, id, JSON... or, when no host is ready, how long (us) until
+#: one is (1 if only busy hosts or leases remain, so more may come), 0 when empty.
+HOST_TAKE_LUA = (
+    HOST_PRELUDE
+    + """
+local owner, ttl, count = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
+for i = 9, #ARGV do finish(owner, ARGV[i], false, 0, '') end
+drain_inbox(100)
+local ids = {}
+local prior = redis.call('GET', KEYS[11])
+if prior then
+  for _, id in ipairs(cjson.decode(prior)) do
+    if redis.call('HGET', K_owner, id) == owner then ids[#ids + 1] = id end
+  end
+  if #ids == 0 then return 1 end
+else
+  while #ids < count do
+    local due = redis.call('ZRANGEBYSCORE', K_ready, '-inf', now, 'LIMIT', 0, 1)
+    if #due == 0 then break end
+    local host = due[1]
+    local top = redis.call('ZPOPMIN', pre .. 'hq:' .. host)
+    if #top > 0 then
+      redis.call('DECR', K_hosted)
+      redis.call('SADD', pre .. 'busy:' .. host, top[1])
+      if now + delay > tonumber(redis.call('HGET', K_next, host) or '0') then
+        redis.call('HSET', K_next, host, int(now + delay))
+      end
+      trace('start', host, top[1])
+      ids[#ids + 1] = top[1]
+    end
+    refresh(host)
+  end
+  if #ids == 0 then
+    local first = redis.call('ZRANGE', K_ready, 0, 0, 'WITHSCORES')
+    if #first > 0 then return math.max(1, tonumber(first[2]) - now) end
+    local waiting = tonumber(redis.call('GET', K_hosted) or '0') + redis.call('ZCARD', K_leases)
+    return waiting > 0 and 1 or 0
+  end
+  redis.call('SET', KEYS[11], cjson.encode(ids), 'PX', ttl)
+end
+local out = {}
+local deadline = int(math.floor(now / 1000) + ttl)
+for _, id in ipairs(ids) do
+  redis.call('ZADD', K_leases, deadline, id)
+  redis.call('HSET', K_owner, id, owner)
+  redis.call('SADD', K_owned, id)
+  out[#out + 1] = id
+  out[#out + 1] = redis.call('HGET', K_payload, id) or ''
+end
+return out
+"""
+)
+
+#: ARGV (after the prelude) owner, requeue (1/0), back-off (us), then per id: id, body
+#: (the request to store when put back, '' to keep the stored one) -> 1
+HOST_DONE_LUA = (
+    HOST_PRELUDE
+    + """
+for i = 9, #ARGV, 2 do
+  finish(ARGV[6], ARGV[i], ARGV[7] == '1', tonumber(ARGV[8]), ARGV[i + 1])
+end
+return 1
+"""
+)

@@ -1,0 +1,188 @@
+"""Host queues: a Redis frontier whose per-host limits hold for every engine together.
+
+Without them each engine keeps its own ``per_host_concurrency`` and
+``download_delay``, so N engines hit a host N times as hard. Here the frontier
+keeps one queue per host and reserves the host's slot in the take itself (one
+Lua script, ``host_scripts``), on the Redis server's clock; the crawl then keeps
+no limits of its own (``HostReserving``). A host that is busy or waiting out its
+delay is simply not picked, so it never holds a worker, and a worker is never
+handed a request it may not start yet. Requests the lease scripts put back
+(recovery, sweep, hand-back) land in the plain queue, the *inbox*, and the next
+take returns them to their host queues, freeing their slots.
+
+Acknowledgements ride on the next take when one comes first (fewer round trips).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import uuid
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis import asyncio as aioredis
+
+from netdisco.exceptions import ConfigError
+from netdisco.frontiers.base import Codec, R
+from netdisco.frontiers.redis.frontier import WORK_WAIT, RedisFrontier
+from netdisco.frontiers.redis.host_scripts import HOST_ADD_LUA, HOST_DONE_LUA, HOST_TAKE_LUA
+from netdisco.frontiers.redis.leases import Keys
+from netdisco.frontiers.redis.options import RedisOptions
+
+
+@dataclass(frozen=True)
+class HostKeys(Keys):
+    """The keys of the host queues (``host_scripts`` describes each), one hash tag."""
+
+    @property
+    def host_prefix(self) -> str:
+        """Prefix of ``hq:<host>`` (queued ids) and ``busy:<host>`` (ids holding slots)."""
+        return self._key("")
+
+    def host_queue(self, host: str) -> str:
+        """Sorted set: a host's queued request ids by ``-priority``, then id."""
+        return self._key(f"hq:{host}")
+
+    def busy(self, host: str) -> str:
+        """Set: the ids that hold a host's slots now."""
+        return self._key(f"busy:{host}")
+
+    @property
+    def ready(self) -> str:
+        """Sorted set: hosts with queued requests and a free slot, by next start (us)."""
+        return self._key("ready")
+
+    @property
+    def next_start(self) -> str:
+        """Hash: host -> the earliest time (us, Redis clock) it may start a request."""
+        return self._key("next")
+
+    @property
+    def hostof(self) -> str:
+        """Hash: request id -> its host, while queued or leased."""
+        return self._key("hostof")
+
+    @property
+    def hosted(self) -> str:
+        """Counter: requests in host queues (the inbox is counted by ``ZCARD``)."""
+        return self._key("hosted")
+
+    @property
+    def trace(self) -> str:
+        """List: ``start|end <us> <host> <id>`` per slot taken and released, if traced."""
+        return self._key("trace")
+
+
+class HostQueueFrontier(RedisFrontier[R]):
+    """A ``RedisFrontier`` with one queue per host and cluster-wide per-host limits.
+
+    Every engine sharing the crawl must use the same ``download_delay`` and
+    ``per_host_concurrency`` (they run one spider's settings).
+    """
+
+    def __init__(
+        self,
+        options: RedisOptions,
+        name: str,
+        codec: Codec[R],
+        *,
+        owner: str | None = None,
+        redis: aioredis.Redis | None = None,
+    ) -> None:
+        super().__init__(options, name, codec, owner=owner, redis=redis)
+        self.keys: HostKeys = HostKeys(options.prefix, name)
+        self._host_add = self._redis.register_script(HOST_ADD_LUA)
+        self._host_take = self._redis.register_script(HOST_TAKE_LUA)
+        self._host_done = self._redis.register_script(HOST_DONE_LUA)
+        self._delay_us = 0
+        self._per_host = 8
+        self._taking = asyncio.Lock()
+
+    def set_politeness(self, delay: float, per_host: int) -> None:
+        """With a delay, one slot a host: each start waits for the last end plus the delay."""
+        if not (math.isfinite(delay) and delay >= 0):
+            raise ConfigError("download_delay", f"must be a finite number >= 0, not {delay!r}")
+        if per_host < 1:
+            raise ConfigError("per_host_concurrency", f"must be at least 1, not {per_host!r}")
+        self._delay_us = round(delay * 1_000_000)
+        self._per_host = 1 if self._delay_us else per_host
+
+    async def back_off(self, request: R, seconds: float) -> None:
+        """Put ``request`` back (as it is now: attempts counted) and rest its host."""
+        rid = self._ids.pop(id(request), None)
+        if rid is None:
+            return
+        wait = round(max(seconds, 0.0) * 1_000_000)
+        body = self.codec.encode(request)
+        await self._call(lambda: self._finish([rid, body], requeue=True, wait_us=wait))
+
+    async def take(self) -> R | None:
+        async with self._taking:  # one worker asks Redis at a time; the rest use its batch
+            return await super().take()
+
+    # -- hooks of RedisFrontier ---------------------------------------------------------
+
+    def _entry(self, request: R, body: str) -> list[str | bytes]:
+        return [*super()._entry(request, body)[:3], request.host_key, body]
+
+    def _add_entries(self, entries: list[str | bytes]) -> Awaitable[Any]:
+        k = self.keys
+        keys = [*self._host_keys(), k.seen, k.seen_count, k.seq]
+        return self._host_add(keys=keys, args=[*self._prelude(), self.options.seen, *entries])
+
+    def _count_queued(self, pipe: Any) -> None:
+        pipe.get(self.keys.hosted)
+
+    async def _take_batch(self) -> Any:
+        """Requests, or after waiting for the first host to be due (or a wake-up), again."""
+        found: Any = 0
+        for _ in range(2):
+            wake = self._work  # taken before asking, so no notice slips in between
+            found = await self._take_once()
+            if not isinstance(found, int) or found <= 0:
+                return found
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), min(found / 1_000_000, WORK_WAIT))
+        return found
+
+    async def _take_once(self) -> Any:
+        token = self.keys.take_token(uuid.uuid4().hex)  # the same for every retry
+        acks, self._acks = self._acks, []
+        ttl, count = self._ttl_ms, self.options.prefetch
+        args = [*self._prelude(), self.owner, ttl, count, *acks]
+        try:
+            return await self._call(lambda: self._host_take(keys=self._host_keys(token), args=args))
+        finally:
+            self._unacked.difference_update(acks)
+
+    async def _release(self, rids: list[str], *, requeue: bool) -> None:
+        await self._call(lambda: self._finish([x for r in rids for x in (r, "")], requeue=requeue))
+
+    def _finish(self, pairs: Sequence[str], *, requeue: bool, wait_us: int = 0) -> Awaitable[Any]:
+        flag = "1" if requeue else "0"
+        args = [*self._prelude(), self.owner, flag, wait_us, *pairs]
+        return self._host_done(keys=self._host_keys(), args=args)
+
+    def _host_keys(self, token: str = "") -> list[str]:
+        k = self.keys
+        return [
+            k.ready,
+            k.next_start,
+            k.hostof,
+            k.hosted,
+            k.queue,
+            k.payload,
+            k.leases,
+            k.owner,
+            k.owned(self.owner),
+            k.trace,
+            token or k.take_token("-"),
+        ]
+
+    def _prelude(self) -> list[str | int]:
+        trace = "1" if self.options.trace else "0"
+        k = self.keys
+        return [k.host_prefix, self._delay_us, self._per_host, trace, k.added_channel]

@@ -1,0 +1,166 @@
+"""Host queues in Redis (``HostQueueFrontier``) against a real Redis: the rules of a take."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from netdisco import Request, Settings
+from netdisco.crawl.codec import RequestCodec
+from netdisco.crawl.crawler import frontier_for
+from netdisco.exceptions import ConfigError
+from netdisco.frontiers import HostReserving
+from netdisco.frontiers.redis import RedisFrontier, RedisOptions
+from netdisco.frontiers.redis.hosts import HostQueueFrontier
+from netdisco.testing import RedisServer, eventually
+from tests.netdisco.redis_support import SiteSpider, make_request
+
+Factory = Callable[..., HostQueueFrontier[Request]]
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    return f"{redis_server.url}?prefix=h{uuid.uuid4().hex[:10]}&prefetch=1&trace=1"
+
+
+@pytest.fixture
+def spider() -> SiteSpider:
+    return SiteSpider(start_urls=["http://127.0.0.1:1/index.html"])
+
+
+@pytest.fixture
+async def frontier(redis_url: str, spider: SiteSpider) -> AsyncIterator[Factory]:
+    made: list[HostQueueFrontier[Request]] = []
+
+    def build(
+        owner: str | None = None, *, delay: float = 0.0, per_host: int = 2, url: str = redis_url
+    ) -> HostQueueFrontier[Request]:
+        options = RedisOptions.from_url(url)
+        made.append(HostQueueFrontier(options, spider.name, RequestCodec(spider), owner=owner))
+        made[-1].set_politeness(delay, per_host)
+        return made[-1]
+
+    yield build
+    for item in made:
+        await item.close(hand_back=False)
+
+
+def on(spider: SiteSpider, host: str, *paths: str, priority: int = 0) -> list[Request]:
+    return [make_request(spider, f"http://{host}/{p}", priority=priority) for p in paths]
+
+
+def path(request: Request | None) -> str:
+    assert request is not None
+    return request.url.rsplit("/", 1)[1]
+
+
+async def test_the_redis_setting_picks_host_queues_unless_told_otherwise(spider: SiteSpider):
+    shared = frontier_for(Settings(frontier="redis://127.0.0.1:1/0"), spider, None)
+    assert isinstance(shared, HostQueueFrontier)
+    assert isinstance(shared, HostReserving)
+    alone = frontier_for(Settings(frontier="redis://127.0.0.1:1/0?politeness=engine"), spider, None)
+    assert type(alone) is RedisFrontier
+    assert not isinstance(alone, HostReserving)
+    with pytest.raises(ConfigError, match="politeness must be cluster or engine"):
+        RedisOptions.from_url("redis://127.0.0.1:1/0?politeness=host")
+    with pytest.raises(ConfigError, match="a flag is 0 or 1"):
+        RedisOptions.from_url("redis://127.0.0.1:1/0?trace=yes")
+
+
+def test_bad_politeness_is_refused_by_name(spider: SiteSpider):
+    f = HostQueueFrontier(RedisOptions.from_url("redis://127.0.0.1:1/0"), "s", RequestCodec(spider))
+    with pytest.raises(ConfigError, match="download_delay"):
+        f.set_politeness(float("nan"), 1)
+    with pytest.raises(ConfigError, match="download_delay"):
+        f.set_politeness(-1.0, 1)
+    with pytest.raises(ConfigError, match="per_host_concurrency"):
+        f.set_politeness(0.0, 0)
+
+
+async def test_priorities_hold_within_a_host_and_hosts_take_turns(
+    frontier: Factory, spider: SiteSpider
+):
+    a = frontier("a", per_host=10)
+    await a.add(on(spider, "a.test", "a1", "a2", "a3"))
+    await a.add(on(spider, "a.test", "a-top", priority=5))
+    await a.add(on(spider, "b.test", "b1", "b2"))
+    taken = [path(await a.take()) for _ in range(6)]
+    assert [p for p in taken if p.startswith("a")] == ["a-top", "a1", "a2", "a3"]
+    assert [p for p in taken if p.startswith("b")] == ["b1", "b2"]
+    assert taken[:2] in (["a-top", "b1"], ["b1", "a-top"])  # neither host waits for the other
+    assert await a.take() is None
+    assert await a.counts() == (0, 6, 6)
+
+
+async def test_a_host_never_holds_more_slots_than_allowed(frontier: Factory, spider: SiteSpider):
+    a, b = frontier("a", per_host=2), frontier("b", per_host=2)
+    await a.add(on(spider, "busy.test", *(f"p{i}" for i in range(5))))
+    first, second = await a.take(), await b.take()
+    assert first is not None and second is not None
+    assert await a.take() is None  # both slots held: by two engines
+    assert await a.counts() == (3, 2, 5)
+    await b.done(second)
+    await b.flush()
+    assert path(await a.take()) == "p2"
+
+
+async def test_with_a_delay_the_next_start_waits_for_the_last_end(
+    frontier: Factory, spider: SiteSpider
+):
+    a, b = frontier("a", delay=0.3, per_host=4), frontier("b", delay=0.3, per_host=4)
+    await a.add(on(spider, "slow.test", "p0", "p1"))
+    first = await a.take()
+    assert first is not None
+    assert await b.take() is None  # one slot a host while there is a delay
+    await a.done(first)
+    await a.flush()
+    assert await eventually(b.take, "p1 due")  # after the delay, from the end of p0
+    starts, ends = await trace_times(a)
+    assert starts[1] - ends[0] >= 300_000
+
+
+async def test_back_off_rests_the_host_for_every_engine(frontier: Factory, spider: SiteSpider):
+    a, b = frontier("a"), frontier("b")
+    await a.add(on(spider, "limited.test", "p0", "p1"))
+    p0 = await a.take()
+    assert path(p0) == "p0"
+    await a.add(on(spider, "free.test", "q0"))
+    assert p0 is not None
+    p0.attempts = 2
+    await a.back_off(p0, 0.5)  # a 429 with Retry-After: 0.5, say
+    assert path(await b.take()) == "q0"  # another host is not held up
+    retried = await eventually(b.take, "the backed-off host due again")
+    assert path(retried) == "p0"
+    assert retried.attempts == 2  # put back as it was when it failed
+    starts, ends = await trace_times(a, host="limited.test")
+    assert starts[1] - ends[0] >= 500_000
+
+
+async def trace_times(
+    f: HostQueueFrontier[Request], host: str = ""
+) -> tuple[list[int], list[int]]:
+    raw = await f._redis.lrange(f.keys.trace, 0, -1)
+    events = [line.decode().split() for line in raw]
+    mine = [e for e in events if not host or e[2] == host]
+    return [int(e[1]) for e in mine if e[0] == "start"], [int(e[1]) for e in mine if e[0] == "end"]
+
+
+async def test_expired_and_returned_leases_free_their_host(
+    frontier: Factory, spider: SiteSpider, redis_url: str
+):
+    url = f"{redis_url}&lease_ttl=1"
+    dead, live = frontier("dead", per_host=1, url=url), frontier("live", per_host=1, url=url)
+    await dead.add(on(spider, "one.test", "p0", "p1"))
+    assert path(await dead.take()) == "p0"
+    assert await live.take() is None
+    await dead.close(hand_back=False)  # as if killed: its lease runs out
+    await asyncio.sleep(1.2)
+    await live.beat()  # the sweep puts p0 back; the next take frees the slot
+    assert path(await live.take()) == "p0"
+    await live.close()  # a graceful stop hands p0 back and frees the slot again
+    other = frontier("other", per_host=1, url=url)
+    assert path(await other.take()) == "p0"
+    assert await other.counts() == (1, 1, 2)
