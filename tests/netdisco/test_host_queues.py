@@ -99,7 +99,8 @@ async def test_a_host_never_holds_more_slots_than_allowed(frontier: Factory, spi
     a, b = frontier("a", per_host=2), frontier("b", per_host=2)
     await a.add(on(spider, "busy.test", *(f"p{i}" for i in range(5))))
     first, second = await a.take(), await b.take()
-    assert first is not None and second is not None
+    assert first is not None
+    assert second is not None
     assert await a.take() is None  # both slots held: by two engines
     assert await a.counts() == (3, 2, 5)
     await b.done(second)
@@ -139,9 +140,7 @@ async def test_back_off_rests_the_host_for_every_engine(frontier: Factory, spide
     assert starts[1] - ends[0] >= 500_000
 
 
-async def trace_times(
-    f: HostQueueFrontier[Request], host: str = ""
-) -> tuple[list[int], list[int]]:
+async def trace_times(f: HostQueueFrontier[Request], host: str = "") -> tuple[list[int], list[int]]:
     raw = await f._redis.lrange(f.keys.trace, 0, -1)
     events = [line.decode().split() for line in raw]
     mine = [e for e in events if not host or e[2] == host]

@@ -32,7 +32,9 @@ local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 -- whole numbers as digits: Lua would send 1.7960505109744e+15, 100 us off
 local function int(x) return string.format('%.0f', x) end
 local function trace(what, host, id)
-  if tracing then redis.call('RPUSH', K_trace, what .. ' ' .. int(now) .. ' ' .. host .. ' ' .. id) end
+  if tracing then
+    redis.call('RPUSH', K_trace, what .. ' ' .. int(now) .. ' ' .. host .. ' ' .. id)
+  end
 end
 -- in the ready set while it has queued requests and a free slot; woken engines retry
 local function refresh(host)
@@ -131,8 +133,9 @@ return out
 )
 
 #: ARGV (after the prelude) owner, lease ttl ms, count, then ids to acknowledge
-#: first -> id, JSON, id, JSON... or, when no host is ready, how long (us) until
-#: one is (1 if only busy hosts or leases remain, so more may come), 0 when empty.
+#: first -> id, JSON, id, JSON... or, when no host is due, how long (us) until one
+#: is (1000 s when only busy hosts or leases remain: a release wakes the takers),
+#: 0 when nothing is queued or leased at all.
 HOST_TAKE_LUA = (
     HOST_PRELUDE
     + """
@@ -167,7 +170,7 @@ else
     local first = redis.call('ZRANGE', K_ready, 0, 0, 'WITHSCORES')
     if #first > 0 then return math.max(1, tonumber(first[2]) - now) end
     local waiting = tonumber(redis.call('GET', K_hosted) or '0') + redis.call('ZCARD', K_leases)
-    return waiting > 0 and 1 or 0
+    return waiting > 0 and 1000000000 or 0
   end
   redis.call('SET', KEYS[11], cjson.encode(ids), 'PX', ttl)
 end

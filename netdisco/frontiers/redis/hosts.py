@@ -27,10 +27,13 @@ from redis import asyncio as aioredis
 
 from netdisco.exceptions import ConfigError
 from netdisco.frontiers.base import Codec, R
-from netdisco.frontiers.redis.frontier import WORK_WAIT, RedisFrontier
+from netdisco.frontiers.redis.frontier import RedisFrontier
 from netdisco.frontiers.redis.host_scripts import HOST_ADD_LUA, HOST_DONE_LUA, HOST_TAKE_LUA
 from netdisco.frontiers.redis.leases import Keys
 from netdisco.frontiers.redis.options import RedisOptions
+
+#: how long a take waits for a host to be due before it says there is nothing (s)
+TAKE_WAIT = 1.0
 
 
 @dataclass(frozen=True)
@@ -137,16 +140,18 @@ class HostQueueFrontier(RedisFrontier[R]):
         pipe.get(self.keys.hosted)
 
     async def _take_batch(self) -> Any:
-        """Requests, or after waiting for the first host to be due (or a wake-up), again."""
-        found: Any = 0
-        for _ in range(2):
+        """Requests; if no host is due, wait for the first to be (or for a wake-up) and
+        ask again, for up to ``TAKE_WAIT``: a worker here has nothing else to do."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + TAKE_WAIT
+        while True:
             wake = self._work  # taken before asking, so no notice slips in between
             found = await self._take_once()
-            if not isinstance(found, int) or found <= 0:
+            left = end - loop.time()
+            if not isinstance(found, int) or found <= 0 or left <= 0:
                 return found
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), min(found / 1_000_000, WORK_WAIT))
-        return found
+                await asyncio.wait_for(wake.wait(), min(found / 1_000_000, left))
 
     async def _take_once(self) -> Any:
         token = self.keys.take_token(uuid.uuid4().hex)  # the same for every retry

@@ -1,0 +1,117 @@
+"""Several hosts on loopback (127.0.0.1, .2, .3...) that log every request's start and
+end at the server, and an engine process that crawls them through host queues.
+
+Usage: python -m tests.netdisco.hosts_support REDIS_URL DELAY PER_HOST BASE [BASE...]
+(prints "ready", crawls on a "go" line, then prints its stats as JSON).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from netdisco import Crawler, Response, Settings, Spider
+
+#: pages per host: page n links to 2n+1 and 2n+2, a tree from /p0.html
+PAGES = 24
+
+
+@dataclass
+class Visit:
+    """One request as the server saw it (``time.monotonic``, the server's clock)."""
+
+    path: str
+    start: float
+    end: float = 0.0
+    status: int = 200
+
+
+@dataclass
+class LoggingHost:
+    """A site on one loopback address that records what it served, and when."""
+
+    latency: float
+    throttle: dict[str, float] = field(default_factory=dict)  # path -> Retry-After, once
+    visits: list[Visit] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        visit = Visit(request.path, time.monotonic())
+        self.visits.append(visit)
+        await asyncio.sleep(self.latency)
+        wait = self.throttle.pop(request.path, None)
+        if wait is not None:
+            visit.status, visit.end = 429, time.monotonic()
+            return web.Response(status=429, headers={"Retry-After": str(wait)})
+        number = int(request.path[2:-5])  # /p<n>.html
+        links = "".join(
+            f'<a href="/p{n}.html">{n}</a>' for n in (2 * number + 1, 2 * number + 2) if n < PAGES
+        )
+        visit.end = time.monotonic()
+        return web.Response(text=f"<html><body>{links}</body></html>", content_type="text/html")
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/{page:p[0-9]+\\.html}", self.handle)
+        return app
+
+
+def most_in_flight(visits: list[Visit]) -> int:
+    """The most requests the server had open at once (an end before a start at a tie)."""
+    events = sorted([(v.start, 1) for v in visits] + [(v.end, -1) for v in visits])
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def closest_starts(visits: list[Visit]) -> float:
+    """The shortest time between two request starts at the server."""
+    starts = sorted(v.start for v in visits)
+    return min((b - a for a, b in itertools.pairwise(starts)), default=float("inf"))
+
+
+class HostsSpider(Spider):
+    """Follows every link; one item per page."""
+
+    name = "hosts"
+
+    def parse(self, response: Response) -> Iterator[Any]:
+        yield {"url": response.url}
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, callback=self.parse)
+
+
+async def engine(redis_url: str, delay: float, per_host: int, bases: list[str]) -> dict[str, Any]:
+    """One engine: its own Crawler and Redis frontier, on the shared crawl."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+    spider = HostsSpider(start_urls=[f"{base}/p0.html" for base in bases])
+    settings = Settings(
+        frontier=redis_url,
+        concurrency=8,
+        per_host_concurrency=per_host,
+        download_delay=delay,
+        obey_robots=False,
+        progress_interval=0,
+        retry_backoff=0.05,
+    )
+    crawler = Crawler(spider, settings)
+    print("ready", flush=True)
+    await asyncio.to_thread(sys.stdin.readline)
+    stats = await crawler.run()
+    return {"state": crawler.state.value, "pages": stats.succeeded, "retried": stats.retried}
+
+
+if __name__ == "__main__":
+    redis_url, delay, per_host, *bases = sys.argv[1:]
+    result = asyncio.run(engine(redis_url, float(delay), int(per_host), bases))
+    print(json.dumps(result), flush=True)
