@@ -33,7 +33,7 @@ from netdisco.exceptions import (
     RobotsDenied,
     TooManyRedirects,
 )
-from netdisco.frontiers import HostReserving
+from netdisco.frontiers import HostReserving, SharedRobots
 
 RETRY_STATUSES = frozenset({408, 429, *range(500, 600)})
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -153,7 +153,8 @@ class Downloader:
             cookie_jar=aiohttp.DummyCookieJar(),
         )
         if s.obey_robots:
-            self.robots = RobotsCache(self._session, s.user_agent, s.timeout)
+            shared = self.reserved_by if isinstance(self.reserved_by, SharedRobots) else None
+            self.robots = RobotsCache(self._session, s.user_agent, s.timeout, shared)
 
     async def close(self) -> None:
         """Close the session and its connections."""

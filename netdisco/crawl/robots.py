@@ -3,6 +3,9 @@
 RFC 9309: a 4xx answer means no restrictions; a 5xx answer means the site is
 unreachable, so everything is disallowed. A network error is treated as "no
 robots.txt": the page fetch that follows will fail with the real reason.
+
+With a frontier that shares robots.txt (``SharedRobots``: host queues in Redis)
+one engine of the crawl fetches it and the others read its copy.
 """
 
 from __future__ import annotations
@@ -14,19 +17,28 @@ import aiohttp
 import structlog
 from protego import Protego
 
+from netdisco.frontiers import SharedRobots
+
 log = structlog.get_logger(__name__)
 
 #: RFC 9309 asks crawlers to parse at least 500 KiB
 MAX_ROBOTS_SIZE = 512 * 1024
-_ALLOW_ALL = Protego.parse("")
-_DENY_ALL = Protego.parse("User-agent: *\nDisallow: /")
+_ALLOW_ALL = ""
+_DENY_ALL = "User-agent: *\nDisallow: /"
 
 
 class RobotsCache:
     """One parsed robots.txt per origin; concurrent asks for one origin share one fetch."""
 
-    def __init__(self, session: aiohttp.ClientSession, user_agent: str, timeout: float) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        user_agent: str,
+        timeout: float,
+        shared: SharedRobots | None = None,
+    ) -> None:
         self.session = session
+        self.shared = shared
         self.user_agent = user_agent
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self._rules: dict[str, asyncio.Future[Protego]] = {}
@@ -42,11 +54,18 @@ class RobotsCache:
         origin = f"{parts.scheme}://{parts.netloc}"
         rules = self._rules.get(origin)
         if rules is None:
-            rules = asyncio.ensure_future(self._fetch(origin, proxy))
+            rules = asyncio.ensure_future(self._load(origin, proxy))
             self._rules[origin] = rules
         return bool((await rules).can_fetch(url, self.user_agent))
 
-    async def _fetch(self, origin: str, proxy: str | None) -> Protego:
+    async def _load(self, origin: str, proxy: str | None) -> Protego:
+        if self.shared is None:
+            return Protego.parse(await self._fetch(origin, proxy))
+        text = await self.shared.robots_txt(origin, lambda: self._fetch(origin, proxy))
+        return Protego.parse(text)
+
+    async def _fetch(self, origin: str, proxy: str | None) -> str:
+        """The rules as text: what robots.txt says, or allow-all / deny-all for its status."""
         url = origin + "/robots.txt"
         try:
             async with self.session.get(
@@ -61,7 +80,7 @@ class RobotsCache:
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:  # ValueError: a bad URL
             log.info("robots_fetch_failed", url=url, error=repr(exc))
             return _ALLOW_ALL
-        return Protego.parse(body.decode("utf-8", errors="replace"))
+        return body.decode("utf-8", errors="replace")
 
 
 async def _read_up_to(resp: aiohttp.ClientResponse, limit: int) -> bytes:

@@ -9,7 +9,15 @@ below the crawl: it queues anything with a fingerprint and a priority
 
 from __future__ import annotations
 
-from netdisco.frontiers.base import Codec, Connected, Frontier, HostReserving, Queued, R
+from netdisco.frontiers.base import (
+    Codec,
+    Connected,
+    Frontier,
+    HostReserving,
+    Queued,
+    R,
+    SharedRobots,
+)
 from netdisco.frontiers.memory import MemoryFrontier
 
 __all__ = [
@@ -19,6 +27,7 @@ __all__ = [
     "HostReserving",
     "MemoryFrontier",
     "Queued",
+    "SharedRobots",
     "open_frontier",
 ]
 

@@ -9,7 +9,7 @@ the crawl layer supplies (``netdisco.crawl.codec``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar, runtime_checkable
 
 
@@ -82,6 +82,15 @@ class HostReserving(Protocol[R_contra]):
 
     async def back_off(self, request: R_contra, seconds: float) -> None:
         """Put a taken ``request`` back and keep its host idle ``seconds`` (429, 503...)."""
+
+
+@runtime_checkable
+class SharedRobots(Protocol):
+    """A frontier that keeps robots.txt for every engine: one fetch per host per crawl."""
+
+    async def robots_txt(self, origin: str, fetch: Callable[[], Awaitable[str]]) -> str:
+        """The rules for ``origin``: cached, or fetched by ``fetch`` by one engine only."""
+        ...
 
 
 @runtime_checkable

@@ -23,6 +23,8 @@ from netdisco import Crawler, Response, Settings, Spider
 
 #: pages per host: page n links to 2n+1 and 2n+2, a tree from /p0.html
 PAGES = 24
+#: robots.txt disallows one leaf page, so a crawl fetches PAGES - 1 pages a host
+ROBOTS = "User-agent: *\nDisallow: /p23.html\n"
 
 
 @dataclass
@@ -42,6 +44,13 @@ class LoggingHost:
     latency: float
     throttle: dict[str, float] = field(default_factory=dict)  # path -> Retry-After, once
     visits: list[Visit] = field(default_factory=list)
+    robots_fetches: int = 0
+
+    async def robots(self, request: web.Request) -> web.Response:
+        """Not a page: counted apart, and fetched inside a page request's slot."""
+        self.robots_fetches += 1
+        await asyncio.sleep(self.latency)
+        return web.Response(text=ROBOTS)
 
     async def handle(self, request: web.Request) -> web.Response:
         visit = Visit(request.path, time.monotonic())
@@ -61,6 +70,7 @@ class LoggingHost:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/{page:p[0-9]+\\.html}", self.handle)
+        app.router.add_get("/robots.txt", self.robots)
         return app
 
 
@@ -100,7 +110,7 @@ async def engine(redis_url: str, delay: float, per_host: int, bases: list[str]) 
         concurrency=8,
         per_host_concurrency=per_host,
         download_delay=delay,
-        obey_robots=False,
+        obey_robots=True,
         progress_interval=0,
         retry_backoff=0.05,
     )

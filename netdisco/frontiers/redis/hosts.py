@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import math
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,10 @@ from netdisco.frontiers.redis.options import RedisOptions
 
 #: how long a take waits for a host to be due before it says there is nothing (s)
 TAKE_WAIT = 1.0
+#: robots.txt is kept this long (RFC 9309: a cached copy serves up to 24 hours)
+ROBOTS_TTL = 24 * 3600
+#: how long one engine may take to fetch a robots.txt before another tries (s)
+ROBOTS_LOCK = 30
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,10 @@ class HostKeys(Keys):
     def hosted(self) -> str:
         """Counter: requests in host queues (the inbox is counted by ``ZCARD``)."""
         return self._key("hosted")
+
+    def robots(self, origin: str) -> str:
+        """String: an origin's robots.txt as the crawl reads it (expires)."""
+        return self._key(f"robots:{origin}")
 
     @property
     def trace(self) -> str:
@@ -121,6 +129,23 @@ class HostQueueFrontier(RedisFrontier[R]):
         wait = round(max(seconds, 0.0) * 1_000_000)
         body = self.codec.encode(request)
         await self._call(lambda: self._finish([rid, body], requeue=True, wait_us=wait))
+
+    async def robots_txt(self, origin: str, fetch: Callable[[], Awaitable[str]]) -> str:
+        """The cached rules; else the engine that locks the origin fetches, the rest wait."""
+        key = self.keys.robots(origin)
+        while (cached := await self._call(lambda: self._redis.get(key))) is None:
+            if await self._call(lambda: self._lock(f"{key}:lock")):
+                return await self._keep(key, await fetch())
+            await asyncio.sleep(0.05)
+        return cached.decode() if isinstance(cached, bytes) else str(cached)
+
+    async def _keep(self, key: str, text: str) -> str:
+        await self._call(lambda: self._redis.set(key, text, ex=ROBOTS_TTL))
+        return text
+
+    def _lock(self, key: str) -> Awaitable[Any]:
+        """Ours for ``ROBOTS_LOCK`` s: if we die meanwhile, another engine fetches."""
+        return self._redis.set(key, self.owner, nx=True, ex=ROBOTS_LOCK)
 
     async def take(self) -> R | None:
         async with self._taking:  # one worker asks Redis at a time; the rest use its batch
