@@ -2,10 +2,16 @@
 
 Usage: .venv/bin/python bench/redis_bench.py [--pages 4000] [--delay 0.05]
        [--concurrency 16] [--engines 1,2,4] [--site DIR] [--repeat 3]
+       [--hosts 4] [--per-host 16] [--download-delay 0] [--options politeness=engine]
 
 Generates the site (``gen_site.py``), serves it with a fixed latency per response
-from a separate process, starts a private ``redis-server``, then for each N runs
-N engine processes (a ``Crawler`` on a ``RedisFrontier``, concurrency 16 each).
+from a separate process on ``--hosts`` loopback addresses (127.0.0.1, .2, ...;
+each a host of its own with the whole site, so a crawl has hosts x pages pages),
+starts a private ``redis-server``, then for each N runs N engine processes (a
+``Crawler`` on the frontier the URL names: host queues unless
+``--options politeness=engine``, concurrency 16 each). With ``--download-delay``
+politeness is the limit: each row also gives the time the delay imposes, pages
+per host x (delay + latency) (a host's next start waits for its last end).
 Engines import and connect first, then start together on a "go" line, so start-up
 is not timed. Prints one JSON line per N: pages/s, the ratio to one engine and
 the target ``0.9 N``, Redis round trips per page (counted by the frontier) and
@@ -26,6 +32,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 import structlog
@@ -35,8 +42,8 @@ GEN_SITE = Path(__file__).resolve().parent / "harness" / "gen_site.py"
 HERE = Path(__file__).resolve()
 
 
-async def serve(root: str, port: int, delay: float) -> None:
-    """The slow site: every page from memory after ``delay`` seconds."""
+async def serve(root: str, port: int, delay: float, hosts: int) -> None:
+    """The slow site: every page from memory after ``delay`` seconds, on ``hosts`` addresses."""
     from aiohttp import web
 
     base = Path(root)
@@ -51,33 +58,40 @@ async def serve(root: str, port: int, delay: float) -> None:
 
     runner = web.ServerRunner(web.Server(handle), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port, backlog=4096).start()
+    for address in addresses(hosts):
+        await web.TCPSite(runner, address, port, backlog=4096).start()
     print("serving", flush=True)
     await asyncio.Event().wait()
 
 
-async def engine(redis_url: str, base: str, concurrency: int) -> None:
+def addresses(hosts: int) -> list[str]:
+    return [f"127.0.0.{n}" for n in range(1, hosts + 1)]
+
+
+async def engine(redis_url: str, bases: str, concurrency: int, delay: float, per_host: int) -> None:
     """One engine: connect, say ready, crawl on "go", report."""
     from netdisco import Crawler, Settings
-    from netdisco.crawl.codec import RequestCodec
-    from netdisco.frontiers.redis import RedisFrontier, RedisOptions
+    from netdisco.crawl.crawler import frontier_for
+    from netdisco.frontiers.redis import RedisFrontier
 
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
-    spider = _spider(base)
-    memory = redis_url == "memory"
-    options = None if memory else RedisOptions.from_url(redis_url)
-    frontier = (
-        None if options is None else RedisFrontier(options, spider.name, RequestCodec(spider))
+    structlog.configure(  # stdout carries the report
+        wrapper_class=structlog.make_filtering_bound_logger(30),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
     )
+    spider = _spider(bases.split(","))
+    memory = redis_url == "memory"
     settings = Settings(
         frontier="memory" if memory else redis_url,
         concurrency=concurrency,
-        per_host_concurrency=concurrency,
+        per_host_concurrency=per_host,
+        download_delay=delay,
         obey_robots=False,
         progress_interval=0,
         retries=0,
     )
-    crawler = Crawler(spider, settings, frontier=frontier)
+    shared = None if memory else frontier_for(settings, spider, None)
+    frontier = shared if isinstance(shared, RedisFrontier) else None
+    crawler = Crawler(spider, settings, frontier=shared)
     empty = _count_empty_takes(crawler)
     if frontier is not None:
         await frontier.open()
@@ -109,19 +123,19 @@ def _count_empty_takes(crawler: Any) -> list[int]:
     return empty
 
 
-def _spider(base: str) -> Any:
+def _spider(bases: list[str]) -> Any:
     from netdisco import Response, Spider
 
     class Site(Spider):
         name = "bench"
-        allowed_domains = ("127.0.0.1",)
+        allowed_domains = tuple(urlsplit(base).hostname or "" for base in bases)  # loopback only
 
         def parse(self, response: Response) -> Iterator[Any]:
             yield {"url": response.url}
             for href in response.css("a::attr(href)").getall():
                 yield response.follow(href, callback=self.parse)
 
-    return Site(start_urls=[f"{base}/index.html"])
+    return Site(start_urls=[f"{base}/index.html" for base in bases])
 
 
 def spawn(*args: str) -> subprocess.Popen[str]:
@@ -134,8 +148,9 @@ def spawn(*args: str) -> subprocess.Popen[str]:
     )
 
 
-def run_engines(count: int, redis_url: str, base: str, concurrency: int) -> list[dict[str, Any]]:
-    procs = [spawn("engine", redis_url, base, str(concurrency)) for _ in range(count)]
+def run_engines(count: int, redis_url: str, crawl: list[str]) -> list[dict[str, Any]]:
+    """``crawl``: the engine's arguments after the frontier URL (see ``engine``)."""
+    procs = [spawn("engine", redis_url, *crawl) for _ in range(count)]
     for proc in procs:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
@@ -160,8 +175,7 @@ def cpu_seconds(pid: int) -> float:
 def measure(
     count: int,
     server_url: str,
-    base: str,
-    concurrency: int,
+    crawl: list[str],
     pids: dict[str, int],
     *,
     memory: bool = False,
@@ -174,7 +188,7 @@ def measure(
     commands_before = int(client.info("stats")["total_commands_processed"])
     url = "memory" if memory else f"{server_url}?prefix=bench{uuid.uuid4().hex[:8]}&{options}"
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    results = run_engines(count, url, base, concurrency)
+    results = run_engines(count, url, crawl)
     used = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
     commands = int(client.info("stats")["total_commands_processed"]) - commands_before
     client.close()
@@ -197,13 +211,12 @@ def measure(
     }
 
 
-def scale(args: argparse.Namespace, redis_url: str, base: str, pids: dict[str, int]) -> None:
+def scale(args: argparse.Namespace, redis_url: str, crawl: list[str], pids: dict[str, int]) -> None:
     """One JSON line per engine count: the median of ``--repeat`` runs."""
     one = None
     for count in (int(n) for n in args.engines.split(",")):
         runs = [
-            measure(count, redis_url, base, args.concurrency, pids, options=args.options)
-            for _ in range(args.repeat)
+            measure(count, redis_url, crawl, pids, options=args.options) for _ in range(args.repeat)
         ]
         runs.sort(key=lambda r: float(r["pages_per_second"]))
         row = runs[len(runs) // 2]
@@ -211,6 +224,10 @@ def scale(args: argparse.Namespace, redis_url: str, base: str, pids: dict[str, i
         one = one or row["pages_per_second"] / count
         row["ratio_to_one"] = round(row["pages_per_second"] / one, 2)
         row["target"] = round(0.9 * count, 2)
+        if args.download_delay:  # politeness is the limit: how close to what it imposes?
+            bound = row["pages"] / args.hosts * (args.download_delay + args.delay)
+            row["delay_bound_seconds"] = round(bound, 2)
+            row["ratio_to_delay_bound"] = round(row["seconds"] / bound, 2)
         print(json.dumps(row), flush=True)
 
 
@@ -221,6 +238,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--engines", default="1,2,4")
     parser.add_argument("--site", type=Path)
+    parser.add_argument("--hosts", type=int, default=4, help="loopback addresses, one host each")
+    parser.add_argument("--per-host", type=int, default=0, help="default: --concurrency")
+    parser.add_argument("--download-delay", type=float, default=0.0)
     parser.add_argument(
         "--baseline",
         action=argparse.BooleanOptionalAction,
@@ -237,17 +257,19 @@ def main() -> None:
         gen = [sys.executable, str(GEN_SITE), "--out", str(site), "--pages", str(args.pages)]
         subprocess.run(gen, check=True, capture_output=True)
     port = free_port()
-    server = spawn("serve", str(site), str(port), str(args.delay))
+    server = spawn("serve", str(site), str(port), str(args.delay), str(args.hosts))
     wait_port("127.0.0.1", port)
     try:
         with RedisServer() as redis_server:
-            base = f"http://127.0.0.1:{port}"
+            bases = ",".join(f"http://{a}:{port}" for a in addresses(args.hosts))
+            per_host = str(args.per_host or args.concurrency)
+            crawl = [bases, str(args.concurrency), str(args.download_delay), per_host]
             assert redis_server.process is not None
             pids = {"site_server": server.pid, "redis": redis_server.process.pid}
             for count in (int(n) for n in args.engines.split(",")) if args.baseline else ():
-                row = measure(count, redis_server.url, base, args.concurrency, pids, memory=True)
+                row = measure(count, redis_server.url, crawl, pids, memory=True)
                 print(json.dumps({"independent_memory_crawls": row}), flush=True)
-            scale(args, redis_server.url, base, pids)
+            scale(args, redis_server.url, crawl, pids)
     finally:
         server.terminate()
         server.wait(10)
@@ -255,8 +277,9 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "serve":
-        asyncio.run(serve(sys.argv[2], int(sys.argv[3]), float(sys.argv[4])))
+        asyncio.run(serve(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])))
     elif len(sys.argv) > 1 and sys.argv[1] == "engine":
-        asyncio.run(engine(sys.argv[2], sys.argv[3], int(sys.argv[4])))
+        url, bases, concurrency, delay, per_host = sys.argv[2:7]
+        asyncio.run(engine(url, bases, int(concurrency), float(delay), int(per_host)))
     else:
         main()
