@@ -8,6 +8,10 @@ leases: every request taken is recorded with its owner (the engine incarnation)
 and a deadline, and acknowledged by ``done``. Each operation is one Lua script
 (``scripts``), so two engines never take the same request.
 
+By default the requests wait in host queues (``netdisco.frontiers.redis.hosts``): the take
+script reserves the host's slot and delay for every engine together, so the crawl keeps
+no per-host limits of its own; ``politeness=engine`` keeps the single queue above.
+
 Round trips: a take leases up to ``prefetch`` requests at once, acks are sent in
 the background in batches, an ``add`` is one script per batch of links, and a
 worker that finds the queue empty while others still hold leases waits for a
