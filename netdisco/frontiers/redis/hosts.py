@@ -34,6 +34,8 @@ from netdisco.frontiers.redis.options import RedisOptions
 
 #: how long a take waits for a host to be due before it says there is nothing (s)
 TAKE_WAIT = 1.0
+#: how long a finished request's ack waits for a take to carry it (s); then it goes alone
+ACK_WAIT = 0.005
 #: robots.txt is kept this long (RFC 9309: a cached copy serves up to 24 hours)
 ROBOTS_TTL = 24 * 3600
 #: how long one engine may take to fetch a robots.txt before another tries (s)
@@ -195,6 +197,10 @@ class HostQueueFrontier(RedisFrontier[R]):
         flag = "1" if requeue else "0"
         args = [*self._prelude(), self.owner, flag, wait_us, *pairs]
         return self._host_done(keys=self._host_keys(), args=args)
+
+    async def _flush(self) -> None:
+        await asyncio.sleep(ACK_WAIT)  # a take in the meantime carries the acks: a round trip less
+        await super()._flush()
 
     def _host_keys(self, token: str = "") -> list[str]:
         k = self.keys
