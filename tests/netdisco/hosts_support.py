@@ -20,6 +20,7 @@ import structlog
 from aiohttp import web
 
 from netdisco import Crawler, Response, Settings, Spider
+from netdisco.frontiers.redis.hosts import HostQueueFrontier
 
 #: pages per host: page n links to 2n+1 and 2n+2, a tree from /p0.html
 PAGES = 24
@@ -125,3 +126,9 @@ if __name__ == "__main__":
     redis_url, delay, per_host, *bases = sys.argv[1:]
     result = asyncio.run(engine(redis_url, float(delay), int(per_host), bases))
     print(json.dumps(result), flush=True)
+
+
+async def trace_events(frontier: HostQueueFrontier[Any]) -> list[list[str]]:
+    """The host scripts' log (``trace=1``): ``[start|end, us, host, id]`` in script order."""
+    raw = await frontier._redis.lrange(frontier.keys.trace, 0, -1)
+    return [(line.decode() if isinstance(line, bytes) else line).split() for line in raw]

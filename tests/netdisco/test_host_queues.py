@@ -16,6 +16,7 @@ from netdisco.frontiers import HostReserving
 from netdisco.frontiers.redis import RedisFrontier, RedisOptions
 from netdisco.frontiers.redis.hosts import HostQueueFrontier
 from netdisco.testing import RedisServer, eventually
+from tests.netdisco.hosts_support import trace_events
 from tests.netdisco.redis_support import SiteSpider, make_request
 
 Factory = Callable[..., HostQueueFrontier[Request]]
@@ -62,7 +63,7 @@ async def test_the_redis_setting_picks_host_queues_unless_told_otherwise(spider:
     assert isinstance(shared, HostQueueFrontier)
     assert isinstance(shared, HostReserving)
     alone = frontier_for(Settings(frontier="redis://127.0.0.1:1/0?politeness=engine"), spider, None)
-    assert type(alone) is RedisFrontier
+    assert isinstance(alone, RedisFrontier)
     assert not isinstance(alone, HostReserving)
     with pytest.raises(ConfigError, match="politeness must be cluster or engine"):
         RedisOptions.from_url("redis://127.0.0.1:1/0?politeness=host")
@@ -141,8 +142,7 @@ async def test_back_off_rests_the_host_for_every_engine(frontier: Factory, spide
 
 
 async def trace_times(f: HostQueueFrontier[Request], host: str = "") -> tuple[list[int], list[int]]:
-    raw = await f._redis.lrange(f.keys.trace, 0, -1)
-    events = [line.decode().split() for line in raw]
+    events = await trace_events(f)
     mine = [e for e in events if not host or e[2] == host]
     return [int(e[1]) for e in mine if e[0] == "start"], [int(e[1]) for e in mine if e[0] == "end"]
 

@@ -24,6 +24,7 @@ from netdisco.crawl.codec import RequestCodec
 from netdisco.frontiers.redis import RedisOptions
 from netdisco.frontiers.redis.hosts import HostQueueFrontier
 from netdisco.testing import RedisServer
+from tests.netdisco.hosts_support import trace_events
 from tests.netdisco.redis_support import SiteSpider, make_request
 
 
@@ -67,12 +68,12 @@ async def run(case: Case, url: str) -> tuple[list[list[str]], tuple[int, int, in
         await asyncio.gather(*(work(t, plan) for t, plan in zip(takers, plans, strict=True)))
         for taker in takers:
             await taker.flush()
-        raw = await takers[0]._redis.lrange(takers[0].keys.trace, 0, -1)
+        events = await trace_events(takers[0])
         counts = await takers[0].counts()
     finally:
         for taker in takers:
             await taker.close(hand_back=False)
-    return [line.decode().split() for line in raw], counts, len(requests)
+    return events, counts, len(requests)
 
 
 async def work(taker: HostQueueFrontier[Request], plan: random.Random) -> None:

@@ -13,6 +13,7 @@ import json
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -39,7 +40,9 @@ async def hosts(latency: float) -> AsyncIterator[list[tuple[str, LoggingHost]]]:
         yield list(zip(bases, sites, strict=True))
 
 
-async def crawl(redis_url: str, delay: float, per_host: int, bases: list[str]) -> list[dict]:
+async def crawl(
+    redis_url: str, delay: float, per_host: int, bases: list[str]
+) -> list[dict[str, Any]]:
     """Start ENGINES processes, let them go at once, and collect what each reports."""
     argv = ["-m", "tests.netdisco.hosts_support", redis_url, str(delay), str(per_host), *bases]
     procs = [
