@@ -163,3 +163,22 @@ async def test_expired_and_returned_leases_free_their_host(
     other = frontier("other", per_host=1, url=url)
     assert path(await other.take()) == "p0"
     assert await other.counts() == (1, 1, 2)
+
+
+async def test_robots_txt_is_fetched_by_one_engine_for_all(frontier: Factory):
+    engines = [frontier(f"e{i}") for i in range(3)]
+    fetched: list[str] = []
+
+    async def fetch() -> str:
+        fetched.append("x")
+        await asyncio.sleep(0.2)  # the others ask meanwhile, and wait for this copy
+        return "User-agent: *\nDisallow: /private\n"
+
+    texts = await asyncio.gather(
+        *(f.robots_txt("http://one.test", fetch) for f in engines for _ in range(2))
+    )
+    assert fetched == ["x"]
+    assert set(texts) == {"User-agent: *\nDisallow: /private\n"}
+    assert await engines[0].robots_txt("http://one.test", fetch) == texts[0]
+    assert await engines[0].robots_txt("http://two.test", fetch) == texts[0]
+    assert fetched == ["x", "x"]  # per origin
