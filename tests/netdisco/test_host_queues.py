@@ -14,7 +14,7 @@ from netdisco.crawl.crawler import frontier_for
 from netdisco.exceptions import ConfigError
 from netdisco.frontiers import HostReserving
 from netdisco.frontiers.redis import RedisFrontier, RedisOptions
-from netdisco.frontiers.redis.hosts import HostQueueFrontier
+from netdisco.frontiers.redis.hosts import HostKeys, HostQueueFrontier
 from netdisco.testing import RedisServer, eventually
 from tests.netdisco.hosts_support import trace_events
 from tests.netdisco.redis_support import SiteSpider, make_request
@@ -182,3 +182,13 @@ async def test_robots_txt_is_fetched_by_one_engine_for_all(frontier: Factory):
     assert await engines[0].robots_txt("http://one.test", fetch) == texts[0]
     assert await engines[0].robots_txt("http://two.test", fetch) == texts[0]
     assert fetched == ["x", "x"]  # per origin
+
+
+def test_every_host_key_shares_the_spiders_cluster_slot():
+    from redis.crc import key_slot
+
+    keys = HostKeys("netdisco", "quotes")
+    names = [keys.host_queue("a.test:80"), keys.busy("b.test"), keys.ready, keys.next_start]
+    names += [keys.hostof, keys.hosted, keys.trace, keys.robots("http://a.test"), keys.queue]
+    assert {key_slot(name.encode()) for name in names} == {key_slot(b"{quotes}")}
+    assert keys.host_queue("h").startswith(keys.host_prefix)  # as the scripts build it
