@@ -15,8 +15,8 @@ response the server already sent, so two starts at the server are never closer
 than the delay, whatever the latency between Redis, the engines and the site.
 
 Every script shares the first KEYS and ARGV (``HOST_PRELUDE``): KEYS ready,
-next, hostof, hosted, inbox, payload, leases, owner, owned, trace, take token;
-ARGV key prefix, delay (us), slots per host, trace (1/0), channel.
+next, hostof, hosted, inbox, payload, leases, owner, owned, trace, epoch, take
+token; ARGV key prefix, delay (us), slots per host, trace (1/0), channel, epoch.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 HOST_PRELUDE = """
 local pre, delay, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local tracing, channel = ARGV[4] == '1', ARGV[5]
+local K_token = KEYS[12]
 local K_ready, K_next, K_hostof, K_hosted = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_inbox, K_payload, K_leases, K_owner = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_owned, K_trace = KEYS[9], KEYS[10]
@@ -105,9 +106,9 @@ end
 HOST_ADD_LUA = (
     HOST_PRELUDE
     + """
-local K_seen, K_seen_n, K_seq = KEYS[12], KEYS[13], KEYS[14]
+local K_seen, K_seen_n, K_seq = KEYS[13], KEYS[14], KEYS[15]
 local function unseen(key)
-  if ARGV[6] ~= 'bloom' then return redis.call('SADD', K_seen, key) == 1 end
+  if ARGV[7] ~= 'bloom' then return redis.call('SADD', K_seen, key) == 1 end
   local fresh = false
   for off in string.gmatch(key, '%d+') do
     fresh = (redis.call('SETBIT', K_seen, off, 1) == 0) or fresh
@@ -116,7 +117,7 @@ local function unseen(key)
   return fresh
 end
 local out, added = {}, 0
-for i = 7, #ARGV, 5 do
+for i = 8, #ARGV, 5 do
   out[#out + 1] = 0
   if unseen(ARGV[i]) or ARGV[i + 1] == '1' then
     local id = string.format('%015d', redis.call('INCR', K_seq))
@@ -139,11 +140,11 @@ return out
 HOST_TAKE_LUA = (
     HOST_PRELUDE
     + """
-local owner, ttl, count = ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
-for i = 9, #ARGV do finish(owner, ARGV[i], false, 0, '') end
+local owner, ttl, count = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
+for i = 10, #ARGV do finish(owner, ARGV[i], false, 0, '') end
 drain_inbox(100)
 local ids = {}
-local prior = redis.call('GET', KEYS[11])
+local prior = redis.call('GET', K_token)
 if prior then
   for _, id in ipairs(cjson.decode(prior)) do
     if redis.call('HGET', K_owner, id) == owner then ids[#ids + 1] = id end
@@ -172,7 +173,7 @@ else
     local waiting = tonumber(redis.call('GET', K_hosted) or '0') + redis.call('ZCARD', K_leases)
     return waiting > 0 and 1000000000 or 0
   end
-  redis.call('SET', KEYS[11], cjson.encode(ids), 'PX', ttl)
+  redis.call('SET', K_token, cjson.encode(ids), 'PX', ttl)
 end
 local out = {}
 local deadline = int(math.floor(now / 1000) + ttl)
@@ -192,8 +193,8 @@ return out
 HOST_DONE_LUA = (
     HOST_PRELUDE
     + """
-for i = 9, #ARGV, 2 do
-  finish(ARGV[6], ARGV[i], ARGV[7] == '1', tonumber(ARGV[8]), ARGV[i + 1])
+for i = 10, #ARGV, 2 do
+  finish(ARGV[7], ARGV[i], ARGV[8] == '1', tonumber(ARGV[9]), ARGV[i + 1])
 end
 return 1
 """
