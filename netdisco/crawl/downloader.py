@@ -272,6 +272,8 @@ class Downloader:
                 allow_redirects=False,
             ) as resp:
                 data = await self._read(resp, url)
+            if self.reserved_by is not None:
+                self.reserved_by.responded(request)
         except (aiohttp.InvalidURL, ValueError) as exc:
             raise InvalidURL(f"cannot request {url!r}: {exc}", url=url) from exc
         self.stats.bytes += len(data)

@@ -80,6 +80,9 @@ class HostReserving(Protocol[R_contra]):
     def set_politeness(self, delay: float, per_host: int) -> None:
         """The crawl's ``download_delay`` and ``per_host_concurrency``."""
 
+    def responded(self, request: R_contra) -> None:
+        """The response to a taken ``request`` has fully arrived (its host's delay runs)."""
+
     async def back_off(self, request: R_contra, seconds: float) -> None:
         """Put a taken ``request`` back and keep its host idle ``seconds`` (429, 503...)."""
 

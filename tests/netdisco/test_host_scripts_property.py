@@ -5,7 +5,8 @@ Hypothesis picks hosts, requests, the delay, the slots per host, how many takers
 and what each does with what it took (done, put back, back off). Whatever the
 interleaving, per host: never more slots held than allowed; with a delay, every
 start comes at least the delay after the previous end (so after the previous
-start); each start has its end; nothing is lost.
+start), the end being when the response ended as the engine credited it; each
+start has its end; nothing is lost.
 """
 
 from __future__ import annotations
@@ -87,7 +88,9 @@ async def work(taker: HostQueueFrontier[Request], plan: random.Random) -> None:
             request.attempts += 1
             await taker.back_off(request, plan.choice([0.0, 0.003]))
         else:
-            await asyncio.sleep(plan.choice([0, 0, 0.001]))
+            if plan.random() < 0.5:  # the response ended; parsing it takes a while
+                taker.responded(request)
+            await asyncio.sleep(plan.choice([0, 0, 0.001, 0.004]))
             await taker.done(request)
 
 

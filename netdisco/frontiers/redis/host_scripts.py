@@ -13,6 +13,9 @@ back. With ``download_delay`` > 0 a host has one slot and the next start waits
 for the previous request to end, plus the delay: a start can only follow a
 response the server already sent, so two starts at the server are never closer
 than the delay, whatever the latency between Redis, the engines and the site.
+The end is when the engine had the whole response: an acknowledgement says how
+long ago that was (its *credit*, measured by the engine as a duration), so the
+time spent parsing and sending the ack is not added to the delay.
 
 Every script shares the first KEYS and ARGV (``HOST_PRELUDE``): KEYS ready,
 next, hostof, hosted, inbox, payload, leases, owner, owned, trace, epoch, take
@@ -32,9 +35,9 @@ local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 -- whole numbers as digits: Lua would send 1.7960505109744e+15, 100 us off
 local function int(x) return string.format('%.0f', x) end
-local function trace(what, host, id)
+local function trace(what, host, id, at)
   if tracing then
-    redis.call('RPUSH', K_trace, what .. ' ' .. int(now) .. ' ' .. host .. ' ' .. id)
+    redis.call('RPUSH', K_trace, what .. ' ' .. int(at) .. ' ' .. host .. ' ' .. id)
   end
 end
 -- in the ready set while it has queued requests and a free slot; woken engines retry
@@ -52,14 +55,15 @@ local function enqueue(host, id, score)
   redis.call('HSET', K_hostof, id, host)
   redis.call('INCR', K_hosted)
 end
--- a slot ends: the host may start again no sooner than now + wait
+-- a slot ends: the host may start again no sooner than now + wait (logged as the
+-- end, the time the delay runs from: now + wait - delay)
 local function release(host, id, wait)
   if redis.call('SREM', pre .. 'busy:' .. host, id) == 1 then
     local at = now + wait
     if at > tonumber(redis.call('HGET', K_next, host) or '0') then
       redis.call('HSET', K_next, host, int(at))
     end
-    trace('end', host, id)
+    trace('end', host, id, at - delay)
   end
   refresh(host)
 end
@@ -76,8 +80,9 @@ local function drain_inbox(limit)
     release(host, back[i], delay)
   end
 end
--- end our lease on id: done (forget it) or put back (its body replaced if given)
-local function finish(owner, id, requeue, wait, body)
+-- end our lease on id: done (forget it) or put back (its body replaced if given);
+-- the response ended credit us ago, so the delay has run that long already
+local function finish(owner, id, requeue, wait, body, credit)
   local host = redis.call('HGET', K_hostof, id) or ''
   if redis.call('HGET', K_owner, id) == owner then
     redis.call('HDEL', K_owner, id)
@@ -86,7 +91,7 @@ local function finish(owner, id, requeue, wait, body)
     if requeue and body ~= '' then redis.call('HSET', K_payload, id, body) end
     local raw = redis.call('HGET', K_payload, id)
     if requeue and raw then enqueue(host, id, -cjson.decode(raw)['priority']) else forget(id) end
-    release(host, id, math.max(delay, wait))
+    release(host, id, math.max(delay - credit, wait))
   elseif not requeue then
     -- put back by lease recovery meanwhile, but done after all: take it out again
     if redis.call('ZREM', K_inbox, id) == 1 then
@@ -133,15 +138,16 @@ return out
 """
 )
 
-#: ARGV (after the prelude) owner, lease ttl ms, count, then ids to acknowledge
-#: first -> id, JSON, id, JSON... or, when no host is due, how long (us) until one
-#: is (1000 s when only busy hosts or leases remain: a release wakes the takers),
+#: ARGV (after the prelude) owner, lease ttl ms, count, then id, credit (us) of
+#: each request to acknowledge first -> id, JSON, id, JSON... or, when no host is
+#: due, how long (us) until one is (1000 s when only busy hosts or leases remain: a
+#: release wakes the takers),
 #: 0 when nothing is queued or leased at all.
 HOST_TAKE_LUA = (
     HOST_PRELUDE
     + """
 local owner, ttl, count = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
-for i = 10, #ARGV do finish(owner, ARGV[i], false, 0, '') end
+for i = 10, #ARGV, 2 do finish(owner, ARGV[i], false, 0, '', tonumber(ARGV[i + 1])) end
 drain_inbox(100)
 local ids = {}
 local prior = redis.call('GET', K_token)
@@ -162,7 +168,7 @@ else
       if now + delay > tonumber(redis.call('HGET', K_next, host) or '0') then
         redis.call('HSET', K_next, host, int(now + delay))
       end
-      trace('start', host, top[1])
+      trace('start', host, top[1], now)
       ids[#ids + 1] = top[1]
     end
     refresh(host)
@@ -189,12 +195,12 @@ return out
 )
 
 #: ARGV (after the prelude) owner, requeue (1/0), back-off (us), then per id: id, body
-#: (the request to store when put back, '' to keep the stored one) -> 1
+#: (the request to store when put back, '' to keep the stored one), credit (us) -> 1
 HOST_DONE_LUA = (
     HOST_PRELUDE
     + """
-for i = 10, #ARGV, 2 do
-  finish(ARGV[7], ARGV[i], ARGV[8] == '1', tonumber(ARGV[9]), ARGV[i + 1])
+for i = 10, #ARGV, 3 do
+  finish(ARGV[7], ARGV[i], ARGV[8] == '1', tonumber(ARGV[9]), ARGV[i + 1], tonumber(ARGV[i + 2]))
 end
 return 1
 """

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -90,7 +91,8 @@ class HostKeys(Keys):
 
     @property
     def trace(self) -> str:
-        """List: ``start|end <us> <host> <id>`` per slot taken and released, if traced."""
+        """List: ``start|end <us> <host> <id>`` per slot taken and released, if traced
+        (an end's time is when the host's delay runs from)."""
         return self._key("trace")
 
 
@@ -118,6 +120,7 @@ class HostQueueFrontier(RedisFrontier[R]):
         self._delay_us = 0
         self._per_host = 8
         self._taking = asyncio.Lock()
+        self._ended: dict[str, float] = {}  # id -> when its response ended (monotonic)
 
     def set_politeness(self, delay: float, per_host: int) -> None:
         """With a delay, one slot a host: each start waits for the last end plus the delay."""
@@ -128,6 +131,17 @@ class HostQueueFrontier(RedisFrontier[R]):
         self._delay_us = round(delay * 1_000_000)
         self._per_host = 1 if self._delay_us else per_host
 
+    def responded(self, request: R) -> None:
+        """The whole response is here: the host's delay runs from now, not from the ack."""
+        rid = self._ids.get(id(request))
+        if rid is not None:
+            self._ended[rid] = time.monotonic()
+
+    def _credit(self, rid: str) -> list[str]:
+        """``[id, us since its response ended]`` (a duration: no clock is compared)."""
+        ended = self._ended.pop(rid, None)
+        return [rid, "0" if ended is None else str(int((time.monotonic() - ended) * 1e6))]
+
     async def back_off(self, request: R, seconds: float) -> None:
         """Put ``request`` back (as it is now: attempts counted) and rest its host."""
         rid = self._ids.pop(id(request), None)
@@ -135,7 +149,8 @@ class HostQueueFrontier(RedisFrontier[R]):
             return
         wait = round(max(seconds, 0.0) * 1_000_000)
         body = self.codec.encode(request)
-        await self._call(lambda: self._finish([rid, body], requeue=True, wait_us=wait))
+        credit = self._credit(rid)[1:]
+        await self._call(lambda: self._finish([rid, body, *credit], requeue=True, wait_us=wait))
 
     async def robots_txt(self, origin: str, fetch: Callable[[], Awaitable[str]]) -> str:
         """The cached rules; else the engine that locks the origin fetches, the rest wait."""
@@ -189,14 +204,21 @@ class HostQueueFrontier(RedisFrontier[R]):
         token = self.keys.take_token(uuid.uuid4().hex)  # the same for every retry
         acks, self._acks = self._acks, []
         ttl, count = self._ttl_ms, self.options.prefetch
-        args = [*self._prelude(), self.owner, ttl, count, *acks]
+        args = [
+            *self._prelude(),
+            self.owner,
+            ttl,
+            count,
+            *(x for a in acks for x in self._credit(a)),
+        ]
         try:
             return await self._call(lambda: self._host_take(keys=self._host_keys(token), args=args))
         finally:
             self._unacked.difference_update(acks)
 
     async def _release(self, rids: list[str], *, requeue: bool) -> None:
-        await self._call(lambda: self._finish([x for r in rids for x in (r, "")], requeue=requeue))
+        triples = [x for r in rids for x in (r, "", self._credit(r)[1])]
+        await self._call(lambda: self._finish(triples, requeue=requeue))
 
     def _finish(self, pairs: Sequence[str], *, requeue: bool, wait_us: int = 0) -> Awaitable[Any]:
         flag = "1" if requeue else "0"
