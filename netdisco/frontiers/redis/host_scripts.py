@@ -106,8 +106,8 @@ local function finish(owner, id, requeue, wait, body, credit)
 end
 """
 
-#: ARGV (after the prelude) mode, then per request: seen key,
-#: dont_filter, priority, host, JSON -> 1/0 each
+#: ARGV (after the prelude) mode, nonce (makes this call's ids unique, as ``ADD_LUA``),
+#: then per request: seen key, dont_filter, priority, host, JSON -> 1/0 each
 HOST_ADD_LUA = (
     HOST_PRELUDE
     + """
@@ -122,10 +122,10 @@ local function unseen(key)
   return fresh
 end
 local out, added = {}, 0
-for i = 8, #ARGV, 5 do
+for i = 9, #ARGV, 5 do
   out[#out + 1] = 0
   if unseen(ARGV[i]) or ARGV[i + 1] == '1' then
-    local id = string.format('%015d', redis.call('INCR', K_seq))
+    local id = string.format('%015d-%s', redis.call('INCR', K_seq), ARGV[8])
     redis.call('HSET', K_payload, id, ARGV[i + 4])
     enqueue(ARGV[i + 3], id, -tonumber(ARGV[i + 2]))
     refresh(ARGV[i + 3])

@@ -181,7 +181,9 @@ class HostQueueFrontier(RedisFrontier[R]):
     def _add_entries(self, entries: list[str | bytes]) -> Awaitable[Any]:
         k = self.keys
         keys = [*self._host_keys(), k.seen, k.seen_count, k.seq]
-        return self._host_add(keys=keys, args=[*self._prelude(), self.options.seen, *entries])
+        nonce = uuid.uuid4().hex[:8]  # ids never reused, even if Redis rolled ``seq`` back
+        args = [*self._prelude(), self.options.seen, nonce, *entries]
+        return self._host_add(keys=keys, args=args)
 
     def _count_queued(self, pipe: Any) -> None:
         pipe.get(self.keys.hosted)
