@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import enum
+import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -22,24 +23,17 @@ from reactivex import Observable
 from netdisco.crawl import settings as settings_module
 from netdisco.crawl.codec import RequestCodec
 from netdisco.crawl.downloader import Downloader, Parking
+from netdisco.crawl.feeds import feed_pipelines
+from netdisco.crawl.middleware import build_middlewares
 from netdisco.crawl.pipelines import ItemStream, Pipeline
 from netdisco.crawl.request import Request
-from netdisco.crawl.scheduler import Scheduler, Scope
+from netdisco.crawl.scheduler import Scheduler, Scope, fingerprint
 from netdisco.crawl.scraper import Scraper
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
 from netdisco.crawl.stats import Stats
-from netdisco.exceptions import (
-    DownloadFailed,
-    InvalidTransition,
-    InvalidURL,
-    NetdiscoError,
-    OutOfScope,
-    RequestError,
-    ResponseTooLarge,
-    RobotsDenied,
-)
-from netdisco.frontiers import Connected, Frontier, open_frontier
+from netdisco.exceptions import DownloadFailed, InvalidTransition, NetdiscoError, RequestError
+from netdisco.frontiers import Claims, Connected, Frontier, open_frontier
 
 log = structlog.get_logger(__name__)
 
@@ -93,7 +87,9 @@ class Crawler:
         pipelines: Sequence[Pipeline] = (),
         frontier: Frontier[Request] | None = None,
         owner: str | None = None,
+        engine: str | None = None,
     ) -> None:
+        """``engine`` names the engine in feed paths (``{engine}``; the host name if None)."""
         self.spider = spider
         self.name = spider.name
         self.settings = settings or settings_module.from_mapping(spider.custom_settings)
@@ -103,11 +99,20 @@ class Crawler:
         self.frontier: Frontier[Request] = frontier or frontier_for(self.settings, spider, owner)
         self.scope = Scope(spider.allowed_domains, self.settings.allow, self.settings.deny)
         self.scheduler = Scheduler(self.settings, self.scope, self.frontier, self.stats)
-        self.downloader = Downloader(self.settings, self.stats, self.scope.reason)
+        self.downloader = Downloader(
+            self.settings,
+            self.stats,
+            self.scope.reason,
+            spider=spider,
+            middlewares=build_middlewares(self.settings, spider),
+            claim=self._claim,
+        )
         self.parking = Parking(self.downloader, 4 * self.settings.concurrency)
         self.stream = ItemStream(self.stats, self.settings.item_buffer)
         self.scraper = Scraper(self._admit, self.stream, self.stats)
-        self._pipelines = [*pipelines, *spider.pipelines()]
+        engine_name = engine or socket.gethostname()
+        self.feeds = feed_pipelines(self.settings.feeds, spider=self.name, engine=engine_name)
+        self._pipelines = [*pipelines, *spider.pipelines(), *self.feeds]
         self._listeners: list[Callable[[Crawler], None]] = []
         self._unpaused = asyncio.Event()
         self._work = asyncio.Event()
@@ -153,8 +158,10 @@ class Crawler:
         try:
             if isinstance(self.frontier, Connected):
                 await self.frontier.open()  # an unreachable Redis fails here, clearly
+            for feed in self.feeds:
+                feed.prepare()  # an unwritable feed fails here, naming its path
         except NetdiscoError as exc:  # terminal, so that whoever waits for it is told
-            self.stats.error(f"frontier: {exc}")
+            self.stats.error(f"start: {exc}")
             self._set_state(SpiderState.FAILED)
             raise
         finally:
@@ -386,17 +393,15 @@ class Crawler:
             await self._release(request, requeue=not finished, bounded=self._stopping)
             self._notify()
 
+    async def _claim(self, hop: Request) -> bool:
+        """Mark a redirect target seen in the frontier; False if it was already."""
+        if not isinstance(self.frontier, Claims):
+            return True
+        hop.fingerprint = fingerprint(hop)
+        return (await self.frontier.claim([hop]))[0]
+
     async def _failed(self, request: Request, exc: RequestError) -> None:
-        if isinstance(exc, RobotsDenied):
-            self.stats.robots_blocked += 1
-        elif isinstance(exc, ResponseTooLarge):
-            self.stats.too_large += 1
-        elif isinstance(exc, OutOfScope):
-            self.stats.filtered += 1
-        elif isinstance(exc, InvalidURL):
-            self.stats.invalid += 1
-        else:
-            self.stats.failed += 1
+        self.stats.count_failure(exc)
         self.stats.error(f"{request.url}: {exc}")
         log.warning("request_failed", url=request.url, error=str(exc), kind=type(exc).__name__)
         if request.errback is not None:

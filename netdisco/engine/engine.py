@@ -230,7 +230,9 @@ class SpiderEngine:
         instance = spider() if isinstance(spider, type) else spider
         if instance.name in self._crawlers:
             raise DuplicateSpider(instance.name)
-        crawler = Crawler(instance, settings, pipelines=pipelines, owner=self.incarnation)
+        crawler = Crawler(
+            instance, settings, pipelines=pipelines, owner=self.incarnation, engine=self.id
+        )
         crawler.add_listener(self._on_spider_changed)
         self._crawlers[crawler.name] = crawler
         log.info("spider_added", engine=self.id, spider=crawler.name)

@@ -1,0 +1,144 @@
+"""Downloader middleware: async hooks around every download, in a visible order.
+
+``process_request`` runs in chain order before the download and may return a new
+``Request`` (it replaces the one going down the chain) or a ``Response`` (nothing
+is downloaded); ``process_response`` runs in reverse order and returns the
+response to pass on; ``process_exception`` runs in reverse order when the download
+raised and may return a ``Response`` to recover, or None to let the error go on
+(to the downloader's retries). The chain runs once per redirect hop, so cookies set
+on a redirect are seen. A hook that raises fails the request with a
+``MiddlewareError``; one that returns the wrong type, with a ``MiddlewareTypeError``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from netdisco.crawl.request import Request
+from netdisco.crawl.response import Response
+from netdisco.exceptions import MiddlewareError, MiddlewareTypeError, RequestError
+
+if TYPE_CHECKING:
+    from netdisco.crawl.spider import Spider
+
+Download = Callable[[Request], Awaitable[Response]]
+HOOKS = ("process_request", "process_response", "process_exception")
+
+
+class DownloadHandler(Protocol):
+    """What turns one request (one hop, no redirects followed) into a response."""
+
+    async def fetch(self, request: Request) -> Response:
+        """The response to ``request``; network failures raise as they are (for retries)."""
+        ...
+
+
+class Middleware:
+    """Base class: override any of the three hooks; the chain skips the ones you don't."""
+
+    async def process_request(self, request: Request, spider: Spider) -> Request | Response | None:
+        """Change ``request`` in place (None), replace it (Request) or answer it (Response)."""
+        return None
+
+    async def process_response(
+        self, request: Request, response: Response, spider: Spider
+    ) -> Response:
+        """The response to pass on (``response`` itself, or another)."""
+        return response
+
+    async def process_exception(
+        self, request: Request, exc: BaseException, spider: Spider
+    ) -> Response | None:
+        """A response that stands in for the failed download, or None to let it fail."""
+        return None
+
+
+def middleware_name(middleware: object) -> str:
+    """How logs, errors and ``Chain.names`` call a middleware."""
+    return type(middleware).__name__
+
+
+def _hooks(middlewares: Sequence[Middleware], hook: str) -> list[tuple[str, Any]]:
+    """(name, bound method) of every middleware that overrides ``hook``; each must be async."""
+    found = []
+    for middleware in middlewares:
+        method = getattr(middleware, hook, None)
+        if method is None or getattr(type(middleware), hook, None) is getattr(Middleware, hook):
+            continue
+        name = middleware_name(middleware)
+        if not inspect.iscoroutinefunction(method):
+            raise TypeError(f"middleware {name}.{hook} must be an async def")
+        found.append((name, method))
+    return found
+
+
+class Chain:
+    """The ordered middlewares around a download function; see the module docstring."""
+
+    def __init__(self, middlewares: Sequence[Middleware], spider: Spider, download: Download):
+        self.names = [middleware_name(m) for m in middlewares]
+        self.spider = spider
+        self.download = download
+        self._requests = _hooks(middlewares, "process_request")
+        self._responses = _hooks(middlewares, "process_response")[::-1]
+        self._exceptions = _hooks(middlewares, "process_exception")[::-1]
+
+    async def __call__(self, request: Request) -> Response:
+        """Run ``request`` through the hooks and the download."""
+        response: Response | None = None
+        for name, hook in self._requests:
+            result = await _call(name, "process_request", hook, request, request, self.spider)
+            if isinstance(result, Response):
+                response = result
+                break
+            if isinstance(result, Request):
+                request = result
+            elif result is not None:
+                raise _wrong(name, "process_request", result, "None, Request or Response", request)
+        if response is None:
+            response = await self._download(request)
+        for name, hook in self._responses:
+            response = await _call(
+                name, "process_response", hook, request, request, response, self.spider
+            )
+            if not isinstance(response, Response):
+                raise _wrong(name, "process_response", response, "a Response", request)
+        return response
+
+    async def _download(self, request: Request) -> Response:
+        try:
+            return await self.download(request)
+        except Exception as exc:
+            for name, hook in self._exceptions:
+                result = await _call(
+                    name, "process_exception", hook, request, request, exc, self.spider
+                )
+                if isinstance(result, Response):
+                    return result
+                if result is not None:
+                    raise _wrong(
+                        name, "process_exception", result, "None or Response", request
+                    ) from exc
+            raise
+
+
+async def _call(name: str, hook: str, method: Any, request: Request, *args: Any) -> Any:
+    """Await one hook; anything but a RequestError it raises becomes a MiddlewareError."""
+    try:
+        return await method(*args)
+    except RequestError:
+        raise
+    except Exception as exc:
+        raise MiddlewareError(
+            f"middleware {name}.{hook} raised {exc!r}", url=request.url, middleware=name
+        ) from exc
+
+
+def _wrong(name: str, hook: str, value: object, expected: str, request: Request) -> TypeError:
+    return MiddlewareTypeError(
+        f"middleware {name}.{hook} returned {type(value).__name__}, expected {expected}",
+        url=request.url,
+        middleware=name,
+    )
