@@ -82,7 +82,7 @@ async def test_config_env_and_s_precedence(site: Site, tmp_path: Path) -> None:
     config.write_text('max_pages = 5\nconcurrency = 1\nuser_agent = "cli-test/1"\n')
     out = tmp_path / "out.jsonl"
     env = _env(LOCAL_SITE_URL=site.url("/shop/p/0"), NETDISCO_MAX_PAGES="4")
-    args = ("crawl", CATALOGUE, "-o", str(out), "--config", str(config))
+    args = ("crawl", CATALOGUE, "-O", str(out), "--config", str(config))
     code, _, err = await run_cli(*args, "-s", "max_pages=3", env=env)
     assert code == 0, err
     assert len(_lines(out)) == 3  # -s beats the environment
