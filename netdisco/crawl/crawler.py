@@ -160,6 +160,10 @@ class Crawler:
                 await self.frontier.open()  # an unreachable Redis fails here, clearly
             for feed in self.feeds:
                 feed.prepare()  # an unwritable feed fails here, naming its path
+            if self.settings.render:
+                from netdisco.crawl.render import check_available  # Playwright is an extra
+
+                check_available(self.settings)
         except NetdiscoError as exc:  # terminal, so that whoever waits for it is told
             self.stats.error(f"start: {exc}")
             self._set_state(SpiderState.FAILED)

@@ -200,6 +200,6 @@ async def test_a_crawler_with_an_unwritable_feed_fails_at_start(tmp_path: Path) 
     (tmp_path / "file").write_text("")
     settings = Settings(feeds=parse_feeds("feeds", {f"{tmp_path}/file/x.jsonl": {}}))
     crawler = Crawler(Items(), settings)
-    with pytest.raises(FeedError, match="x.jsonl' cannot be written"):
+    with pytest.raises(FeedError, match=r"x\.jsonl' cannot be written"):
         await crawler.start()
     assert crawler.state.value == "failed"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, ClassVar
 
 import aiohttp
 import pytest
@@ -40,7 +40,7 @@ def site_app(seen: list[dict[str, str]]) -> web.Application:
 
 class Pages(Spider):
     name = "pages"
-    custom_settings = {"obey_robots": False, "retry_backoff": 0.01}
+    custom_settings: ClassVar[dict[str, Any]] = {"obey_robots": False, "retry_backoff": 0.01}
 
     def __init__(self, url: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -271,7 +271,7 @@ async def test_process_exception_may_stand_in_for_a_failed_download() -> None:
 
     class Unreachable(Spider):
         name = "unreachable"
-        start_urls = [f"http://127.0.0.1:{port}/"]
+        start_urls = (f"http://127.0.0.1:{port}/",)
 
         def middlewares(self) -> list[Middleware]:
             return [Recovering()]

@@ -84,7 +84,7 @@ async def test_a_redirect_to_a_page_already_seen_is_dropped_and_counted() -> Non
 async def test_the_final_url_of_a_redirect_is_marked_seen() -> None:
     """Seeded /moved first (concurrency 1, in order): it lands on /new, which is then
     marked seen, so the link to /new from /a is not fetched again."""
-    crawler, hits, items = await crawl(seeds=("/moved", "/a"))
+    _, hits, items = await crawl(seeds=("/moved", "/a"))
     assert [item["url"] for item in items].count("/new") == 1
     assert hits["/new"] == 1
     moved = next(item for item in items if item["asked"] == "/moved")
@@ -92,7 +92,7 @@ async def test_the_final_url_of_a_redirect_is_marked_seen() -> None:
 
 
 async def test_a_redirect_loop_is_still_a_loop() -> None:
-    crawler, hits, items = await crawl(seeds=("/loop",))
+    crawler, _, items = await crawl(seeds=("/loop",))
     assert items == []
     assert crawler.stats.failed == 1
     assert "redirect loop" in (crawler.stats.last_error or "")

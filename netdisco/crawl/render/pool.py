@@ -45,6 +45,16 @@ def _playwright() -> Any:
     return async_playwright
 
 
+def check_available(settings: Settings) -> None:
+    """Raise BrowserUnavailable naming what ``render`` lacks: Playwright or Chromium."""
+    _playwright()
+    if not os.access(settings.chromium, os.X_OK):
+        raise BrowserUnavailable(
+            f"render needs Chromium at {settings.chromium} (Debian: apt-get install chromium; "
+            "or set chromium to its path)"
+        )
+
+
 class BrowserPool:
     """A browser, restarted when it dies, and at most ``render_concurrency`` pages at once."""
 
@@ -70,12 +80,7 @@ class BrowserPool:
             return self._context
 
     async def _launch(self) -> None:
-        path = self.settings.chromium
-        if not os.access(path, os.X_OK):
-            raise BrowserUnavailable(
-                f"render needs Chromium at {path} (Debian: apt-get install chromium; "
-                "or set chromium to its path)"
-            )
+        check_available(self.settings)
         if self._browser is not None:
             self.restarts += 1
             log.warning("browser_restarting", restarts=self.restarts)
@@ -84,7 +89,7 @@ class BrowserPool:
             self._playwright = await _playwright()().start()
         assert self._playwright is not None
         self._browser = await self._playwright.chromium.launch(
-            executable_path=path, args=list(CHROMIUM_FLAGS), headless=True
+            executable_path=self.settings.chromium, args=list(CHROMIUM_FLAGS), headless=True
         )
         self._context = await self._browser.new_context(service_workers="block")
 
