@@ -204,10 +204,11 @@ async def test_missing_chromium_or_playwright_is_named(tmp_path: Path) -> None:
         "from netdisco.crawl.settings import Settings\n"
         "check_available(Settings(render=True))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, stderr=asyncio.subprocess.PIPE
     )
-    assert result.returncode == 1
-    assert (
-        "render needs Playwright for Python: pip install 'netdiscovery[browser]'" in result.stderr
+    _, stderr = await process.communicate()
+    assert process.returncode == 1
+    assert "render needs Playwright for Python: pip install 'netdiscovery[browser]'" in (
+        stderr.decode()
     )
