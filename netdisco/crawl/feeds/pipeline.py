@@ -54,7 +54,7 @@ class FeedPipeline(Pipeline):
             self.spec.path, spider=self.spider, engine=self.engine, now=time.time()
         )
         try:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            _make_parents(Path(path))
             if self.spec.format == "sqlite":
                 sqlite3.connect(path).close()
             else:
@@ -107,6 +107,14 @@ class FeedPipeline(Pipeline):
         if self._writer is not None:
             writer, self._writer = self._writer, None
             writer.close()
+
+
+def _make_parents(path: Path) -> None:
+    """Create the directories a feed's file goes in; a file in the way is named."""
+    for parent in reversed(path.parents):
+        if parent.exists() and not parent.is_dir():
+            raise NotADirectoryError(0, f"{parent} is not a directory")
+    path.parent.mkdir(parents=True, exist_ok=True)
 
 
 def _reason(exc: BaseException) -> str:
