@@ -14,16 +14,16 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from netdisco import Crawler, Settings, Spider
 from netdisco.crawl.feeds import FeedPipeline, cli_feed, parse_feeds
 from netdisco.exceptions import ConfigError, FeedError
 from netdisco.testing import eventually, free_port, serve
+from tests.netdisco.sites import linking_app
 from tests.netdisco.test_cli import run_cli
 from tests.netdisco.test_engine_cli import get_json, stopped_at_exit
+from tests.netdisco.test_middleware import PAGES, fan
 
-PAGES = 5
 SPIDER = """
 from netdisco import Spider
 
@@ -38,21 +38,9 @@ class Pages(Spider):
 """
 
 
-def app() -> web.Application:
-    async def page(request: web.Request) -> web.Response:
-        links = (
-            "".join(f'<a href="/p/{n}">p</a>' for n in range(PAGES)) if request.path == "/" else ""
-        )
-        return web.Response(text=f"<html><body>{links}</body></html>", content_type="text/html")
-
-    application = web.Application()
-    application.router.add_get("/{path:.*}", page)
-    return application
-
-
 @pytest.fixture
 async def base() -> AsyncIterator[str]:
-    async with serve(app()) as url:
+    async with serve(linking_app(fan)) as url:
         yield url
 
 

@@ -19,23 +19,23 @@ from netdisco.crawl.middleware import (
 )
 from netdisco.exceptions import ConfigError
 from netdisco.testing import free_port, serve
+from tests.netdisco.sites import linking_app
 
 PAGES = 6
 
 
+def fan(path: str) -> list[str]:
+    """/ links to /p/0..5, the pages to nothing."""
+    return [f"/p/{n}" for n in range(PAGES)] if path == "/" else []
+
+
 def site_app(seen: list[dict[str, str]]) -> web.Application:
-    """/ links to /p/0..5; each page answers with its path; every request's headers kept."""
+    """Every request's path and headers (names in lower case) go to ``seen``."""
 
-    async def page(request: web.Request) -> web.Response:
+    def record(request: web.Request) -> None:
         seen.append({"path": request.path, **{k.lower(): v for k, v in request.headers.items()}})
-        links = (
-            "".join(f'<a href="/p/{n}">p</a>' for n in range(PAGES)) if request.path == "/" else ""
-        )
-        return web.Response(text=f"<html><body>{links}</body></html>", content_type="text/html")
 
-    app = web.Application()
-    app.router.add_get("/{path:.*}", page)
-    return app
+    return linking_app(fan, record)
 
 
 class Pages(Spider):

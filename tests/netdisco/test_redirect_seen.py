@@ -10,6 +10,7 @@ from aiohttp import web
 
 from netdisco import Crawler, Request, Response, Settings, Spider
 from netdisco.testing import serve
+from tests.netdisco.sites import linking_app
 
 LINKS = {
     "/": ["/a#top", "/a#bottom", "/old", "/moved"],
@@ -21,16 +22,12 @@ REDIRECTS = {"/old": "/b", "/moved": "/new#section", "/loop": "/loop2", "/loop2"
 
 
 def app(hits: Counter[str]) -> web.Application:
-    async def handle(request: web.Request) -> web.Response:
+    def record(request: web.Request) -> None:
         hits[request.path] += 1
         if request.path in REDIRECTS:
             raise web.HTTPMovedPermanently(REDIRECTS[request.path])
-        links = "".join(f'<a href="{link}">x</a>' for link in LINKS.get(request.path, ()))
-        return web.Response(text=f"<html><body>{links}</body></html>", content_type="text/html")
 
-    application = web.Application()
-    application.router.add_get("/{path:.*}", handle)
-    return application
+    return linking_app(lambda path: LINKS.get(path, []), record)
 
 
 class Linked(Spider):
