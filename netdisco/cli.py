@@ -102,6 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    _add_crawl_parser(commands)
+    _add_engine_parser(commands)
+    _add_demo_parser(commands)
+    return parser
+
+
+def _add_crawl_parser(commands: Any) -> None:
     crawl = commands.add_parser("crawl", help="run one spider standalone")
     crawl.add_argument("spider", help="FILE.py:Class or module:Class")
     crawl.add_argument(
@@ -110,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="URI[:FORMAT]",
-        help="append items to a feed: FILE.jsonl/.json/.csv, sqlite:///FILE.db, - (stdout)",
+        help="append items to a feed: FILE.jsonl/.json/.csv, sqlite://PATH.db, - (stdout)",
     )
     crawl.add_argument(
         "-O",
@@ -131,9 +138,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     crawl.add_argument("--config", help="TOML file of settings")
     crawl.set_defaults(func=_crawl)
-    _add_engine_parser(commands)
-    _add_demo_parser(commands)
-    return parser
 
 
 def _add_engine_parser(commands: Any) -> None:

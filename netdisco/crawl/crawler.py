@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import enum
-import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -24,16 +23,15 @@ from netdisco.crawl import settings as settings_module
 from netdisco.crawl.codec import RequestCodec
 from netdisco.crawl.downloader import Downloader, Parking
 from netdisco.crawl.feeds import feed_pipelines
-from netdisco.crawl.middleware import build_middlewares
 from netdisco.crawl.pipelines import ItemStream, Pipeline
 from netdisco.crawl.request import Request
-from netdisco.crawl.scheduler import Scheduler, Scope, fingerprint
+from netdisco.crawl.scheduler import Scheduler, Scope
 from netdisco.crawl.scraper import Scraper
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
 from netdisco.crawl.stats import Stats
 from netdisco.exceptions import DownloadFailed, InvalidTransition, NetdiscoError, RequestError
-from netdisco.frontiers import Claims, Connected, Frontier, open_frontier
+from netdisco.frontiers import Connected, Frontier, open_frontier
 
 log = structlog.get_logger(__name__)
 
@@ -77,7 +75,8 @@ def frontier_for(settings: Settings, spider: Spider, owner: str | None) -> Front
 
 
 class Crawler:
-    """Runs one spider; see the module docstring."""
+    """Runs one spider; see the module docstring. ``engine`` names the engine in feed
+    paths (``{engine}``; the host name if None)."""
 
     def __init__(
         self,
@@ -89,7 +88,6 @@ class Crawler:
         owner: str | None = None,
         engine: str | None = None,
     ) -> None:
-        """``engine`` names the engine in feed paths (``{engine}``; the host name if None)."""
         self.spider = spider
         self.name = spider.name
         self.settings = settings or settings_module.from_mapping(spider.custom_settings)
@@ -100,18 +98,12 @@ class Crawler:
         self.scope = Scope(spider.allowed_domains, self.settings.allow, self.settings.deny)
         self.scheduler = Scheduler(self.settings, self.scope, self.frontier, self.stats)
         self.downloader = Downloader(
-            self.settings,
-            self.stats,
-            self.scope.reason,
-            spider=spider,
-            middlewares=build_middlewares(self.settings, spider),
-            claim=self._claim,
+            self.settings, self.stats, self.scope.reason, spider=spider, claim=self.scheduler.claim
         )
         self.parking = Parking(self.downloader, 4 * self.settings.concurrency)
         self.stream = ItemStream(self.stats, self.settings.item_buffer)
         self.scraper = Scraper(self._admit, self.stream, self.stats)
-        engine_name = engine or socket.gethostname()
-        self.feeds = feed_pipelines(self.settings.feeds, spider=self.name, engine=engine_name)
+        self.feeds = feed_pipelines(self.settings.feeds, spider=self.name, engine=engine)
         self._pipelines = [*pipelines, *spider.pipelines(), *self.feeds]
         self._listeners: list[Callable[[Crawler], None]] = []
         self._unpaused = asyncio.Event()
@@ -396,13 +388,6 @@ class Crawler:
             self.stats.in_flight -= 1
             await self._release(request, requeue=not finished, bounded=self._stopping)
             self._notify()
-
-    async def _claim(self, hop: Request) -> bool:
-        """Mark a redirect target seen in the frontier; False if it was already."""
-        if not isinstance(self.frontier, Claims):
-            return True
-        hop.fingerprint = fingerprint(hop)
-        return (await self.frontier.claim([hop]))[0]
 
     async def _failed(self, request: Request, exc: RequestError) -> None:
         self.stats.count_failure(exc)

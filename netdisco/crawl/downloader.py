@@ -13,7 +13,7 @@ import asyncio
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
@@ -22,7 +22,7 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 import structlog
 
-from netdisco.crawl.middleware import Chain, DownloadHandler, Middleware
+from netdisco.crawl.middleware import Chain, DownloadHandler, build_middlewares
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.robots import RobotsCache
@@ -151,20 +151,20 @@ class Downloader:
         scope: ScopeCheck,
         *,
         spider: Spider,
-        middlewares: Sequence[Middleware] = (),
         claim: Claim | None = None,
     ) -> None:
+        """``claim`` marks redirect targets seen (the crawler's scheduler does, in the frontier)."""
         self.settings = settings
         self.stats = stats
         self.scope = scope
         self.spider = spider
-        self.middlewares = middlewares
+        self.middlewares = build_middlewares(settings, spider)
         self.claim = claim
         self._slots: dict[str, HostSlot] = {}
         self._session: aiohttp.ClientSession | None = None
         self._http: AiohttpHandler | None = None
         self.renderer: RenderingHandler | None = None
-        self.chain = Chain(middlewares, spider, self._transfer)
+        self.chain = Chain(self.middlewares, spider, self._transfer)
         self.robots: RobotsCache | None = None
 
     async def open(self) -> None:

@@ -9,6 +9,7 @@ after a crawl's worth of items. ``flush`` is awaitable and explicit; ``close``
 
 from __future__ import annotations
 
+import socket
 import sqlite3
 import sys
 import time
@@ -121,6 +122,9 @@ def _reason(exc: BaseException) -> str:
     return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
 
 
-def feed_pipelines(specs: tuple[FeedSpec, ...], *, spider: str, engine: str) -> list[FeedPipeline]:
-    """One pipeline per feed of a spider."""
-    return [FeedPipeline(spec, spider=spider, engine=engine) for spec in specs]
+def feed_pipelines(
+    specs: tuple[FeedSpec, ...], *, spider: str, engine: str | None
+) -> list[FeedPipeline]:
+    """One pipeline per feed of a spider; ``{engine}`` is the host name when None."""
+    name = engine or socket.gethostname()
+    return [FeedPipeline(spec, spider=spider, engine=name) for spec in specs]
