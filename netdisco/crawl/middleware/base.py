@@ -87,53 +87,76 @@ class Chain:
 
     async def __call__(self, request: Request) -> Response:
         """Run ``request`` through the hooks and the download."""
-        response: Response | None = None
-        for name, hook in self._requests:
-            result = await _call(name, "process_request", hook, request, request, self.spider)
-            if isinstance(result, Response):
-                response = result
-                break
-            if isinstance(result, Request):
-                request = result
-            elif result is not None:
-                raise _wrong(name, "process_request", result, "None, Request or Response", request)
+        request, response = await self._before(request)
         if response is None:
             response = await self._download(request)
-        for name, hook in self._responses:
-            response = await _call(
-                name, "process_response", hook, request, request, response, self.spider
-            )
-            if not isinstance(response, Response):
-                raise _wrong(name, "process_response", response, "a Response", request)
+        return await self._after(request, response) if self._responses else response
+
+    async def _before(self, request: Request) -> tuple[Request, Response | None]:
+        hook = "process_request"
+        name = ""
+        try:
+            for name, method in self._requests:
+                result = await method(request, self.spider)
+                if isinstance(result, Response):
+                    return request, result
+                if isinstance(result, Request):
+                    request = result
+                elif result is not None:
+                    raise _wrong(name, hook, result, "None, Request or Response", request)
+        except RequestError:  # a MiddlewareTypeError, or a hook's deliberate refusal
+            raise
+        except Exception as exc:
+            raise _failed(name, hook, exc, request) from exc
+        return request, None
+
+    async def _after(self, request: Request, response: Response) -> Response:
+        hook = "process_response"
+        name = ""
+        try:
+            for name, method in self._responses:
+                response = await method(request, response, self.spider)
+                if not isinstance(response, Response):
+                    raise _wrong(name, hook, response, "a Response", request)
+        except RequestError:  # a MiddlewareTypeError, or a hook's deliberate refusal
+            raise
+        except Exception as exc:
+            raise _failed(name, hook, exc, request) from exc
         return response
 
     async def _download(self, request: Request) -> Response:
         try:
             return await self.download(request)
         except Exception as exc:
-            for name, hook in self._exceptions:
-                result = await _call(
-                    name, "process_exception", hook, request, request, exc, self.spider
-                )
+            if not self._exceptions:
+                raise
+            recovered = await self._recover(request, exc)
+            if recovered is None:
+                raise
+            return recovered
+
+    async def _recover(self, request: Request, error: Exception) -> Response | None:
+        hook = "process_exception"
+        name = ""
+        try:
+            for name, method in self._exceptions:
+                result = await method(request, error, self.spider)
                 if isinstance(result, Response):
                     return result
                 if result is not None:
-                    raise _wrong(
-                        name, "process_exception", result, "None or Response", request
-                    ) from exc
+                    raise _wrong(name, hook, result, "None or Response", request)
+        except RequestError:  # a MiddlewareTypeError, or a hook's deliberate refusal
             raise
+        except Exception as exc:
+            raise _failed(name, hook, exc, request) from exc
+        return None
 
 
-async def _call(name: str, hook: str, method: Any, request: Request, *args: Any) -> Any:
-    """Await one hook; anything but a RequestError it raises becomes a MiddlewareError."""
-    try:
-        return await method(*args)
-    except RequestError:
-        raise
-    except Exception as exc:
-        raise MiddlewareError(
-            f"middleware {name}.{hook} raised {exc!r}", url=request.url, middleware=name
-        ) from exc
+def _failed(name: str, hook: str, exc: Exception, request: Request) -> MiddlewareError:
+    """What a hook raised, as the MiddlewareError that fails the request."""
+    return MiddlewareError(
+        f"middleware {name}.{hook} raised {exc!r}", url=request.url, middleware=name
+    )
 
 
 def _wrong(name: str, hook: str, value: object, expected: str, request: Request) -> TypeError:

@@ -116,6 +116,8 @@ class Cookies(Middleware):
         self.jar = aiohttp.CookieJar(unsafe=True)  # unsafe: IP hosts may set cookies too
 
     async def process_request(self, request: Request, spider: Spider) -> None:
+        if not len(self.jar):  # no cookie yet: no URL to parse
+            return
         cookies = self.jar.filter_cookies(URL(request.url))
         if not cookies:
             return
