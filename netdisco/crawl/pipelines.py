@@ -71,7 +71,8 @@ class ConsolePipeline(Pipeline):
 
 
 class JsonLinesPipeline(Pipeline):
-    """Writes UTF-8 JSON lines to ``path``: one object per line, flushed and closed on stop.
+    """Writes UTF-8 JSON lines to ``path``: one object per line, flushed after every write
+    (a killed process loses none it wrote: its requests are already done) and closed on stop.
 
     A buffering operator upstream makes ``process`` receive lists: each element is a line.
     """
@@ -89,6 +90,7 @@ class JsonLinesPipeline(Pipeline):
         assert self._file is not None, "JsonLinesPipeline.open() was not awaited"
         batch = item if isinstance(item, list) else (item,)
         self._file.write("".join(json_line(i) for i in batch))
+        self._file.flush()
 
     async def close(self) -> None:
         if self._file is not None:

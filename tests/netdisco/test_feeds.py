@@ -165,19 +165,20 @@ class Items(Spider):
     name = "items"
 
 
-async def test_flush_is_explicit_and_sqlite_adds_columns(tmp_path: Path) -> None:
+async def test_items_reach_the_os_at_once_and_sqlite_adds_columns(tmp_path: Path) -> None:
+    """What is written is handed to the operating system at once (a killed process loses
+    nothing); ``flush`` also syncs it to disk."""
     [lines, rows] = parse_feeds("feeds", {f"{tmp_path}/i.jsonl": {}, f"{tmp_path}/i.db": {}})
     feeds = [FeedPipeline(spec, spider="items", engine="e") for spec in (lines, rows)]
     for feed in feeds:
         await feed.open()
         feed.process({"url": "u1"})
         feed.process([{"url": "u2", "extra": 3}])  # a buffered batch, with a new key
-    assert (tmp_path / "i.jsonl").read_text() == ""  # still in the buffer
+    assert len((tmp_path / "i.jsonl").read_text().splitlines()) == 2  # not in a buffer
+    with sqlite3.connect(tmp_path / "i.db") as db:  # committed: another reader sees the rows
+        assert db.execute("SELECT url, extra FROM items").fetchall() == [("u1", None), ("u2", 3)]
     for feed in feeds:
         await feed.flush()
-    assert len((tmp_path / "i.jsonl").read_text().splitlines()) == 2
-    with sqlite3.connect(tmp_path / "i.db") as db:
-        assert db.execute("SELECT url, extra FROM items").fetchall() == [("u1", None), ("u2", 3)]
     for feed in feeds:
         await feed.close()
     with pytest.raises(FeedError, match="was not opened"):

@@ -3,8 +3,9 @@
 ``prepare`` (called when the spider starts, before anything is fetched) fills in the
 URI template, creates missing directories and opens the file once, so a feed that
 cannot be written fails the start with a ``FeedError`` naming the path rather than
-after a crawl's worth of items. ``flush`` is awaitable and explicit; ``close``
-(when the spider stops) flushes and closes.
+after a crawl's worth of items. Every item (or batch) is handed to the operating
+system as it is written (a killed process loses none); ``flush`` is awaitable and
+explicit and also syncs to disk; ``close`` (when the spider stops) flushes and closes.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ class FeedPipeline(Pipeline):
             raise FeedError(f"feed {self.spec.uri!r} was not opened")
         for one in item if isinstance(item, list) else (item,):
             self._writer.write(one)
+        self._writer.flush(sync=False)  # to the OS: a killed process loses nothing written
 
     async def flush(self) -> None:
         if self._writer is not None:

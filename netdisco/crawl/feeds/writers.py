@@ -25,8 +25,8 @@ class Writer(Protocol):
     def write(self, item: Any) -> None:
         """Add one item."""
 
-    def flush(self) -> None:
-        """Hand what was written to the operating system (and the disk)."""
+    def flush(self, *, sync: bool = True) -> None:
+        """Hand what was written to the operating system; with ``sync``, to the disk too."""
 
     def close(self) -> None:
         """Finish the format (a JSON array's bracket), flush and close."""
@@ -55,9 +55,9 @@ class TextWriter:
     def write(self, item: Any) -> None:
         self.stream.write(json_line(item))
 
-    def flush(self) -> None:
+    def flush(self, *, sync: bool = True) -> None:
         self.stream.flush()
-        if self.owned:
+        if sync and self.owned:
             os.fsync(self.stream.fileno())
 
     def finish(self) -> None:
@@ -121,16 +121,15 @@ def quote(name: str) -> str:
 
 class SqliteWriter:
     """Rows of a table named after the spider; columns declared or from the items (a key
-    first seen later adds a column). Committed every ``batch`` rows and on flush."""
+    first seen later adds a column). Each flush commits (WAL: a commit survives a crash
+    of the process; ``sync`` makes it survive one of the machine)."""
 
-    def __init__(
-        self, path: str, table: str, *, fields: Sequence[str], overwrite: bool, batch: int = 1000
-    ) -> None:
+    def __init__(self, path: str, table: str, *, fields: Sequence[str], overwrite: bool) -> None:
         self.db = sqlite3.connect(path)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
         self.table = quote(table)
         self.declared = list(fields)
-        self.batch = batch
-        self._pending = 0
         if overwrite:
             self.db.execute(f"DROP TABLE IF EXISTS {self.table}")
         self.columns = [row[1] for row in self.db.execute(f"PRAGMA table_info({self.table})")]
@@ -141,9 +140,6 @@ class SqliteWriter:
         self._ensure(names)
         sql = f"INSERT INTO {self.table} ({', '.join(map(quote, names))}) VALUES "
         self.db.execute(sql + f"({', '.join('?' * len(names))})", [cell(row.get(n)) for n in names])
-        self._pending += 1
-        if self._pending >= self.batch:
-            self.flush()
 
     def _ensure(self, names: Sequence[str]) -> None:
         missing = [n for n in names if n not in self.columns]
@@ -156,9 +152,10 @@ class SqliteWriter:
                 self.db.execute(f"ALTER TABLE {self.table} ADD COLUMN {quote(name)}")
         self.columns += missing
 
-    def flush(self) -> None:
+    def flush(self, *, sync: bool = True) -> None:
         self.db.commit()
-        self._pending = 0
+        if sync:
+            self.db.execute("PRAGMA wal_checkpoint(FULL)")
 
     def close(self) -> None:
         self.flush()
