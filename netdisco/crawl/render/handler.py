@@ -11,6 +11,7 @@ that are not HTML are returned as they came.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from multidict import CIMultiDict
@@ -78,14 +79,15 @@ class RenderingHandler:
         from playwright.async_api import Error, TimeoutError
 
         s = self.settings
-        timeout = s.render_timeout * 1000
         wait = s.render_wait if s.render_wait in LOAD_STATES else "load"
         served: list[bool] = []  # the document is served once; later navigations are refused
         await page.route("**/*", lambda route: self._route(route, document, served))
+        deadline = time.monotonic() + s.render_timeout  # one budget for load and selector
         try:
-            await page.goto(document.url, wait_until=wait, timeout=timeout)  # type: ignore[arg-type]
+            await page.goto(document.url, wait_until=wait, timeout=s.render_timeout * 1000)  # type: ignore[arg-type]
             if s.render_wait not in LOAD_STATES:
-                await page.wait_for_selector(s.render_wait, state="attached", timeout=timeout)
+                left = max(deadline - time.monotonic(), 0.001) * 1000
+                await page.wait_for_selector(s.render_wait, state="attached", timeout=left)
             return await page.content()
         except TimeoutError as exc:
             self.stats.render_timeouts += 1
