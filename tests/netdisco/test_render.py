@@ -23,9 +23,12 @@ from netdisco import Crawler, Request, Response, Settings, Spider
 from netdisco.exceptions import BrowserUnavailable
 from netdisco.testing import eventually, serve
 
-pytestmark = pytest.mark.skipif(
-    not os.access("/usr/bin/chromium", os.X_OK), reason="needs Debian's chromium (make system-deps)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not os.access("/usr/bin/chromium", os.X_OK), reason="needs Debian's chromium"
+    ),
+    pytest.mark.timeout(180),  # Chromium starts in seconds, or ten on a loaded machine
+]
 SCRIPT = """
 const links = JSON.parse(document.body.dataset.links);
 document.getElementById("links").innerHTML =
@@ -134,12 +137,12 @@ async def test_a_page_that_never_settles_times_out_and_is_counted() -> None:
                 yield Request(url + "/p/9")
 
         crawler, items = await crawl(
-            Busy(url), render=True, render_wait="networkidle", render_timeout=2, retries=0
+            Busy(url), render=True, render_wait="networkidle", render_timeout=10, retries=0
         )
     assert [item["url"] for item in items] == [url + "/p/9"]
     assert crawler.stats.render_timeouts == 1
     assert crawler.stats.failed == 1
-    assert "did not reach 'networkidle' within 2.0 s" in (crawler.stats.last_error or "")
+    assert "did not reach 'networkidle' within 10.0 s" in (crawler.stats.last_error or "")
 
 
 async def test_a_selector_wait_and_a_chromium_crash_mid_crawl() -> None:

@@ -22,7 +22,7 @@ from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.stats import Stats
-from netdisco.exceptions import BrowserCrashed, RenderError, RenderTimeout
+from netdisco.exceptions import BrowserCrashed, BrowserUnavailable, RenderError, RenderTimeout
 
 if TYPE_CHECKING:
     from playwright.async_api import Page, Route
@@ -65,15 +65,20 @@ class RenderingHandler:
     async def render(self, document: Response) -> str:
         """The DOM after ``document`` ran in a page, or a RenderError saying why not."""
         async with self.pool.pages:
-            context = await self.pool.context()
             try:
-                page = await context.new_page()
+                page = await self.pool.take_page()
+            except BrowserUnavailable:
+                raise
             except Exception as exc:
-                raise BrowserCrashed(f"no page: {exc}", url=document.url) from exc
+                reason = str(exc).splitlines()[0] if str(exc) else repr(exc)
+                raise BrowserCrashed(f"no page: {reason}", url=document.url) from exc
+            clean = False
             try:
-                return await self._run(page, document)
+                html = await self._run(page, document)
+                clean = True
+                return html
             finally:
-                await _close(page)
+                await self.pool.give_back(page, reuse=clean)
 
     async def _run(self, page: Page, document: Response) -> str:
         from playwright.async_api import Error, TimeoutError
@@ -81,9 +86,9 @@ class RenderingHandler:
         s = self.settings
         wait = s.render_wait if s.render_wait in LOAD_STATES else "load"
         served: list[bool] = []  # the document is served once; later navigations are refused
-        await page.route("**/*", lambda route: self._route(route, document, served))
         deadline = time.monotonic() + s.render_timeout  # one budget for load and selector
         try:
+            await page.route("**/*", lambda route: self._route(route, document, served))
             await page.goto(document.url, wait_until=wait, timeout=s.render_timeout * 1000)  # type: ignore[arg-type]
             if s.render_wait not in LOAD_STATES:
                 left = max(deadline - time.monotonic(), 0.001) * 1000
@@ -96,9 +101,10 @@ class RenderingHandler:
                 url=document.url,
             ) from exc
         except Error as exc:
+            reason = (exc.message or repr(exc)).splitlines()[0]  # the rest is Chromium's log
             if not _connected(page):
-                raise BrowserCrashed(f"browser died: {exc.message}", url=document.url) from exc
-            raise RenderError(f"render failed: {exc.message}", url=document.url) from exc
+                raise BrowserCrashed(f"browser died: {reason}", url=document.url) from exc
+            raise RenderError(f"render failed: {reason}", url=document.url) from exc
 
     async def _route(self, route: Route, document: Response, served: list[bool]) -> None:
         """Serve the fetched document itself; block what ``render_block`` names, and any
@@ -122,10 +128,3 @@ class RenderingHandler:
 def _connected(page: Any) -> bool:
     browser = page.context.browser
     return browser is not None and bool(browser.is_connected())
-
-
-async def _close(page: Page) -> None:
-    try:
-        await page.close()
-    except Exception:  # a page of a crashed browser is gone already
-        return

@@ -18,7 +18,7 @@ from netdisco.crawl.settings import Settings
 from netdisco.exceptions import BrowserUnavailable
 
 if TYPE_CHECKING:
-    from playwright.async_api import Browser, BrowserContext, Playwright
+    from playwright.async_api import Browser, BrowserContext, Page, Playwright
 
 log = structlog.get_logger(__name__)
 
@@ -56,7 +56,11 @@ def check_available(settings: Settings) -> None:
 
 
 class BrowserPool:
-    """A browser, restarted when it dies, and at most ``render_concurrency`` pages at once."""
+    """A browser, restarted when it dies, and at most ``render_concurrency`` pages at once.
+
+    Pages that rendered cleanly are kept for the next document (a new page costs a new
+    renderer process: about ten times a navigation); any other page is closed.
+    """
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -65,6 +69,7 @@ class BrowserPool:
         self._playwright: Playwright | None = None
         self._browser: Browser | None = None
         self._context: BrowserContext | None = None
+        self._idle: list[Page] = []
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
@@ -78,6 +83,26 @@ class BrowserPool:
                 await self._launch()
             assert self._context is not None
             return self._context
+
+    async def take_page(self) -> Page:
+        """An idle page of the live browser, or a new one (hold ``pages`` while using it)."""
+        context = await self.context()
+        while self._idle:
+            page = self._idle.pop()
+            if not page.is_closed() and page.context is context:
+                return page
+        return await context.new_page()
+
+    async def give_back(self, page: Page, *, reuse: bool) -> None:
+        """Keep ``page`` for the next document, or close it."""
+        try:
+            if reuse and self._browser is not None and self._browser.is_connected():
+                await page.unroute("**/*")
+                self._idle.append(page)
+            else:
+                await page.close()
+        except Exception as exc:  # a page of a crashed browser is gone already
+            log.debug("page_dropped", error=repr(exc))
 
     async def _launch(self) -> None:
         check_available(self.settings)
@@ -94,6 +119,7 @@ class BrowserPool:
         self._context = await self._browser.new_context(service_workers="block")
 
     async def _drop_browser(self) -> None:
+        self._idle.clear()
         browser, self._browser, self._context = self._browser, None, None
         if browser is not None:
             try:
