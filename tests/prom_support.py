@@ -48,8 +48,8 @@ class PrometheusServer:
         ]  # fmt: skip
 
     def start(self) -> None:
-        log = (self.workdir / "prometheus.log").open("wb")
-        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
+        with (self.workdir / "prometheus.log").open("wb") as log:  # the child keeps its own fd
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
