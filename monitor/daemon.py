@@ -153,6 +153,7 @@ class Monitor:
             rate = self.status.rates.get(member.name)
             read = rate is not None and rate.pages_per_second is not None
             item["pages_per_second"] = self.history.engine_rate(member.name) if read else None
+            item["status_error"] = rate.error if rate is not None else None
             engines.append(item)
         return {
             "root": self.config.zookeeper.root,

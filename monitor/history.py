@@ -17,8 +17,8 @@ from typing import Any
 #: what the dashboard shows of a spider's status object
 SPIDER_KEYS = ("name", "state", "succeeded", "failed", "items", "queue_size", "in_flight",
                "next_run", "last_error")  # fmt: skip
-#: states in which a spider's pages/s means something
-RATED = frozenset({"running", "stopping"})
+#: states in which a spider fetches nothing, so its last minute's pages/s would mislead
+QUIET = frozenset({"idle", "paused", "stopped", "finished", "failed"})
 
 Sample = tuple[float, float | None]
 
@@ -35,7 +35,7 @@ class SpiderTrack:
     def update(self, status: dict[str, Any], at: float) -> None:
         self.summary = {key: status.get(key) for key in SPIDER_KEYS}
         rate = status.get("pages_per_second")
-        rated = status.get("state") in RATED and isinstance(rate, int | float)
+        rated = status.get("state") not in QUIET and isinstance(rate, int | float)
         self.summary["pages_per_second"] = float(rate) if rated and rate is not None else None
         self.series.append((round(at, 3), self.summary["pages_per_second"]))
 

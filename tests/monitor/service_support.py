@@ -21,8 +21,9 @@ from tests.netdisco.engine_site import site_spider
 
 ENGINE_TOKEN = "engine-tok-0123456789"
 MONITOR_TOKEN = "monitor-tok-9876543210"
-#: one page at a time on the slow pages (50 ms each): running for 10 s and more
-SLOW = Settings(progress_interval=0, concurrency=1)
+#: one page at a time, 0.25 s apart, on the slow pages: the 200-page tree takes a minute
+#: and more, so it still runs when a slow browser gets to its buttons
+SLOW = Settings(progress_interval=0, concurrency=1, download_delay=0.25)
 
 
 async def real_engine(zk_hosts: str, site: str, engine_id: str = "crawler-1") -> SpiderEngine:
