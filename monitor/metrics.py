@@ -21,8 +21,9 @@ ENGINE_STATES = (*(s.value for s in NodeState), "unknown", "other")
 class EngineStates(Collector):
     """``netdisco_monitor_engines{state}``, counted from the view at scrape time."""
 
-    def __init__(self) -> None:
+    def __init__(self, registry: CollectorRegistry) -> None:
         self.states: Callable[[], list[str]] = list
+        registry.register(self)
 
     def collect(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(
@@ -42,6 +43,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        self.engine_states = EngineStates(r)
         self.engines_online = Gauge(
             "netdisco_monitor_engines_online", "Engines in the monitor's view.", registry=r
         )
@@ -50,8 +52,6 @@ class Metrics:
         )
         for event_type in EventType:  # every type from 0, so rates work from the first one
             self.events.labels(event_type.value)
-        self.engine_states = EngineStates()
-        r.register(self.engine_states)
         self.alerts_sent = Counter(
             "netdisco_monitor_alerts_sent", "Alerts delivered, by hook.", ["hook"], registry=r
         )

@@ -94,17 +94,21 @@ async def test_a_click_pauses_a_spider_on_a_real_engine(
                         "no rate once paused")  # fmt: skip
             await screenshot(page, SCREENSHOT)
 
-            await page.eval(f"{row('crawler-gone', 'quotes', 'button[data-action=stop]')}.click()")
-            error = await shows(page, "document.querySelector('#control-msg.error')?.textContent",
-                                "the error of a gone engine")  # fmt: skip
-            assert error.startswith("crawler-gone/quotes stop failed (502): engine 'crawler-gone'")
-            assert "cannot be reached" in error
+            await _a_gone_engine_is_a_clear_error(page)
             await _filters_narrow_the_event_log(
                 page, await asyncio.to_thread(engines, "crawler-brief")
             )
     finally:
         await engine.stop(deadline=1)
     assert SCREENSHOT.read_bytes().startswith(b"\x89PNG")
+
+
+async def _a_gone_engine_is_a_clear_error(page: Page) -> None:
+    await page.eval(f"{row('crawler-gone', 'quotes', 'button[data-action=stop]')}.click()")
+    error = await shows(page, "document.querySelector('#control-msg.error')?.textContent",
+                        "the error of a gone engine")  # fmt: skip
+    assert error.startswith("crawler-gone/quotes stop failed (502): engine 'crawler-gone'")
+    assert "cannot be reached" in error
 
 
 def _choose(select: str, value: str) -> str:
