@@ -62,7 +62,7 @@ class Monitor:
         self.http = HttpServer(self, self.control, config.http.host, config.http.port)
         self.history = History()
         self.status = StatusPoller(
-            self.watcher.members, config.http.poll_status, on_body=self.history.record
+            self.watcher.members, config.http.poll_status, on_body=self._status_read
         )
         self.metrics.bind(
             online=lambda: len(self.watcher.members()),
@@ -76,6 +76,13 @@ class Monitor:
         """Is the engine (or, for ``CLUSTER``, any engine) in the view?"""
         members = self.watcher.view.members if self.watcher.view else {}
         return bool(members) if key == CLUSTER else key in members
+
+    def _status_read(self, engine_id: str, body: Any) -> None:
+        """Keep a poll's answer for the dashboard; forget engines that left, so it stays bounded."""
+        self.history.record(engine_id, body)
+        members = self.watcher.members()
+        if len(self.history) > len(members):
+            self.history.keep_only(m.name for m in members)
 
     def record(self, event: Event) -> None:
         """Log, keep, count, then route one event. Called on the loop, never blocks."""

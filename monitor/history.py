@@ -52,6 +52,9 @@ class History:
         self._engines: dict[str, dict[str, SpiderTrack]] = {}
         self._read_at: dict[str, float] = {}
 
+    def __len__(self) -> int:
+        return len(self._engines)
+
     def record(self, engine_id: str, body: Any, at: float | None = None) -> None:
         """Take one poll's answer (a list of spider status objects; anything else is ignored)."""
         if not isinstance(body, list):

@@ -46,6 +46,7 @@ def test_engines_that_left_are_forgotten() -> None:
     history = History()
     history.record("e1", [spider("a")])
     history.record("e2", [spider("b")])
+    assert len(history) == 2
     history.keep_only(["e2"])
     assert list(history.to_json()["engines"]) == ["e2"]
     assert history.engine_rate("e1") is None
