@@ -186,3 +186,13 @@ class BrowserUnavailable(NetdiscoError):
 
 class FeedError(NetdiscoError):
     """A feed cannot be opened or written; the message names the path."""
+
+
+class ControlRefused(NetdiscoError):
+    """A control call through the monitor that was refused or could not reach its engine."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message

@@ -305,8 +305,10 @@ class Downloader:
         slot = self._slot(request.url)
         async with slot.semaphore:
             await slot.wait_turn(self.settings.download_delay)
+            began = time.monotonic()
             response = await handler.fetch(request)
         self.stats.bytes += len(response.body)
+        self.stats.responded(response.status, time.monotonic() - began)
         return response
 
 
