@@ -93,35 +93,23 @@ class Chain:
         return await self._after(request, response) if self._responses else response
 
     async def _before(self, request: Request) -> tuple[Request, Response | None]:
-        hook = "process_request"
-        name = ""
-        try:
-            for name, method in self._requests:
+        with (current := _Current("process_request", request)):
+            for current.name, method in self._requests:
                 result = await method(request, self.spider)
                 if isinstance(result, Response):
                     return request, result
                 if isinstance(result, Request):
-                    request = result
+                    request = current.request = result
                 elif result is not None:
-                    raise _wrong(name, hook, result, "None, Request or Response", request)
-        except RequestError:  # a MiddlewareTypeError, or a hook's deliberate refusal
-            raise
-        except Exception as exc:
-            raise _failed(name, hook, exc, request) from exc
+                    raise current.wrong(result, "None, Request or Response")
         return request, None
 
     async def _after(self, request: Request, response: Response) -> Response:
-        hook = "process_response"
-        name = ""
-        try:
-            for name, method in self._responses:
+        with (current := _Current("process_response", request)):
+            for current.name, method in self._responses:
                 response = await method(request, response, self.spider)
                 if not isinstance(response, Response):
-                    raise _wrong(name, hook, response, "a Response", request)
-        except RequestError:  # a MiddlewareTypeError, or a hook's deliberate refusal
-            raise
-        except Exception as exc:
-            raise _failed(name, hook, exc, request) from exc
+                    raise current.wrong(response, "a Response")
         return response
 
     async def _download(self, request: Request) -> Response:
@@ -136,32 +124,41 @@ class Chain:
             return recovered
 
     async def _recover(self, request: Request, error: Exception) -> Response | None:
-        hook = "process_exception"
-        name = ""
-        try:
-            for name, method in self._exceptions:
+        with (current := _Current("process_exception", request)):
+            for current.name, method in self._exceptions:
                 result = await method(request, error, self.spider)
                 if isinstance(result, Response):
                     return result
                 if result is not None:
-                    raise _wrong(name, hook, result, "None or Response", request)
-        except RequestError:  # a MiddlewareTypeError, or a hook's deliberate refusal
-            raise
-        except Exception as exc:
-            raise _failed(name, hook, exc, request) from exc
+                    raise current.wrong(result, "None or Response")
         return None
 
 
-def _failed(name: str, hook: str, exc: Exception, request: Request) -> MiddlewareError:
-    """What a hook raised, as the MiddlewareError that fails the request."""
-    return MiddlewareError(
-        f"middleware {name}.{hook} raised {exc!r}", url=request.url, middleware=name
-    )
+class _Current:
+    """The hook running now: turns what it raises into the MiddlewareError that fails the
+    request (a RequestError, the wrong type's included, passes as it is)."""
 
+    __slots__ = ("hook", "name", "request")
 
-def _wrong(name: str, hook: str, value: object, expected: str, request: Request) -> TypeError:
-    return MiddlewareTypeError(
-        f"middleware {name}.{hook} returned {type(value).__name__}, expected {expected}",
-        url=request.url,
-        middleware=name,
-    )
+    def __init__(self, hook: str, request: Request) -> None:
+        self.hook = hook
+        self.name = ""
+        self.request = request
+
+    def __enter__(self) -> _Current:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
+        if exc is None or isinstance(exc, RequestError) or not isinstance(exc, Exception):
+            return
+        message = f"middleware {self.name}.{self.hook} raised {exc!r}"
+        raise MiddlewareError(message, url=self.request.url, middleware=self.name) from exc
+
+    def wrong(self, value: object, expected: str) -> MiddlewareTypeError:
+        """The error for a hook that returned ``value`` instead of ``expected``."""
+        return MiddlewareTypeError(
+            f"middleware {self.name}.{self.hook} returned {type(value).__name__}, "
+            f"expected {expected}",
+            url=self.request.url,
+            middleware=self.name,
+        )
