@@ -350,7 +350,9 @@ class SpiderEngine:
     def _new_crawler(
         self, spider: Spider, settings: Settings | None, pipelines: Sequence[Pipeline]
     ) -> Crawler:
-        crawler = Crawler(spider, settings, pipelines=pipelines, owner=self.incarnation)
+        crawler = Crawler(
+            spider, settings, pipelines=pipelines, owner=self.incarnation, engine=self.id
+        )
         crawler.add_listener(self._on_spider_changed)
         self._crawlers[crawler.name] = crawler
         return crawler

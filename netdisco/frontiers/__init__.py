@@ -10,6 +10,7 @@ below the crawl: it queues anything with a fingerprint and a priority
 from __future__ import annotations
 
 from netdisco.frontiers.base import (
+    Claims,
     Codec,
     Connected,
     Frontier,
@@ -21,6 +22,7 @@ from netdisco.frontiers.base import (
 from netdisco.frontiers.memory import MemoryFrontier
 
 __all__ = [
+    "Claims",
     "Codec",
     "Connected",
     "Frontier",
