@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from netdisco import Request, Settings
+from netdisco import Crawler, Request, Settings
 from netdisco.crawl.codec import RequestCodec
 from netdisco.crawl.crawler import frontier_for
 from netdisco.exceptions import ConfigError
@@ -18,6 +18,7 @@ from netdisco.frontiers.redis.hosts import HostKeys, HostQueueFrontier
 from netdisco.testing import RedisServer, eventually
 from tests.netdisco.hosts_support import trace_events
 from tests.netdisco.redis_support import SiteSpider, make_request
+from tests.netdisco.test_politeness import Host, TwoHosts, hosts  # noqa: F401 - a fixture
 
 Factory = Callable[..., HostQueueFrontier[Request]]
 
@@ -193,3 +194,22 @@ def test_every_host_key_shares_the_spiders_cluster_slot():
     names += [keys.hostof, keys.hosted, keys.trace, keys.robots("http://a.test"), keys.queue]
     assert {key_slot(name.encode()) for name in names} == {key_slot(b"{quotes}")}
     assert keys.host_queue("h").startswith(keys.host_prefix)  # as the scripts build it
+
+
+async def test_a_slow_host_holds_no_worker_across_engines(
+    hosts: tuple[Host, Host],  # noqa: F811 - the fixture of test_politeness
+    redis_url: str,
+) -> None:
+    slow, fast = hosts
+    settings = Settings(
+        frontier=redis_url, concurrency=2, per_host_concurrency=1, obey_robots=False
+    )
+    crawlers = [Crawler(TwoHosts(slow.base, fast.base), settings) for _ in range(2)]
+    for crawler in crawlers:  # two engines on one crawl (the second's seeds are seen)
+        await crawler.start()
+    for crawler in crawlers:
+        await crawler.wait()
+    assert sum(c.stats.succeeded for c in crawlers) == 16
+    # one slow request at a time for the whole crawl; the fast pages did not wait for it
+    second_slow = sorted(slow.arrivals.values())[1]
+    assert max(fast.arrivals.values()) < second_slow
