@@ -238,7 +238,8 @@ class SpiderEngine:
         self.started_at = time.time()
         try:
             if self.settings.http:
-                await self._start_http()
+                self._http = self._front_factory(self)
+                self.port = await self._http.start(self.settings.host, self.settings.port)
             if self._registry_factory is not None:
                 self.registry = self._registry_factory(self.id, self.describe)
                 await self.registry.start()
@@ -300,10 +301,6 @@ class SpiderEngine:
         await self.stop()
 
     # -- internals -------------------------------------------------------------------
-
-    async def _start_http(self) -> None:
-        self._http = self._front_factory(self)
-        self.port = await self._http.start(self.settings.host, self.settings.port)
 
     async def _shutdown(self, deadline: float | None) -> None:
         self.state = EngineState.STOPPING
