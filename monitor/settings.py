@@ -20,6 +20,9 @@ class ZooKeeperSettings:
     root: str = "/netdiscovery"
     session_timeout: float = 10.0
     resync_interval: float = 30.0  # full re-read, in case a watch was missed
+    digest_env: str | None = None  # the engines' digest identity: protected root, sweeps
+    digest_file: str | None = None
+    tombstone_max_age: float = 86400.0  # tombstones older than this are deleted on resync
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,7 +49,7 @@ class AlertSettings:
     offline_events: frozenset[EventType] = frozenset(
         {EventType.ENGINE_LOST, EventType.CLUSTER_EMPTY}
     )
-    leave_window: float = 0.5  # a write this close before a delete means "left"
+    leave_window: float | None = None  # deprecated, ignored: tombstones tell leaves
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,7 +22,16 @@ from kazoo.security import ACL, make_acl, make_digest_acl
 from netdisco.exceptions import ConfigError
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_KEYS = ("hosts", "root", "session_timeout", "digest_env", "digest_file", "audit_interval")
+_KEYS = (
+    "hosts",
+    "root",
+    "session_timeout",
+    "digest_env",
+    "digest_file",
+    "audit_interval",
+    "tombstone_max_age",
+)
+_SECONDS = ("session_timeout", "audit_interval", "tombstone_max_age")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +64,7 @@ class ZooKeeperSettings:
     digest_env: str | None = None
     digest_file: str | None = None
     audit_interval: float = 5.0
+    tombstone_max_age: float = 86400.0  # own tombstones older than this go at start
 
     @classmethod
     def from_mapping(
@@ -87,6 +97,9 @@ class ZooKeeperSettings:
             digest_file=_optional_str(data.get("digest_file"), f"{prefix}.digest_file"),
             audit_interval=_seconds(
                 data.get("audit_interval", cls.audit_interval), f"{prefix}.audit_interval"
+            ),
+            tombstone_max_age=_seconds(
+                data.get("tombstone_max_age", cls.tombstone_max_age), f"{prefix}.tombstone_max_age"
             ),
         )
         if settings.digest_env and settings.digest_file:
@@ -127,7 +140,7 @@ def _from_environ(environ: Mapping[str, str], prefix: str) -> dict[str, Any]:
         if name not in environ:
             continue
         value: Any = environ[name]
-        if key in ("session_timeout", "audit_interval"):
+        if key in _SECONDS:
             try:
                 value = float(value)
             except ValueError:

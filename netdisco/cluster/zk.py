@@ -3,7 +3,7 @@
 kazoo runs state listeners and watch callbacks on its own threads; calling kazoo
 from there wedges the client (kazoo #355, #381). So kazoo threads only ever call
 ``loop.call_soon_threadsafe``; every ZooKeeper operation is a ``*_async`` call
-whose result is awaited on the loop. See ``ZOOKEEPER.md`` in the design notes.
+whose result is awaited on the loop. See ``docs/architecture.md``, "The kazoo rule".
 """
 
 from __future__ import annotations
@@ -89,3 +89,14 @@ class Bridge:
     def add_listener(self, callback: Callable[[KazooState], None]) -> None:
         """Register ``callback`` for every connection-state change."""
         self.client.add_listener(self.state_listener(callback))
+
+
+def close_client(client: KazooClient) -> None:
+    """Close the session (the server drops our ephemerals) and free kazoo's threads.
+
+    Blocking: run it with ``asyncio.to_thread``.
+    """
+    try:
+        client.stop()
+    finally:
+        client.close()
