@@ -29,9 +29,9 @@ from kazoo.protocol.states import EventType as ZkEventType
 
 from monitor import statefile
 from monitor.events import Event, EventType
-from monitor.legacy import LeaveTimes
 from monitor.settings import ZooKeeperSettings
 from netdisco.cluster.acl import cluster_acl, open_root_warning, open_roots
+from netdisco.cluster.legacy import LeaveTimes
 from netdisco.cluster.membership import (
     Change,
     Member,
@@ -40,10 +40,10 @@ from netdisco.cluster.membership import (
     assemble,
     diff,
     gone,
-    parse_data,
+    member_of,
 )
 from netdisco.cluster.settings import ZooKeeperSettings as ClusterSettings
-from netdisco.cluster.tombstones import Sweeper, ensure_roots, left_nodes
+from netdisco.cluster.tombstones import Sweeper, ensure_roots, who_left
 from netdisco.cluster.zk import Bridge, wait_result
 
 log = structlog.get_logger(__name__)
@@ -91,7 +91,7 @@ class Watcher:
         self._wake = asyncio.Event()
         self._full = True
         self._dirty: set[str] = set()
-        self._times = LeaveTimes()  # for engines of contract 1 only (monitor.legacy)
+        self._times = LeaveTimes()  # for engines of contract 1 only (netdisco.cluster.legacy)
         self._garbage_seen: set[tuple[str, int]] = set()
         self._ever_connected = False
         self._closing = False
@@ -280,18 +280,11 @@ class Watcher:
         except NoNodeError:
             self._times.gone(name, first=True)
             return None
-        data, garbage = parse_data(raw)
-        if garbage and (name, stat.czxid) not in self._garbage_seen:
+        member = member_of(name, raw, stat)
+        if member.garbage and (name, stat.czxid) not in self._garbage_seen:
             self._garbage_seen.add((name, stat.czxid))
             log.warning("engine_data_garbage", engine_id=name, size=len(raw or b""))
-        return Member(
-            name=name,
-            czxid=stat.czxid,
-            session=stat.ephemeralOwner,
-            mzxid=stat.mzxid,
-            data=data,
-            garbage=garbage,
-        )
+        return member
 
     async def _left(self, prev: View, view: View, listed_at: float) -> set[tuple[str, int]]:
         """The gone nodes that left gracefully: those whose tombstone exists.
@@ -300,17 +293,13 @@ class Watcher:
         Engines of contract 1 leave no tombstone: for them the old timing rule.
         """
         members = gone(prev, view)
-        modern = [(m.name, m.czxid) for m in members if m.payload.tombstones]
-        left = await left_nodes(self.client, self.settings.root, modern) if modern else set()
-        legacy = [m for m in members if not m.payload.tombstones]
-        if legacy:
-            if not self._legacy_logged and any(not m.garbage for m in legacy):
-                self._legacy_logged = True
-                log.warning("engines_without_tombstones", engine_id=legacy[0].name,
-                            rule="a 'leaving' write seen just before the deletion")  # fmt: skip
-            departing = self._times.departing(prev, view, listed_at)
-            left |= {(m.name, m.czxid) for m in legacy if m.name in departing}
-        return left
+        legacy = [m for m in members if not m.payload.tombstones and not m.garbage]
+        if legacy and not self._legacy_logged:
+            self._legacy_logged = True
+            log.warning("engines_without_tombstones", engine_id=legacy[0].name,
+                        rule="a 'leaving' write seen just before the deletion")  # fmt: skip
+        departing = self._times.departing(prev, view, listed_at)
+        return await who_left(self.client, self.settings.root, members, departing)
 
     async def _housekeep(self) -> None:
         """On each full resync: tombstones past their age go; an open root is reported."""

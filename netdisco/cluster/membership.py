@@ -108,6 +108,19 @@ def parse_data(raw: bytes | None) -> tuple[dict[str, Any], bool]:
     return ({}, True) if data is None else (data, False)
 
 
+def member_of(name: str, raw: bytes | None, stat: Any) -> Member:
+    """The member a read of ``<root>/<name>`` (its data and ``ZnodeStat``) shows."""
+    data, garbage = parse_data(raw)
+    return Member(
+        name=name,
+        czxid=stat.czxid,
+        session=stat.ephemeralOwner,
+        mzxid=stat.mzxid,
+        data=data,
+        garbage=garbage,
+    )
+
+
 def assemble(
     prev: View,
     names: Iterable[str],

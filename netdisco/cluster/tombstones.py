@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from kazoo.client import KazooClient, TransactionRequest
@@ -26,6 +26,7 @@ from netdisco.cluster.contract import (
     tombstone_path,
     tombstone_root,
 )
+from netdisco.cluster.membership import Member
 from netdisco.cluster.zk import wait_result
 
 
@@ -128,6 +129,21 @@ async def left_nodes(
         *(wait_result(client.exists_async(tombstone_path(root, n, c))) for n, c in wanted)
     )
     return {node for node, stat in zip(wanted, stats, strict=True) if stat is not None}
+
+
+async def who_left(
+    client: KazooClient, root: str, members: Iterable[Member], departing: Collection[str]
+) -> set[tuple[str, int]]:
+    """The gone ``members`` (see ``membership.gone``) that left gracefully.
+
+    Engines of contract 2 by their tombstone (exact); older ones by the names
+    ``departing`` that the caller's ``netdisco.cluster.legacy`` times give.
+    """
+    members = list(members)
+    modern = [(m.name, m.czxid) for m in members if m.payload.tombstones]
+    left = await left_nodes(client, root, modern) if modern else set()
+    legacy = {(m.name, m.czxid) for m in members if not m.payload.tombstones}
+    return left | {node for node in legacy if node[0] in departing}
 
 
 class Sweeper:
