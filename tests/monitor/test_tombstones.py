@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import AsyncIterator
+from functools import partial
 
 import pytest
 from kazoo.client import KazooClient
@@ -15,7 +16,7 @@ from monitor.daemon import Monitor
 from netdisco.cluster.contract import tombstone_root
 from netdisco.exceptions import ConfigError
 from netdisco.testing import eventually
-from tests.monitor.conftest import REPO, monitor_config
+from tests.monitor.conftest import REPO, Recorder, monitor_config
 
 SECRET = "engines:t0mb-Secret"
 TOMBS = tombstone_root("/netdiscovery")
@@ -25,6 +26,10 @@ def _client(hosts: str, auth: str | None = None) -> KazooClient:
     client = KazooClient(hosts=hosts, auth_data=[("digest", auth)] if auth else None)
     client.start(timeout=15)
     return client
+
+
+def _events_of(rec: Recorder, name: str, count: int) -> bool:
+    return len(rec.types(name)) == count
 
 
 def _close(client: KazooClient) -> None:
@@ -54,9 +59,9 @@ async def test_old_engines_fall_back_to_the_old_rule_and_say_so_once(
         for name in ("old1", "old2"):
             engine = await asyncio.to_thread(engines, name, legacy=True)
             await asyncio.to_thread(engine.join)
-            await eventually(lambda name=name: rec.of("engine_joined", name))
+            await eventually(partial(rec.of, "engine_joined", name))
             await asyncio.to_thread(engine.leave)
-            await eventually(lambda name=name: len(rec.types(name)) == 2)
+            await eventually(partial(_events_of, rec, name, 2))
     for name in ("old1", "old2"):  # the old rule: the leaving write seen just before
         assert rec.types(name) == ["engine_joined", "engine_left"]
     assert [x["event"] for x in logs].count("engines_without_tombstones") == 1

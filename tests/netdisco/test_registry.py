@@ -493,7 +493,8 @@ async def test_own_tombstones_past_their_age_are_deleted_at_start(
     await _registered(registration)
 
     async def swept() -> bool:
-        return await wait_result(observer.get_children_async(base)) == ["engine-2@c"]
+        children = await wait_result(observer.get_children_async(base))
+        return bool(children == ["engine-2@c"])
 
     await eventually(swept, "engine-1's old tombstones deleted, engine-2's kept")
 
