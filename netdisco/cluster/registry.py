@@ -11,8 +11,9 @@ expiry (``docs/architecture.md``, "What ZooKeeper guarantees"). Here the flow is
    older sessions (same incarnation) is deleted and re-created; a node of another
    live session (duplicate id, or a crashed incarnation not yet expired) is
    waited out on the watch, unhealthy meanwhile.
-3. After a session timeout spent SUSPENDED the registration counts as lost
-   (Curator's local expiry) until a reconcile confirms it again.
+3. Once the server has probably expired the session (kazoo reports SUSPENDED after
+   up to 2/3 of the session timeout without an answer; one third more), the
+   registration counts as lost (a local expiry) until a reconcile confirms it.
 4. ``stop()`` leaves in one transaction (``leaving`` write, tombstone, delete:
    ``netdisco.cluster.tombstones``), then closes the session. A stop that comes
    while the node is being created waits for the create (bounded) and leaves too.
@@ -208,9 +209,9 @@ class Registration:
         elif state == KazooState.SUSPENDED:
             self._connection = "suspended"
             self._log("warning", "zk connection suspended; our node stays until the session ends")
-            if self._timer is None:
+            if self._timer is None:  # kazoo noticed after up to 2/3 of the session timeout
                 loop = asyncio.get_running_loop()
-                self._timer = loop.call_later(self.settings.session_timeout, self._on_timeout)
+                self._timer = loop.call_later(self.settings.session_timeout / 3, self._on_timeout)
         else:
             self._connection = "lost"
             self._cancel_timer()
@@ -228,7 +229,7 @@ class Registration:
             self._detail = "ZooKeeper unreachable; will register as soon as it answers"
         else:
             self._unregister(
-                f"no ZooKeeper connection for {self.settings.session_timeout:g} s "
+                f"no ZooKeeper answer for about {self.settings.session_timeout:g} s "
                 "(the session timeout): the server has probably removed our node"
             )
 

@@ -8,6 +8,7 @@ server's state or the monitor's.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import sys
 import time
@@ -22,8 +23,11 @@ from monitor.events import Event, EventType
 from netdisco.cluster.registry import Registration
 from netdisco.testing import ZooKeeperServer, eventually
 from tests.faults.ensemble import Ensemble
-from tests.faults.support import engine_events, monitoring, registration, report
+from tests.faults.proxy import DelayProxy
+from tests.faults.support import ENGINE_EVENTS, engine_events, monitoring, registration, report
 from tests.monitor.conftest import REPO, Recorder
+from tests.monitor.fake_engines import FakeEngine
+from tests.monitor.test_cluster import _spawn_churn, _tell
 from tests.netdisco.registry_support import hijack_session
 
 pytestmark = pytest.mark.timeout(900)
@@ -211,3 +215,104 @@ async def test_forced_session_expiries_are_restarts_not_alerts(
     assert engine.status()["registrations"] == runs + 1
     report("100 forced session expiries", runs, runs, false, lost, started)
     assert (false, lost) == (0, 0)
+
+
+def _has(rec: Recorder, mark: int, kind: EventType) -> bool:
+    return any(e.type is kind for e in rec.events[mark:])
+
+
+async def test_partition_longer_than_the_session(zk_server: ZooKeeperServer, zk_hosts: str):
+    started, runs, false, lost, took = time.monotonic(), 3, 0, 0, []
+    proxy = DelayProxy(zk_server.host, zk_server.port).start()
+    engine = registration(proxy.hosts + zk_hosts[len(zk_server.hosts) :], "cut", 4.0)
+    try:
+        await _started(engine)
+        async with monitoring(zk_hosts) as (monitor, rec):
+            await eventually(lambda: monitor.watcher.members())
+            for _ in range(runs):
+                mark, cut_at = len(rec.events), time.monotonic()
+                proxy.cut()
+                await eventually(lambda: not engine.healthy, "the engine knows", timeout=30)
+                took.append(time.monotonic() - cut_at)
+                await eventually(partial(_has, rec, mark, EventType.ENGINE_LOST), timeout=30)
+                proxy.heal()
+                await eventually(lambda: engine.healthy and monitor.watcher.members(), timeout=60)
+                await asyncio.sleep(1.0)
+                got = Counter(e.type for e in rec.events[mark:] if e.type in ENGINE_EVENTS)
+                got.pop(EventType.CLUSTER_EMPTY, None)
+                back = got[EventType.ENGINE_JOINED] + got[EventType.ENGINE_RESTARTED]
+                want = Counter({EventType.ENGINE_LOST: 1})
+                lost += sum((want - got).values()) + (back == 0)
+                false += sum((got - want).values()) - min(back, 1)
+    finally:
+        await engine.stop()
+        await asyncio.to_thread(proxy.stop)
+    slowest = max(took)
+    report(f"partition > 4 s session (503 after <= {slowest:.1f} s)", runs, 2 * runs, false,
+           lost, started)  # fmt: skip
+    assert (false, lost) == (0, 0)
+
+
+async def test_a_thousand_engines_churning_behind_a_slow_link(
+    zk_server: ZooKeeperServer, zk_hosts: str
+):
+    """Every leave is graceful; the monitor's link has 0.6 s added each way; 20 crash."""
+    started = time.monotonic()
+    proxy = DelayProxy(zk_server.host, zk_server.port, delay=0.6).start()
+    crashers = [FakeEngine(zk_hosts, "/netdiscovery", f"crash{i}", 2.0) for i in range(20)]
+    monitor_hosts = proxy.hosts + zk_hosts[len(zk_server.hosts) :]
+    try:
+        async with monitoring(monitor_hosts) as (monitor, rec):
+            for engine in crashers:
+                await asyncio.to_thread(engine.join)
+            await eventually(lambda: len(monitor.watcher.members()) == 20, timeout=60)
+            results = await _churn(zk_hosts, monitor, crashers)
+            await asyncio.sleep(2.0)
+            events = list(rec.events)
+    finally:
+        for engine in crashers:
+            await asyncio.to_thread(engine.close)
+        await asyncio.to_thread(proxy.stop)
+    by = Counter((e.type, (e.engine_id or "").startswith("crash")) for e in events)
+    restarts = [e for e in events if e.type is EventType.ENGINE_RESTARTED]
+    leaves = by[(EventType.ENGINE_LEFT, False)] + len(restarts)
+    crash_losses = Counter(e.engine_id for e in events if e.type is EventType.ENGINE_LOST
+                           and (e.engine_id or "").startswith("crash"))  # fmt: skip
+    false = by[(EventType.ENGINE_LOST, False)] + sum(
+        not e.detail["previous_left"] for e in restarts
+    )
+    false += sum(n - 1 for n in crash_losses.values() if n > 1)
+    lost = sum(1 for engine in crashers if crash_losses[engine.engine_id] == 0)
+    name = f"1,000 engines churning, +0.6 s each way: {results['leaves']} leaves, 20 crashes"
+    report(name, 1, leaves + len(crashers), false, lost, started)
+    assert (false, lost) == (0, 0), by
+
+
+async def _churn(zk_hosts: str, monitor: Monitor, crashers: list[FakeEngine]) -> dict[str, int]:
+    """Four processes of 250 engines (25 per session), all leaves graceful; crash 20 midway."""
+    chroot_hosts = zk_hosts
+    procs = await asyncio.gather(
+        *(_spawn_churn(chroot_hosts, f"w{i}-", 250, 6, "--graceful-only", "--per-client", "25")
+          for i in range(4))
+    )  # fmt: skip
+    try:
+        for proc in procs:
+            await _tell(proc, b"go\n")
+        await asyncio.sleep(1.0)
+        for engine in crashers:  # their sessions end: the nodes vanish, no tombstone
+            await asyncio.to_thread(engine.client.stop)
+        results = []
+        for proc in procs:
+            assert proc.stdout is not None
+            results.append(json.loads(await asyncio.wait_for(proc.stdout.readline(), 600)))
+        truth = {name: czxid for r in results for name, czxid in r["held"].items()}
+        await eventually(
+            lambda: {m.name: m.czxid for m in monitor.watcher.members()} == truth,
+            "the monitor's view equals the truth",
+            timeout=300,
+        )
+        return {"leaves": sum(r["leaves"] for r in results)}
+    finally:
+        for proc in procs:
+            await _tell(proc, b"bye\n")
+            await proc.wait()
