@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,10 +12,10 @@ from typing import Any
 
 from monitor.daemon import Monitor
 from monitor.events import Event, EventType
-from netdisco.cluster.contract import payload_from_dict
 from netdisco.cluster.registry import Registration, ZooKeeperSettings
 from tests.faults.table import ROWS, Row
 from tests.monitor.conftest import Recorder, monitor_config
+from tests.netdisco.registry_support import Describe
 
 ENGINE_EVENTS = {
     EventType.ENGINE_JOINED,
@@ -31,19 +29,8 @@ ENGINE_EVENTS = {
 
 def registration(hosts: str, engine_id: str, session_timeout: float = 10.0) -> Registration:
     """An engine's registration, as ``netdisco engine`` runs it (not started)."""
-    data = {
-        "id": engine_id,
-        "incarnation": uuid.uuid4().hex,
-        "host": "127.0.0.1",
-        "port": 0,
-        "status_url": "http://127.0.0.1:0/netdiscovery/engine",
-        "pid": os.getpid(),
-        "version": "faults",
-        "started_at": time.time(),
-        "spiders": [],
-    }
     settings = ZooKeeperSettings(hosts=hosts, session_timeout=session_timeout, audit_interval=1.0)
-    return Registration(settings, engine_id, lambda: payload_from_dict(data))
+    return Registration(settings, engine_id, Describe(engine_id))
 
 
 @asynccontextmanager
