@@ -11,12 +11,10 @@ expiry (``docs/architecture.md``, "What ZooKeeper guarantees"). Here the flow is
    older sessions (same incarnation) is deleted and re-created; a node of another
    live session (duplicate id, or a crashed incarnation not yet expired) is
    waited out on the watch, unhealthy meanwhile.
-3. Once the server has probably expired the session (kazoo reports SUSPENDED after
-   up to 2/3 of the session timeout without an answer; one third more), the
-   registration counts as lost (a local expiry) until a reconcile confirms it.
-4. ``stop()`` leaves in one transaction (``leaving`` write, tombstone, delete:
-   ``netdisco.cluster.tombstones``), then closes the session. A stop that comes
-   while the node is being created waits for the create (bounded) and leaves too.
+3. A third of a session timeout after SUSPENDED (kazoo's own 2/3 come first) the
+   registration counts as lost (local expiry) until a reconcile confirms it.
+4. ``stop()`` leaves in one transaction (``netdisco.cluster.tombstones``), then
+   closes the session; a stop during a create or a reconnection waits (bounded).
 5. Once per start the engine deletes its own tombstones older than
    ``tombstone_max_age`` and, with a digest, warns about a root open to the world.
 """
@@ -24,6 +22,7 @@ expiry (``docs/architecture.md``, "What ZooKeeper guarantees"). Here the flow is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -103,6 +102,7 @@ class Registration:
         self._client: KazooClient | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._up = asyncio.Event()  # connected right now (also while stopping)
         self._watch: Callable[[WatchedEvent], None] | None = None
         self._listener: Callable[[Any], bool] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -187,7 +187,10 @@ class Registration:
             self._task.cancel()
             await asyncio.wait([self._task])
         try:
-            if self._state is RegistryState.REGISTERED and self._connection == "connected":
+            if self._state is RegistryState.REGISTERED and self._connection == "suspended":
+                with contextlib.suppress(TimeoutError):  # e.g. a leader election: wait a bit
+                    await asyncio.wait_for(self._up.wait(), self._bound)
+            if self._state is RegistryState.REGISTERED and self._up.is_set():
                 await self._leave(client)
         finally:
             self._set_state(RegistryState.STOPPED, "stopped")
@@ -197,6 +200,7 @@ class Registration:
             self._client = None
 
     def _on_state(self, state: KazooState) -> None:
+        (self._up.set if state == KazooState.CONNECTED else self._up.clear)()
         if self._stopping:
             return
         if state == KazooState.CONNECTED:
@@ -228,10 +232,7 @@ class Registration:
             self._log("warning", "zk unreachable; engine runs unregistered until it answers")
             self._detail = "ZooKeeper unreachable; will register as soon as it answers"
         else:
-            self._unregister(
-                f"no ZooKeeper answer for about {self.settings.session_timeout:g} s "
-                "(the session timeout): the server has probably removed our node"
-            )
+            self._unregister("no ZooKeeper answer for a session timeout: our node is probably gone")
 
     async def _run(self) -> None:
         while not self._stopping:

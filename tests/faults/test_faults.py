@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+from kazoo.exceptions import KazooException
 
 from monitor.daemon import Monitor
 from monitor.events import Event, EventType
@@ -62,7 +63,10 @@ async def _expire_once(
         client = engine._client
         assert client is not None
         assert client.client_id is not None
-        await hijack_session(server.hosts, client.client_id)  # no chroot: one request only
+        try:
+            await hijack_session(server.hosts, client.client_id)  # no chroot: one request
+        except KazooException:  # the thief timed out (a loaded machine): try again
+            continue
         try:
             await eventually(partial(_moved_on, monitor, engine, czxid), timeout=10)
             return
@@ -129,19 +133,28 @@ async def test_zookeeper_restarts_give_no_false_events(tmp_path: Path):
         await _started(*engines)
         async with monitoring(server.hosts, session_timeout=20.0) as (monitor, rec):
             await eventually(lambda: len(monitor.watcher.members()) == 5)
-            mark = len(rec.events)
+            mark, slowest = len(rec.events), 0.0
             for _ in range(runs):
+                down_at = time.monotonic()
                 await asyncio.to_thread(server.restart)
+                slowest = max(slowest, time.monotonic() - down_at)
                 await eventually(lambda: monitor.health()[0] and all(e.healthy for e in engines))
             await asyncio.sleep(1.0)
-            false = sum(engine_events(rec.events[mark:]).values())
+            # A restart slower than the session timeout (a loaded machine) really expires
+            # sessions: those engines re-register, and their loss must be reported.
+            expired = {e.engine_id for e in engines if e.status()["registrations"] > 1}
+            about = Counter(e.engine_id for e in rec.events[mark:] if e.type in ENGINE_EVENTS)
+            false = sum(n for name, n in about.items() if name not in expired)
+            lost = sum(1 for name in expired if not rec.of("engine_lost", name)
+                       and not rec.of("engine_restarted", name))  # fmt: skip
             seen = [(e.type.value, e.engine_id) for e in rec.events[mark:]]
     finally:
         for engine in engines:
             await engine.stop()
         await asyncio.to_thread(server.stop)
-    report("10 ZooKeeper restarts, 5 engines", runs, 0, false, 0, started)
-    assert false == 0, seen
+    name = f"10 ZooKeeper restarts, 5 engines (slowest {slowest:.0f} s, {len(expired)} expired)"
+    report(name, runs, len(expired), false, lost, started)
+    assert (false, lost) == (0, 0), seen
 
 
 async def test_leader_killed_in_a_three_server_ensemble(tmp_path: Path):
@@ -266,9 +279,7 @@ async def test_a_thousand_engines_churning_behind_a_slow_link(
             for engine in crashers:
                 await asyncio.to_thread(engine.join)
             await eventually(lambda: len(monitor.watcher.members()) == 20, timeout=60)
-            results = await _churn(zk_hosts, monitor, crashers)
-            await asyncio.sleep(2.0)
-            events = list(rec.events)
+            results, events = await _churn(zk_hosts, monitor, rec, crashers)
     finally:
         for engine in crashers:
             await asyncio.to_thread(engine.close)
@@ -288,8 +299,14 @@ async def test_a_thousand_engines_churning_behind_a_slow_link(
     assert (false, lost) == (0, 0), by
 
 
-async def _churn(zk_hosts: str, monitor: Monitor, crashers: list[FakeEngine]) -> dict[str, int]:
-    """Four processes of 250 engines (25 per session), all leaves graceful; crash 20 midway."""
+async def _churn(
+    zk_hosts: str, monitor: Monitor, rec: Recorder, crashers: list[FakeEngine]
+) -> tuple[dict[str, int], list[Event]]:
+    """Four processes of 250 engines (25 per session), all leaves graceful; crash 20 midway.
+
+    The events are taken before the churn processes close their sessions (which
+    makes every node they still hold vanish: real losses, not part of the count).
+    """
     chroot_hosts = zk_hosts
     procs = await asyncio.gather(
         *(_spawn_churn(chroot_hosts, f"w{i}-", 250, 6, "--graceful-only", "--per-client", "25")
@@ -311,7 +328,8 @@ async def _churn(zk_hosts: str, monitor: Monitor, crashers: list[FakeEngine]) ->
             "the monitor's view equals the truth",
             timeout=300,
         )
-        return {"leaves": sum(r["leaves"] for r in results)}
+        await asyncio.sleep(2.0)
+        return {"leaves": sum(r["leaves"] for r in results)}, list(rec.events)
     finally:
         for proc in procs:
             await _tell(proc, b"bye\n")
