@@ -29,7 +29,6 @@ from kazoo.protocol.states import EventType as ZkEventType
 
 from monitor import statefile
 from monitor.events import Event, EventType
-from monitor.settings import ZooKeeperSettings
 from netdisco.cluster.acl import cluster_acl, open_root_warning, open_roots
 from netdisco.cluster.legacy import LeaveTimes
 from netdisco.cluster.membership import (
@@ -42,7 +41,7 @@ from netdisco.cluster.membership import (
     gone,
     member_of,
 )
-from netdisco.cluster.settings import ZooKeeperSettings as ClusterSettings
+from netdisco.cluster.settings import ZooKeeperSettings
 from netdisco.cluster.tombstones import Sweeper, ensure_roots, who_left
 from netdisco.cluster.zk import Bridge, wait_result
 
@@ -67,9 +66,7 @@ class Watcher:
         on_unobserved: Callable[[int], None] | None = None,
     ) -> None:
         self.settings = settings
-        self._credentials = ClusterSettings(
-            hosts=settings.hosts, digest_env=settings.digest_env, digest_file=settings.digest_file
-        ).credentials()  # a ConfigError naming the key when the secret is missing
+        self._credentials = settings.credentials()  # a ConfigError naming the key if missing
         self.client = KazooClient(
             hosts=settings.hosts,
             timeout=settings.session_timeout,
