@@ -304,12 +304,16 @@ async def _churn(
 ) -> tuple[dict[str, int], list[Event]]:
     """Four processes of 250 engines (25 per session), all leaves graceful; crash 20 midway.
 
+    Up to 3 s between one engine's operations, so that most of them are seen by a
+    monitor whose every round trip takes 1.2 s more.
+
     The events are taken before the churn processes close their sessions (which
     makes every node they still hold vanish: real losses, not part of the count).
     """
     chroot_hosts = zk_hosts
     procs = await asyncio.gather(
-        *(_spawn_churn(chroot_hosts, f"w{i}-", 250, 6, "--graceful-only", "--per-client", "25")
+        *(_spawn_churn(chroot_hosts, f"w{i}-", 250, 6, "--graceful-only", "--per-client", "25",
+                       "--pause", "3.0")
           for i in range(4))
     )  # fmt: skip
     try:

@@ -147,6 +147,7 @@ def _churn_one(
     rng: random.Random,
     tally: dict[str, int],
     graceful_only: bool = False,
+    pause: float = 0.01,
 ) -> None:
     """Random joins, leaves, restarts (unless graceful_only) and updates; counts them.
 
@@ -172,7 +173,7 @@ def _churn_one(
                 counts.update(creates=1, deletes=1)
             else:
                 engine.update(tick=rng.random())
-            time.sleep(rng.random() * 0.01)
+            time.sleep(rng.random() * pause)
     except KazooException:
         counts["errors"] += 1
     with _TALLY_LOCK:
@@ -195,7 +196,14 @@ def _churn(args: argparse.Namespace) -> None:
     threads = [
         threading.Thread(
             target=_churn_one,
-            args=(e, args.ops, random.Random(f"{args.prefix}{i}"), tally, args.graceful_only),
+            args=(
+                e,
+                args.ops,
+                random.Random(f"{args.prefix}{i}"),
+                tally,
+                args.graceful_only,
+                args.pause,
+            ),
         )
         for i, e in enumerate(engines)
     ]
@@ -232,6 +240,7 @@ def main() -> None:
     churn.add_argument("--timeout", type=float, default=10.0)
     churn.add_argument("--per-client", type=int, default=1, help="engines sharing a session")
     churn.add_argument("--graceful-only", action="store_true", help="no delete without leaving")
+    churn.add_argument("--pause", type=float, default=0.01, help="at most this long between ops")
     args = parser.parse_args()
     {"serve": _serve, "churn": _churn}[args.mode](args)
 
