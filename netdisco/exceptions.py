@@ -142,3 +142,13 @@ class HookError(NetdiscoError):
 
 class DemoFailed(NetdiscoError):
     """``netdisco demo`` waited in vain for something it means to show (a join, an e-mail)."""
+
+
+class ControlRefused(NetdiscoError):
+    """A control call through the monitor that was refused or could not reach its engine."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message

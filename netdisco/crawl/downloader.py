@@ -231,6 +231,7 @@ class Downloader:
         slot = self._slot(url)
         async with slot.semaphore:
             await slot.wait_turn(self.settings.download_delay)
+            began = time.monotonic()
             try:
                 async with self._session.request(
                     method,
@@ -244,6 +245,7 @@ class Downloader:
             except (aiohttp.InvalidURL, ValueError) as exc:
                 raise InvalidURL(f"cannot request {url!r}: {exc}", url=url) from exc
         self.stats.bytes += len(data)
+        self.stats.responded(resp.status, time.monotonic() - began)
         return Response(url, resp.status, resp.headers, data, request)
 
     async def _read(self, resp: aiohttp.ClientResponse, url: str) -> bytes:
