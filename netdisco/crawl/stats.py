@@ -6,6 +6,16 @@ import time
 from bisect import bisect_left
 from typing import Any
 
+from netdisco.exceptions import (
+    DuplicateRedirect,
+    InvalidURL,
+    MiddlewareError,
+    OutOfScope,
+    RequestError,
+    ResponseTooLarge,
+    RobotsDenied,
+)
+
 #: request outcomes, as counted in ``Stats.outcomes`` and Prometheus' ``outcome`` label
 OUTCOMES = (
     "succeeded",
@@ -105,6 +115,8 @@ class Stats:
         self.dropped_items = 0
         self.pipeline_errors = 0
         self.callback_errors = 0
+        self.middleware_errors = 0
+        self.render_timeouts = 0
         self.bytes = 0
         self.queue_size = 0
         self.seen = 0
@@ -129,6 +141,21 @@ class Stats:
         """Requests by outcome."""
         return {name: getattr(self, name) for name in OUTCOMES}
 
+    def count_failure(self, exc: RequestError) -> None:
+        """Count a request that came to nothing under its outcome."""
+        if isinstance(exc, RobotsDenied):
+            self.robots_blocked += 1
+        elif isinstance(exc, ResponseTooLarge):
+            self.too_large += 1
+        elif isinstance(exc, OutOfScope | DuplicateRedirect):
+            self.filtered += 1
+        elif isinstance(exc, InvalidURL):
+            self.invalid += 1
+        else:
+            self.failed += 1
+            if isinstance(exc, MiddlewareError):
+                self.middleware_errors += 1
+
     def error(self, message: str) -> None:
         """Remember the latest error for the status endpoint."""
         self.last_error = message
@@ -144,6 +171,8 @@ class Stats:
             "dropped_items": self.dropped_items,
             "pipeline_errors": self.pipeline_errors,
             "callback_errors": self.callback_errors,
+            "middleware_errors": self.middleware_errors,
+            "render_timeouts": self.render_timeouts,
             "bytes": self.bytes,
             "queue_size": self.queue_size,
             "seen": self.seen,
