@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 ZK_JAR := /usr/share/java/zookeeper.jar
 APT    := DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 
-.PHONY: test lint typecheck unit demo bench compose-check system-deps clean
+.PHONY: test lint typecheck unit demo bench compose-check faults system-deps clean
 
 $(STAMP): pyproject.toml
 	@# Debian's python3 needs python3-venv (ensurepip) before it can make a venv
@@ -59,3 +59,8 @@ compose-check: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# The fault suite of exact membership (real ZooKeeper, a 3-server ensemble, a delay
+# proxy); prints a table of scenarios. Not part of `make test`: see README for its time.
+faults: $(STAMP) system-deps
+	NETDISCO_FAULTS=1 $(BIN)/pytest tests/faults -p no:cacheprovider -q

@@ -48,7 +48,8 @@ ENV_PREFIX = "NETDISCO_MONITOR_"
 # section -> key -> kind; kinds: str, int, float, bool, list (of str)
 _SCHEMA: dict[str, dict[str, str]] = {
     "zookeeper": {"hosts": "str", "root": "str", "session_timeout": "float",
-                  "resync_interval": "float"},
+                  "resync_interval": "float", "digest_env": "str", "digest_file": "str",
+                  "tombstone_max_age": "float"},
     "http": {"host": "str", "port": "int", "recent_events": "int", "poll_status": "float"},
     "alerts": {"grace": "float", "state_file": "str", "batch_window": "float",
                "max_age": "float", "retry_initial": "float", "retry_max": "float",

@@ -47,7 +47,6 @@ class Monitor:
             config.zookeeper,
             self.record,
             state_file=config.alerts.state_file,
-            leave_window=config.alerts.leave_window,
             on_unobserved=self.metrics.unobserved.inc,
         )
         self.alerts = Alerts(
@@ -103,6 +102,9 @@ class Monitor:
     # -- lifecycle --------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.config.alerts.leave_window is not None:
+            log.warning("leave_window_deprecated", detail="alerts.leave_window is ignored: "
+                        "a graceful leave is told by its tombstone")  # fmt: skip
         await self.http.start()
         await self.watcher.start()
         self.status.start()
@@ -193,6 +195,7 @@ class Monitor:
             "connected": connected,
             "fresh": fresh,
             "engines": len(self.watcher.members()),
+            "warnings": list(self.watcher.warnings),
         }
         return ok, body
 

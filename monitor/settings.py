@@ -37,7 +37,7 @@ class AlertSettings:
     offline_events: frozenset[EventType] = frozenset(
         {EventType.ENGINE_LOST, EventType.CLUSTER_EMPTY}
     )
-    leave_window: float = 0.5  # a write this close before a delete means "left"
+    leave_window: float | None = None  # deprecated, ignored: tombstones tell leaves
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -135,8 +135,10 @@ def engines(zk_hosts: str) -> Iterator[Callable[..., FakeEngine]]:
     """In-process fake engines (sync kazoo; call them through ``asyncio.to_thread``)."""
     made: list[FakeEngine] = []
 
-    def make(engine_id: str, root: str = "/netdiscovery", timeout: float = 1.0) -> FakeEngine:
-        engine = FakeEngine(zk_hosts, root, engine_id, timeout)
+    def make(
+        engine_id: str, root: str = "/netdiscovery", timeout: float = 1.0, *, legacy: bool = False
+    ) -> FakeEngine:
+        engine = FakeEngine(zk_hosts, root, engine_id, timeout, legacy=legacy)
         made.append(engine)
         return engine
 
