@@ -77,7 +77,6 @@ class Crawler:
         self.downloader = Downloader(
             self.settings, self.stats, self.scope.reason, spider=spider, claim=self.scheduler.claim
         )
-        self.downloader.defer_to(self.frontier)  # host queues in Redis hold politeness
         self.parking = Parking(self.downloader, 4 * self.settings.concurrency)
         self.stream = ItemStream(self.stats, self.settings.item_buffer)
         self.scraper = Scraper(self._admit, self.stream, self.stats)
@@ -126,6 +125,7 @@ class Crawler:
             raise InvalidTransition(self.name, "starting", "start")
         self._opening = True
         try:
+            self.downloader.defer_to(self.frontier)  # host queues in Redis hold politeness
             if isinstance(self.frontier, Connected):
                 await self.frontier.open()  # an unreachable Redis fails here, clearly
             for feed in self.feeds:
