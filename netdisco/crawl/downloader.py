@@ -34,6 +34,8 @@ from netdisco.exceptions import (
 )
 
 RETRY_STATUSES = frozenset({408, 429, *range(500, 600)})
+#: credentials that must not follow a redirect to another origin (as requests, curl, browsers)
+CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 #: network failures worth another try; DNS failures are not (the name will not appear)
 RETRY_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError)
@@ -183,7 +185,7 @@ class Downloader:
 
     async def _follow(self, request: Request) -> Response:
         """One attempt: the request and its redirect hops, each checked before it is made."""
-        url, method, body = request.url, request.method, request.body
+        url, method, body, headers = request.url, request.method, request.body, request.headers
         visited: set[str] = set()
         for hop in range(self.settings.max_redirects + 1):
             await self._check(url, hop, request.proxy or self.settings.proxy)
@@ -191,11 +193,12 @@ class Downloader:
             if key in visited:
                 raise TooManyRedirects(f"redirect loop back to {url}", url=request.url)
             visited.add(key)
-            response = await self._get(request, url, method, body)
+            response = await self._get(request, url, method, body, headers)
             location = response.headers.get("Location")
             if response.status not in REDIRECT_STATUSES or not location:
                 return response
             url = _join(url, location)
+            headers = _headers_for(request.url, url, headers)
             if response.status in (301, 302, 303) and method != "HEAD":
                 method, body = "GET", None
         raise TooManyRedirects(
@@ -226,7 +229,9 @@ class Downloader:
             slot = self._slots[key] = HostSlot(self.settings.per_host_concurrency)
         return slot
 
-    async def _get(self, request: Request, url: str, method: str, body: bytes | None) -> Response:
+    async def _get(
+        self, request: Request, url: str, method: str, body: bytes | None, headers: dict[str, str]
+    ) -> Response:
         assert self._session is not None, "Downloader.open() was not awaited"
         slot = self._slot(url)
         async with slot.semaphore:
@@ -235,7 +240,7 @@ class Downloader:
                 async with self._session.request(
                     method,
                     url,
-                    headers=request.headers or None,
+                    headers=headers or None,
                     data=body,
                     proxy=request.proxy or self.settings.proxy,
                     allow_redirects=False,
@@ -268,6 +273,25 @@ def _join(base: str, location: str) -> str:
         return urljoin(base, location)
     except ValueError as exc:
         raise InvalidURL(f"redirect to {location!r}: {exc}", url=base) from exc
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    except ValueError:  # an invalid port: an origin of its own
+        port = -1
+    return scheme, (parts.hostname or "").rstrip("."), port
+
+
+def _headers_for(first: str, target: str, headers: dict[str, str]) -> dict[str, str]:
+    """The headers a redirect hop to ``target`` may carry: credentials only within the
+    origin (scheme, host, port) of the request's own URL ``first``; once dropped, they
+    stay dropped even if a later hop comes back."""
+    if _origin(first) == _origin(target):
+        return headers
+    return {k: v for k, v in headers.items() if k.lower() not in CREDENTIAL_HEADERS}
 
 
 def _describe(exc: BaseException) -> str:

@@ -47,6 +47,8 @@ class Settings:
     progress_interval: float = 5.0
     item_buffer: int = 256
     frontier: str = "memory"
+    #: let ``POST .../requests`` push loopback, link-local and private-range URLs
+    allow_private_targets: bool = False
 
     def __post_init__(self) -> None:
         _validate(self)
