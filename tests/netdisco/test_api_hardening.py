@@ -24,19 +24,15 @@ TOKEN = "tok-hardening-0123456789"
 QUIET = Settings(progress_interval=0, concurrency=1)
 
 
-class OpenSpider(SiteSpider):
-    """No allowed_domains: the case the private-target rule is for."""
-
-    allowed_domains: tuple[str, ...] = ()  # type: ignore[assignment]
-
-
 @pytest.fixture
 async def engine(site: str) -> AsyncIterator[SpiderEngine]:
     served = SpiderEngine(EngineSettings(id="e-hard", port=0, token=TOKEN, max_body=1 << 20))
-    served.add_spider(OpenSpider(name="open", start_urls=[f"{site}/slow/p/0"]), QUIET)
+    served.add_spider(
+        SiteSpider(name="open", start_urls=[f"{site}/slow/p/0"], allowed_domains=()), QUIET
+    )
     served.add_spider(SiteSpider(name="named", start_urls=[f"{site}/slow/p/0"]), QUIET)
     served.add_spider(
-        OpenSpider(name="trusting", start_urls=[f"{site}/slow/p/0"]),
+        SiteSpider(name="trusting", start_urls=[f"{site}/slow/p/0"], allowed_domains=()),
         QUIET.replace(allow_private_targets=True),
     )
     await served.start()
