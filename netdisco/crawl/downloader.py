@@ -17,6 +17,7 @@ from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 
+from netdisco.crawl.lru import LRU
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.robots import RobotsCache
@@ -46,11 +47,28 @@ ScopeCheck = Callable[[str, str], "str | None"]
 class HostSlot:
     """Politeness for one host: how many requests at once, and when the next may start."""
 
-    __slots__ = ("next_start", "semaphore")
+    __slots__ = ("next_start", "semaphore", "users")
 
     def __init__(self, concurrency: int) -> None:
         self.semaphore = asyncio.Semaphore(concurrency)
         self.next_start = 0.0
+        self.users = 0  # requests holding or waiting for the semaphore
+
+    async def __aenter__(self) -> None:
+        self.users += 1
+        try:
+            await self.semaphore.acquire()
+        except BaseException:
+            self.users -= 1
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.semaphore.release()
+        self.users -= 1
+
+    def idle(self) -> bool:
+        """Nobody uses it and its delay has run out: forgetting it changes nothing."""
+        return self.users == 0 and self.next_start <= time.monotonic()
 
     async def wait_turn(self, delay: float) -> None:
         """Sleep until this host's next start time, and book the one after it."""
@@ -78,9 +96,10 @@ class Parking:
         self._count = 0
 
     def park(self, request: Request) -> bool:
-        """Set ``request`` aside if its host is busy (and there is room); say if it was."""
+        """Set ``request`` aside if its host is busy or its robots.txt unreachable (and
+        there is room); say if it was."""
         host = urlsplit(request.url).netloc
-        if self._count >= self.limit or not self.downloader.busy(host):
+        if self._count >= self.limit or not self.downloader.busy(host, request.url):
             return False
         self._hosts.setdefault(host, deque()).append(request)
         self._count += 1
@@ -91,7 +110,7 @@ class Parking:
         if not self._count:
             return None
         for host, waiting in self._hosts.items():
-            if not self.downloader.busy(host):
+            if not self.downloader.busy(host, waiting[0].url):
                 request = waiting.popleft()
                 if not waiting:
                     del self._hosts[host]
@@ -102,6 +121,11 @@ class Parking:
     def drain(self) -> list[Request]:
         """Every parked request (to hand back to the frontier on close)."""
         requests = [r for waiting in self._hosts.values() for r in waiting]
+        robots = self.downloader.robots
+        if robots is not None:  # handed back while their robots.txt did not answer
+            self.downloader.stats.robots_deferred += sum(
+                robots.unreachable(r.url) for r in requests
+            )
         self._hosts.clear()
         self._count = 0
         return requests
@@ -129,7 +153,7 @@ class Downloader:
         self.settings = settings
         self.stats = stats
         self.scope = scope
-        self._slots: dict[str, HostSlot] = {}
+        self._slots: LRU[str, HostSlot] = LRU(settings.host_cache_size, HostSlot.idle)
         self._session: aiohttp.ClientSession | None = None
         self.robots: RobotsCache | None = None
 
@@ -144,10 +168,12 @@ class Downloader:
             cookie_jar=aiohttp.DummyCookieJar(),
         )
         if s.obey_robots:
-            self.robots = RobotsCache(self._session, s.user_agent, s.timeout)
+            self.robots = RobotsCache(self._session, s)
 
     async def close(self) -> None:
         """Close the session and its connections."""
+        if self.robots is not None:
+            await self.robots.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -214,19 +240,32 @@ class Downloader:
             reason = self.scope(url, host)
             if reason is not None:
                 raise OutOfScope(f"redirect to {url}: {reason}", url=url)
-        if self.robots is not None and not await self.robots.allowed(url, proxy):
+        if self.robots is not None and not await self._robots_allow(url, proxy):
             raise RobotsDenied("disallowed by robots.txt", url=url)
 
-    def busy(self, host: str) -> bool:
-        """Whether ``host`` (a netloc) already has ``per_host_concurrency`` requests going."""
-        slot = self._slots.get(host)
+    async def _robots_allow(self, url: str, proxy: str | None) -> bool:
+        """robots.txt's answer; while it is unreachable the request waits, it does not fail."""
+        assert self.robots is not None
+        try:
+            return await self.robots.allowed(url, proxy)
+        except asyncio.CancelledError:
+            if self.robots.unreachable(url):  # the spider stops: handed back, and counted
+                self.stats.robots_deferred += 1
+            raise
+
+    def busy(self, host: str, url: str | None = None) -> bool:
+        """Whether ``host`` (a netloc) already has ``per_host_concurrency`` requests going,
+        or the robots.txt for ``url`` is unreachable (a request would only wait)."""
+        if url is not None and self.robots is not None and self.robots.unreachable(url):
+            return True
+        slot = self._slots.peek(host)
         return slot is not None and slot.semaphore.locked()
 
     def _slot(self, url: str) -> HostSlot:
         key = urlsplit(url).netloc
         slot = self._slots.get(key)
         if slot is None:
-            slot = self._slots[key] = HostSlot(self.settings.per_host_concurrency)
+            slot = self._slots.put(key, HostSlot(self.settings.per_host_concurrency))
         return slot
 
     async def _get(
@@ -234,7 +273,7 @@ class Downloader:
     ) -> Response:
         assert self._session is not None, "Downloader.open() was not awaited"
         slot = self._slot(url)
-        async with slot.semaphore:
+        async with slot:
             await slot.wait_turn(self.settings.download_delay)
             try:
                 async with self._session.request(

@@ -49,6 +49,16 @@ class Settings:
     frontier: str = "memory"
     #: let ``POST .../requests`` push loopback, link-local and private-range URLs
     allow_private_targets: bool = False
+    #: hosts whose scope decision and (idle) download slot are kept: about 0.5 KB each
+    host_cache_size: int = 50_000
+    #: origins whose parsed robots.txt is kept: about 3 KB each for a short file
+    robots_cache_size: int = 5_000
+    #: seconds a fetched robots.txt is trusted (RFC 9309: at most 24 h)
+    robots_max_age: float = 86_400.0
+    #: seconds a host with an unreachable robots.txt (5xx, timeout) waits before it is
+    #: asked again; doubled after every failure up to ``robots_max_backoff``
+    robots_backoff: float = 60.0
+    robots_max_backoff: float = 3_600.0
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -59,7 +69,18 @@ class Settings:
 
 
 _FIELDS = {f.name: f for f in fields(Settings)}
-_POSITIVE = ("concurrency", "per_host_concurrency", "timeout", "connect_timeout", "item_buffer")
+_POSITIVE = (
+    "concurrency",
+    "per_host_concurrency",
+    "timeout",
+    "connect_timeout",
+    "item_buffer",
+    "host_cache_size",
+    "robots_cache_size",
+    "robots_max_age",
+    "robots_backoff",
+    "robots_max_backoff",
+)
 _NON_NEGATIVE = (
     "download_delay",
     "max_pages",
