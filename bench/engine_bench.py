@@ -1,6 +1,6 @@
 """How much does polling the engine's HTTP endpoint slow its crawl? (a benchmark, not a test)
 
-An engine crawls the 20,000-page bench site (``../shared/bench/gen_site.py``,
+An engine crawls the 20,000-page bench site (``bench/harness/gen_site.py``,
 served by nginx on loopback) at full speed. After a warm-up, ``wrk`` hits
 ``GET /netdiscovery/spiders`` for ``--window`` seconds while the crawl goes on;
 the same window without wrk is the baseline. Reported per run: the crawl's
@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-#: the shared benchmark harness lives beside the repository
-GEN_SITE = Path(__file__).resolve().parents[2] / "shared" / "bench" / "gen_site.py"
+#: the crawl benchmark harness (bench/harness/)
+GEN_SITE = Path(__file__).resolve().parent / "harness" / "gen_site.py"
 NGINX_CONF = """
 worker_processes 1;
 daemon off;

@@ -1,4 +1,4 @@
-"""The benchmark's crawler command for netdisco (see ../shared/bench/README.md).
+"""The benchmark's crawler command for netdisco (see bench/harness/README.md).
 
 Takes ``--start-url URL --concurrency N --out FILE``, crawls the generated site
 with every feature on (robots.txt, canonicalising, scope, per-host politeness

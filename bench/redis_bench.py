@@ -30,8 +30,8 @@ from typing import Any
 import redis
 import structlog
 
-#: the shared benchmark harness lives beside the repository
-GEN_SITE = Path(__file__).resolve().parents[2] / "shared" / "bench" / "gen_site.py"
+#: the crawl benchmark harness (bench/harness/)
+GEN_SITE = Path(__file__).resolve().parent / "harness" / "gen_site.py"
 HERE = Path(__file__).resolve()
 
 

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# `make bench`: the crawl benchmark of ../shared/bench with netdisco beside Scrapy and the
+# `make bench`: the crawl benchmark of bench/harness with netdisco beside Scrapy and the
 # bare aiohttp+parsel loop, in one run on one machine. The harness is copied into
-# bench/work/ (shared/ may be read-only); its venvs come from its pinned lock files.
+# bench/work/ (the harness stays as it came); its venvs come from its pinned lock files.
 #   BENCH_ARGS="--pages 20000 --rounds 3"   passed to bench.py (see its --help)
 #   BENCH_CRAWLERS="scrapy,aio"             add crawlee if you want it (slow to install)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(dirname "$here")
-src=${BENCH_SRC:-$top/../shared/bench}
+src=${BENCH_SRC:-$here/harness}
 work=$here/work
 [ -f "$src/bench.py" ] || { echo "bench harness not found at $src (set BENCH_SRC)" >&2; exit 1; }
 

@@ -12,22 +12,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
-import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import structlog
 
 from monitor import __version__
 from monitor.config import load_config
 from monitor.settings import MonitorConfig
+from netdisco import logs
 from netdisco.exceptions import ConfigError
+from netdisco.values import read_toml
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -61,33 +58,6 @@ def _check_parser() -> argparse.ArgumentParser:
     return p
 
 
-def configure_logging(*, json_lines: bool, level: str) -> None:
-    """structlog (and kazoo's stdlib logs) to stderr, once, at the entry point."""
-    renderer: Any = (
-        structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer()
-    )
-    shared: list[Any] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-    ]
-    structlog.configure(
-        processors=[*shared, structlog.processors.format_exc_info, renderer],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=True,
-    )
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=shared,
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
-        )
-    )
-    logging.basicConfig(handlers=[handler], level=logging.WARNING, force=True)
-    logging.getLogger("kazoo").setLevel(logging.ERROR)  # reconnect chatter; we log states
-
-
 def _load(args: argparse.Namespace) -> MonitorConfig:
     overrides = {
         "zookeeper.hosts": args.zk,
@@ -110,8 +80,7 @@ def run(argv: Sequence[str]) -> int:
     except ConfigError as exc:
         print(f"netdisco-monitor: configuration error: {exc}", file=sys.stderr)
         return 2
-    json_lines = config.log_json if config.log_json is not None else not sys.stderr.isatty()
-    configure_logging(json_lines=json_lines, level=config.log_level)
+    logs.configure(json=config.log_json, level=config.log_level)
     from monitor.daemon import Monitor  # after logging is configured
 
     try:
@@ -132,8 +101,7 @@ def _check_url(args: argparse.Namespace) -> str:
         return str(args.url).rstrip("/")
     http: dict[str, object] = {}
     if args.config is not None:
-        with args.config.open("rb") as fh:
-            http = tomllib.load(fh).get("http", {})
+        http = read_toml(args.config, key="--config").get("http", {})
     # the same variables the daemon reads win over the file, as they do for the daemon
     host = os.environ.get("NETDISCO_MONITOR_HTTP_HOST", str(http.get("host", "127.0.0.1")))
     port = os.environ.get("NETDISCO_MONITOR_HTTP_PORT", str(http.get("port", 8316)))
@@ -145,7 +113,11 @@ def _check_url(args: argparse.Namespace) -> str:
 def check(argv: Sequence[str]) -> int:
     """Exit code 0 when healthy, 1 otherwise; one line on stdout saying why."""
     args = _check_parser().parse_args(argv)
-    url = _check_url(args) + "/netdiscovery/health"
+    try:
+        url = _check_url(args) + "/netdiscovery/health"
+    except ConfigError as exc:
+        print(f"unhealthy: configuration error: {exc}")
+        return 1
     try:
         with urllib.request.urlopen(url, timeout=args.timeout) as resp:
             body = json.loads(resp.read())

@@ -11,8 +11,7 @@ from the file, and never shown by ``repr``.
 from __future__ import annotations
 
 import os
-import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +24,10 @@ from monitor.settings import (
     HttpSettings,
     MonitorConfig,
     WebhookSettings,
-    ZooKeeperSettings,
 )
+from netdisco.cluster.settings import ZooKeeperSettings
 from netdisco.exceptions import ConfigError
+from netdisco.values import convert, read_toml
 
 __all__ = [
     "AlertSettings",
@@ -81,13 +81,7 @@ def load_config(
 
 
 def _read_toml(path: Path) -> Raw:
-    try:
-        with path.open("rb") as fh:
-            data = tomllib.load(fh)
-    except OSError as exc:
-        raise ConfigError("--config", f"cannot read {path}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("--config", f"{path} is not valid TOML: {exc}") from exc
+    data = read_toml(path, key="--config")
     for section, table in data.items():
         if not isinstance(table, dict):
             raise ConfigError(section, "must be a table ([section])")
@@ -128,41 +122,18 @@ def _merge(base: Raw, top: Raw) -> None:
         base.setdefault(section, {}).update(table)
 
 
+_KINDS: dict[str, Any] = {
+    "str": str,
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "list": tuple[str, ...],
+}
+
+
 def _typed(key: str, value: Any, kind: str) -> Any:
-    """Coerce strings from the environment; reject wrong types from TOML."""
-    if isinstance(value, str) and kind != "str":
-        return _from_string(key, value, kind)
-    checks: dict[str, Callable[[Any], bool]] = {
-        "str": lambda v: isinstance(v, str),
-        "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "float": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-        "bool": lambda v: isinstance(v, bool),
-        "list": lambda v: isinstance(v, list | tuple) and all(isinstance(i, str) for i in v),
-    }
-    if not checks[kind](value):
-        raise ConfigError(key, f"must be a {_KIND_NAMES[kind]}, not {value!r}")
-    return float(value) if kind == "float" else value
-
-
-_KIND_NAMES = {"str": "string", "int": "whole number", "float": "number",
-               "bool": "boolean (true/false)", "list": "list of strings"}  # fmt: skip
-
-
-def _from_string(key: str, value: str, kind: str) -> Any:
-    try:
-        if kind == "int":
-            return int(value)
-        if kind == "float":
-            return float(value)
-    except ValueError:
-        raise ConfigError(key, f"must be a {_KIND_NAMES[kind]}, not {value!r}") from None
-    if kind == "bool":
-        if value.lower() in ("1", "true", "yes", "on"):
-            return True
-        if value.lower() in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(key, f"must be true or false, not {value!r}")
-    return [item.strip() for item in value.split(",") if item.strip()]
+    """One value as its kind: text (environment, flags, TOML strings) is parsed."""
+    return convert(key, value, _KINDS[kind])
 
 
 def _build(values: Raw, env: Mapping[str, str]) -> MonitorConfig:

@@ -10,16 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from monitor.events import EventType
-
-
-@dataclass(frozen=True, kw_only=True)
-class ZooKeeperSettings:
-    """``[zookeeper]``: where the engines register (a /chroot in ``hosts`` is honoured)."""
-
-    hosts: str
-    root: str = "/netdiscovery"
-    session_timeout: float = 10.0
-    resync_interval: float = 30.0  # full re-read, in case a watch was missed
+from netdisco.cluster.settings import ZooKeeperSettings
 
 
 @dataclass(frozen=True, kw_only=True)

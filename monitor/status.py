@@ -42,7 +42,7 @@ def spiders_url(status_url: str) -> str | None:
 
 
 def total_rate(body: Any) -> float:
-    """Sum of ``pages_per_second`` over a spider list (DESIGN.md spider status objects)."""
+    """Sum of ``pages_per_second`` over a spider list (the engines' spider status objects)."""
     spiders = body.get("spiders", body) if isinstance(body, dict) else body
     if not isinstance(spiders, list):
         raise ValueError("no spider list in the answer")

@@ -21,8 +21,8 @@ from monitor.settings import (
     EmailSettings,
     HttpSettings,
     WebhookSettings,
-    ZooKeeperSettings,
 )
+from netdisco.cluster.settings import MONITOR_KEYS, ZooKeeperSettings
 from netdisco.exceptions import ConfigError
 
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*[:.][A-Za-z_]\w*$")
@@ -54,18 +54,9 @@ def _port(key: str, value: int) -> int:
 
 
 def zookeeper(values: Mapping[str, Any]) -> ZooKeeperSettings:
-    hosts = values.get("hosts", "")
-    if not hosts:
+    if not values.get("hosts"):
         raise ConfigError("zookeeper.hosts", "is required (--zk HOSTS, or [zookeeper] hosts)")
-    root = values.get("root", "/netdiscovery")
-    if not root.startswith("/") or (len(root) > 1 and root.endswith("/")):
-        raise ConfigError("zookeeper.root", f"must be an absolute znode path, not {root!r}")
-    return ZooKeeperSettings(
-        hosts=hosts,
-        root=root,
-        session_timeout=_positive("zookeeper.session_timeout", values.get("session_timeout", 10.0)),
-        resync_interval=_positive("zookeeper.resync_interval", values.get("resync_interval", 30.0)),
-    )
+    return ZooKeeperSettings.from_mapping(values, keys=MONITOR_KEYS)
 
 
 def http(values: Mapping[str, Any]) -> HttpSettings:

@@ -26,8 +26,8 @@ from kazoo.protocol.states import EventType as ZkEventType
 
 from monitor import statefile
 from monitor.events import Event, EventType
-from monitor.settings import ZooKeeperSettings
 from netdisco.cluster.membership import Change, Member, Parent, View, assemble, diff, parse_data
+from netdisco.cluster.settings import ZooKeeperSettings
 from netdisco.cluster.zk import Bridge, wait_result
 
 log = structlog.get_logger(__name__)

@@ -7,7 +7,6 @@ import asyncio
 import os
 import signal
 import sys
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,27 +20,17 @@ from netdisco.crawl.crawler import Crawler, SpiderState
 from netdisco.crawl.loader import load_spider
 from netdisco.crawl.pipelines import ConsolePipeline, JsonLinesPipeline, Pipeline
 from netdisco.crawl.settings import Settings
-from netdisco.exceptions import ConfigError, NetdiscoError
+from netdisco.exceptions import NetdiscoError
+from netdisco.values import read_toml
 
 log = structlog.get_logger(__name__)
-
-
-def read_toml(path: str) -> dict[str, Any]:
-    """A TOML file as a dict, or a ConfigError naming the file and the problem."""
-    try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
-    except OSError as exc:
-        raise ConfigError("--config", f"cannot read {path}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("--config", f"{path} is not valid TOML: {exc}") from exc
 
 
 def crawl_settings(args: argparse.Namespace, custom: dict[str, Any]) -> Settings:
     """Defaults < spider.custom_settings < --config < NETDISCO_* < -s."""
     result = settings_module.from_mapping(custom)
     if args.config:
-        result = settings_module.from_mapping(read_toml(args.config), base=result)
+        result = settings_module.from_mapping(read_toml(args.config, key="--config"), base=result)
     result = settings_module.from_env(base=result)
     return settings_module.from_mapping(settings_module.parse_pairs(args.set), base=result)
 

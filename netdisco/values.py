@@ -123,19 +123,26 @@ _PARSERS: dict[Any, Callable[[str, Any], Any]] = {
 }
 
 
-def convert(key: str, value: Any, kind: Any) -> Any:
+def convert(key: str, value: Any, kind: Any, *, text: bool = True) -> Any:
     """``value`` as the declared type ``kind`` (``int``, ``float | None``, ...), or why not.
 
     ``None`` passes for optional types; a converter is chosen by the type
     itself, never by its name, and an undeclared type is a programming error.
+    ``text=False`` is for typed sources (a TOML table): a string there is only
+    accepted where a string is declared, so ``timeout = "10"`` is an error.
     """
     options = _optional(kind)
     if options is not None:
-        return None if value is None else convert(key, value, options)
+        return None if value is None else convert(key, value, options, text=text)
     parser = _PARSERS.get(kind)
     if parser is None:
         raise TypeError(f"no parser for {kind!r} (setting {key})")
+    if not text and isinstance(value, str) and parser is not parse_str:
+        raise ConfigError(key, f"expected {_NAMES.get(kind, kind)}, got {value!r}")
     return parser(key, value)
+
+
+_NAMES = {bool: "true or false", int: "int", float: "float", tuple[str, ...]: "a list of strings"}
 
 
 def _optional(kind: Any) -> Any:

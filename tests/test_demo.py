@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.zookeeper  # the demo starts its own ZooKeeper
+
 ENGINES = ("engine-1", "engine-2", "engine-3")
 
 
@@ -47,6 +49,7 @@ def assert_nothing_left(output: str) -> None:
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.slow
 def test_demo_shows_join_leave_loss_and_the_email(tmp_path: Path) -> None:
     result = subprocess.run(
         demo_command(tmp_path / "out"),
@@ -93,6 +96,7 @@ def read_until(process: subprocess.Popen[str], marker: str, timeout: float = 60.
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.slow
 def test_ctrl_c_mid_crawl_stops_everything(tmp_path: Path) -> None:
     """SIGINT to the demo's process group, as a terminal's Ctrl-C sends it, while engines crawl."""
     process = subprocess.Popen(

@@ -65,7 +65,6 @@ def imports(path: Path, source: str) -> list[tuple[int, str]]:
                 parts = package.split(".")
                 base = ".".join(parts[: len(parts) - node.level + 1])
                 base = f"{base}.{node.module}" if node.module else base
-            found.append((node.lineno, base))
             found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
     return found
 

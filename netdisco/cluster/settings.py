@@ -1,4 +1,4 @@
-"""The ``[zookeeper]`` settings of an engine, and the digest identity they name.
+"""The ``[zookeeper]`` settings of engines and monitors, and the digest identity they name.
 
 Settings hold only *where* the digest secret lives (an environment variable or a
 file), never the secret itself, so a settings object can be logged or shown
@@ -8,7 +8,6 @@ or malformed one fails at start with the offending key in the message.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import urllib.parse
@@ -19,10 +18,15 @@ from typing import Any
 
 from kazoo.security import ACL, make_acl, make_digest_acl
 
+from netdisco.cluster.contract import DEFAULT_ROOT
 from netdisco.exceptions import ConfigError
+from netdisco.values import check_keys, convert, field_types
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_KEYS = ("hosts", "root", "session_timeout", "digest_env", "digest_file", "audit_interval")
+#: the keys an engine's ``[zookeeper]`` table may hold
+ENGINE_KEYS = ("hosts", "root", "session_timeout", "digest_env", "digest_file", "audit_interval")
+#: the keys a monitor's ``[zookeeper]`` table may hold
+MONITOR_KEYS = ("hosts", "root", "session_timeout", "resync_interval")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,14 +51,15 @@ class DigestCredentials:
 
 @dataclass(frozen=True, kw_only=True)
 class ZooKeeperSettings:
-    """Where and how an engine registers; defaults live here and nowhere else."""
+    """Where engines register and monitors look; defaults live here and nowhere else."""
 
-    hosts: str
-    root: str = "/netdiscovery"
+    hosts: str  # a /chroot suffix is honoured
+    root: str = DEFAULT_ROOT
     session_timeout: float = 10.0
     digest_env: str | None = None
     digest_file: str | None = None
-    audit_interval: float = 5.0
+    audit_interval: float = 5.0  # engine: how often it re-checks its node anyway
+    resync_interval: float = 30.0  # monitor: full re-read, in case a watch was missed
 
     @classmethod
     def from_mapping(
@@ -63,31 +68,26 @@ class ZooKeeperSettings:
         *,
         prefix: str = "zookeeper",
         environ: Mapping[str, str] | None = None,
+        keys: tuple[str, ...] = ENGINE_KEYS,
     ) -> ZooKeeperSettings:
         """Validate a ``[zookeeper]`` table; a ``ConfigError`` names the bad key.
 
-        With ``environ``, ``NETDISCO_ZOOKEEPER_<KEY>`` variables override the table.
+        With ``environ``, ``NETDISCO_<PREFIX>_<KEY>`` variables override the table.
+        ``keys`` are the keys this table may hold (``ENGINE_KEYS``, ``MONITOR_KEYS``).
         """
+        check_keys(prefix, data, keys)
+        values = {k: convert(f"{prefix}.{k}", v, _TYPES[k], text=False) for k, v in data.items()}
         if environ is not None:
-            data = {**data, **_from_environ(environ, prefix)}
-        for key in data:
-            if key not in _KEYS:
-                raise ConfigError(
-                    f"{prefix}.{key}", f"unknown key; expected one of {', '.join(_KEYS)}"
-                )
-        if "hosts" not in data:
+            found = _from_environ(environ, prefix, keys)
+            values.update({k: convert(f"{prefix}.{k}", v, _TYPES[k]) for k, v in found.items()})
+        if "hosts" not in values:
             raise ConfigError(f"{prefix}.hosts", "is required (e.g. '127.0.0.1:2181')")
         settings = cls(
-            hosts=_hosts(data["hosts"], f"{prefix}.hosts"),
-            root=_root(data.get("root", cls.root), f"{prefix}.root"),
-            session_timeout=_seconds(
-                data.get("session_timeout", cls.session_timeout), f"{prefix}.session_timeout"
-            ),
-            digest_env=_env_name(data.get("digest_env"), f"{prefix}.digest_env"),
-            digest_file=_optional_str(data.get("digest_file"), f"{prefix}.digest_file"),
-            audit_interval=_seconds(
-                data.get("audit_interval", cls.audit_interval), f"{prefix}.audit_interval"
-            ),
+            hosts=_hosts(values["hosts"], f"{prefix}.hosts"),
+            root=_znode_path(values.get("root", cls.root), f"{prefix}.root"),
+            digest_env=_env_name(values.get("digest_env"), f"{prefix}.digest_env"),
+            digest_file=_optional_str(values.get("digest_file"), f"{prefix}.digest_file"),
+            **{k: _seconds(values[k], f"{prefix}.{k}") for k in _DURATIONS if k in values},
         )
         if settings.digest_env and settings.digest_file:
             raise ConfigError(f"{prefix}.digest_file", "set digest_env or digest_file, not both")
@@ -119,21 +119,10 @@ class ZooKeeperSettings:
         return DigestCredentials(user=user, password=password)
 
 
-def _from_environ(environ: Mapping[str, str], prefix: str) -> dict[str, Any]:
-    """``NETDISCO_ZOOKEEPER_SESSION_TIMEOUT=4`` and the like; numbers parsed here."""
-    found: dict[str, Any] = {}
-    for key in _KEYS:
-        name = f"NETDISCO_{prefix.upper()}_{key.upper()}"
-        if name not in environ:
-            continue
-        value: Any = environ[name]
-        if key in ("session_timeout", "audit_interval"):
-            try:
-                value = float(value)
-            except ValueError:
-                raise ConfigError(f"{prefix}.{key}", f"{name}={value!r} is not a number") from None
-        found[key] = value
-    return found
+def _from_environ(environ: Mapping[str, str], prefix: str, keys: tuple[str, ...]) -> dict[str, str]:
+    """``NETDISCO_ZOOKEEPER_SESSION_TIMEOUT=4`` and the like, as text."""
+    names = {key: f"NETDISCO_{prefix.upper()}_{key.upper()}" for key in keys}
+    return {key: environ[name] for key, name in names.items() if name in environ}
 
 
 def _optional_str(value: Any, key: str) -> str | None:
@@ -151,12 +140,10 @@ def _env_name(value: Any, key: str) -> str | None:
     return name
 
 
-def _seconds(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(key, f"must be a number of seconds, not {value!r}")
-    if not math.isfinite(value) or value <= 0:
+def _seconds(value: float, key: str) -> float:
+    if value <= 0:
         raise ConfigError(key, f"must be a positive number of seconds, not {value!r}")
-    return float(value)
+    return value
 
 
 def _znode_path(value: str, key: str) -> str:
@@ -165,12 +152,6 @@ def _znode_path(value: str, key: str) -> str:
     if not value.startswith("/") or value == "/" or any(p in ("", ".", "..") for p in parts[1:]):
         raise ConfigError(key, f"{value!r} is not an absolute znode path like '/netdiscovery'")
     return value
-
-
-def _root(value: Any, key: str) -> str:
-    if not isinstance(value, str):
-        raise ConfigError(key, f"must be a string, not {value!r}")
-    return _znode_path(value, key)
 
 
 def _hosts(value: Any, key: str) -> str:
@@ -189,3 +170,7 @@ def _hosts(value: Any, key: str) -> str:
         if parsed is None or not parsed.hostname or (port is not None and port < 1):
             raise ConfigError(key, f"{entry.strip()!r} is not 'host' or 'host:port'")
     return value.strip()
+
+
+_TYPES = field_types(ZooKeeperSettings)
+_DURATIONS = ("session_timeout", "audit_interval", "resync_interval")

@@ -3,7 +3,7 @@
 kazoo runs state listeners and watch callbacks on its own threads; calling kazoo
 from there wedges the client (kazoo #355, #381). So kazoo threads only ever call
 ``loop.call_soon_threadsafe``; every ZooKeeper operation is a ``*_async`` call
-whose result is awaited on the loop. See ``ZOOKEEPER.md`` in the design notes.
+whose result is awaited on the loop. See ``docs/architecture.md``, "The kazoo rule".
 """
 
 from __future__ import annotations

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import enum
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -22,6 +20,7 @@ from reactivex import Observable
 from netdisco.crawl import settings as settings_module
 from netdisco.crawl.codec import RequestCodec
 from netdisco.crawl.downloader import Downloader, Parking
+from netdisco.crawl.lifecycle import ALLOWED, TERMINAL, PushResult, SpiderState
 from netdisco.crawl.pipelines import ItemStream, Pipeline
 from netdisco.crawl.request import Request
 from netdisco.crawl.scheduler import Scheduler, Scope
@@ -43,38 +42,11 @@ from netdisco.frontiers import Connected, Frontier, open_frontier
 
 log = structlog.get_logger(__name__)
 
-
-class SpiderState(enum.StrEnum):
-    """Where a spider is in its life (DESIGN.md)."""
-
-    IDLE = "idle"
-    RUNNING = "running"
-    PAUSED = "paused"
-    STOPPING = "stopping"
-    STOPPED = "stopped"
-    FINISHED = "finished"
-    FAILED = "failed"
+__all__ = ["TERMINAL", "Crawler", "PushResult", "SpiderState", "frontier_for"]
 
 
-TERMINAL = frozenset({SpiderState.STOPPED, SpiderState.FINISHED, SpiderState.FAILED})
-#: action -> states it is allowed from
-ALLOWED = {
-    "start": {SpiderState.IDLE},
-    "pause": {SpiderState.RUNNING},
-    "resume": {SpiderState.PAUSED},
-    "stop": {SpiderState.RUNNING, SpiderState.PAUSED},
-    "push": {SpiderState.IDLE, SpiderState.RUNNING, SpiderState.PAUSED},
-}
 #: how often a frontier that other engines share is polled for new work
 POLL_INTERVAL = 0.25
-
-
-@dataclass
-class PushResult:
-    """What became of URLs pushed into a spider."""
-
-    accepted: list[str] = field(default_factory=list)
-    rejected: list[tuple[str, str]] = field(default_factory=list)
 
 
 def frontier_for(settings: Settings, spider: Spider, owner: str | None) -> Frontier[Request]:
@@ -225,7 +197,7 @@ class Crawler:
         return result
 
     def status(self) -> dict[str, Any]:
-        """The spider status object of DESIGN.md."""
+        """The spider status object that ``GET /netdiscovery/spiders/{name}`` answers."""
         return {
             "name": self.name,
             "state": self.state.value,

@@ -63,7 +63,8 @@ class ConsolePipeline(Pipeline):
 
 
 class JsonLinesPipeline(Pipeline):
-    """Writes UTF-8 JSON lines to ``path``: one object per line, flushed and closed on stop.
+    """Writes UTF-8 JSON lines to ``path``: one object per line, flushed after every write
+    (a killed process loses none it wrote: its requests are already done) and closed on stop.
 
     A buffering operator upstream makes ``process`` receive lists: each element is a line.
     """
@@ -85,6 +86,7 @@ class JsonLinesPipeline(Pipeline):
                 json.dumps(to_jsonable(i), ensure_ascii=False, default=str) + "\n" for i in batch
             )
         )
+        self._file.flush()
 
     async def close(self) -> None:
         if self._file is not None:

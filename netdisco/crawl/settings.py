@@ -8,16 +8,16 @@ start with the key named, never half-way through a crawl.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from netdisco._version import __version__
 from netdisco.exceptions import ConfigError
+from netdisco.values import convert, field_types, parse_strings
 
 DEFAULT_USER_AGENT = f"netdisco/{__version__} (+https://pypi.org/project/netdiscovery/)"
 
@@ -119,86 +119,15 @@ def _validate_numbers(s: Settings) -> None:
             raise ConfigError(name, f"must not be negative, got {getattr(s, name)!r}")
 
 
-def _as_bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError
-    return value
-
-
-def _as_int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-        raise TypeError
-    return int(value)
-
-
-def _as_float(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError
-    return float(value)
-
-
-def _as_strings(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-        raise TypeError
-    return tuple(value)
-
-
-def _as_str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError
-    return value
-
-
-def _as_optional_str(value: Any) -> str | None:
-    if value is not None and not isinstance(value, str):
-        raise TypeError
-    return value
-
-
-_CONVERTERS: dict[str, Callable[[Any], Any]] = {
-    "bool": _as_bool,
-    "int": _as_int,
-    "float": _as_float,
-    "tuple[str, ...]": _as_strings,
-}
-
-#: string settings are taken as they are (no JSON parsing of CLI text)
-_STRINGS: dict[str, Callable[[Any], Any]] = {"str": _as_str, "str | None": _as_optional_str}
+#: the declared type of every setting: the converter is chosen by it (``netdisco.values``)
+_TYPES = field_types(Settings)
 
 
 def _coerce(name: str, value: Any) -> Any:
     """Turn a TOML, CLI or environment value into the field's type, or say why not."""
-    kind = str(_FIELDS[name].type)
-    if isinstance(value, str) and kind in _CONVERTERS:
-        value = _parse_text(name, value, kind)
-    try:
-        converter: Callable[[Any], Any] = _CONVERTERS.get(kind) or _STRINGS.get(
-            kind, _as_optional_str
-        )
-        return converter(value)
-    except TypeError:
-        raise ConfigError(name, f"expected {kind}, got {value!r}") from None
-
-
-def _parse_text(name: str, text: str, kind: str) -> Any:
-    if kind == "bool":
-        lowered = text.strip().lower()
-        if lowered in ("1", "true", "yes", "on"):
-            return True
-        if lowered in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(name, f"expected true or false, got {text!r}")
-    if kind == "tuple[str, ...]":
-        if text.lstrip().startswith("["):
-            try:
-                return json.loads(text)
-            except ValueError as exc:
-                raise ConfigError(name, f"expected a JSON list of strings: {exc}") from exc
-        return [part for part in _split_patterns(text) if part]
-    try:
-        return json.loads(text)
-    except ValueError:
-        raise ConfigError(name, f"expected {kind}, got {text!r}") from None
+    if _TYPES[name] == tuple[str, ...]:
+        return parse_strings(name, value, split=_split_patterns)
+    return convert(name, value, _TYPES[name])
 
 
 def _split_patterns(text: str) -> list[str]:
@@ -219,7 +148,7 @@ def _split_patterns(text: str) -> list[str]:
         escaped = char == "\\" and not escaped
         current.append(char)
     parts.append("".join(current))
-    return parts
+    return [part for part in parts if part]
 
 
 def from_mapping(data: Mapping[str, Any], *, base: Settings | None = None) -> Settings:

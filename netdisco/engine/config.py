@@ -13,7 +13,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,9 @@ from typing import Any
 
 from netdisco.crawl import settings as crawl_settings
 from netdisco.crawl.settings import Settings
+from netdisco.engine.schedules import Schedule, parse_schedule
 from netdisco.exceptions import ConfigError
+from netdisco.values import check_keys, convert, field_types, read_toml
 
 DEFAULT_PORT = 8715
 
@@ -41,6 +42,7 @@ class EngineSettings:
     max_body: int = 1024 * 1024  # largest accepted request body, bytes
     status_cache: float = 0.1  # seconds a rendered /spiders answer may be reused
     stop_deadline: float | None = None  # None: each spider's own settings.stop_deadline
+    spider_modules: tuple[str, ...] = ()  # modules POST /netdiscovery/spiders may load from
 
     def __post_init__(self) -> None:
         _validate_engine(self)
@@ -68,6 +70,17 @@ def is_loopback(host: str) -> bool:
     return address.is_loopback
 
 
+def check_exposure(s: EngineSettings) -> None:
+    """Refuse unauthenticated control on an address other machines can reach."""
+    if s.http and s.control and s.token is None and not is_loopback(s.host):
+        raise ConfigError(
+            "engine.token_env",
+            f"control routes are enabled on {s.host!r}, which is not a loopback address, "
+            f"but no token is set; put a token in ${s.token_env or 'NETDISCO_TOKEN'}, "
+            "bind to 127.0.0.1, or set engine.control = false",
+        )
+
+
 def _validate_engine(s: EngineSettings) -> None:
     if s.id is not None and (not s.id or "/" in s.id):
         raise ConfigError("engine.id", f"must be a non-empty name without '/', got {s.id!r}")
@@ -85,18 +98,8 @@ def _validate_engine(s: EngineSettings) -> None:
         raise ConfigError("engine.token_env", "names a variable that holds an empty token")
 
 
-_ENGINE_TYPES: dict[str, tuple[type, ...]] = {
-    "id": (str,),
-    "host": (str,),
-    "port": (int,),
-    "advertise": (str,),
-    "token_env": (str,),
-    "http": (bool,),
-    "control": (bool,),
-    "max_body": (int,),
-    "status_cache": (int, float),
-    "stop_deadline": (int, float),
-}
+#: every ``[engine]`` key and its declared type; the token comes only from the environment
+_ENGINE_TYPES = {k: v for k, v in field_types(EngineSettings).items() if k != "token"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +111,7 @@ class SpiderConfig:
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)  # NETDISCO_* values
     pairs: Mapping[str, str] = field(default_factory=dict)  # -s name=value
     key: str = "spiders[0]"  # where it came from, for error messages
+    schedule: Schedule | None = None  # ``schedule`` (cron) or ``every``
 
     def __post_init__(self) -> None:
         self.settings()  # fail at load time, not when the spider starts
@@ -151,46 +155,25 @@ def engine_settings(
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     for name, raw in table.items():
-        values[name] = _engine_value(name, raw)
+        values[name] = _engine_value(name, raw, text=False)
     for name in _ENGINE_TYPES:
         text = env.get(f"NETDISCO_ENGINE_{name.upper()}")
         if text is not None:
-            values[name] = _engine_value(name, _from_text(name, text))
+            values[name] = _engine_value(name, text)
     for name, raw in (overrides or {}).items():
         if raw is not None:
-            values[name] = _engine_value(name, raw)
+            values[name] = _engine_value(name, raw, text=False)
     token_env = values.get("token_env", EngineSettings.token_env)
     token = env.get(token_env) if token_env else None
     return EngineSettings(**values, token=token)
 
 
-def _engine_value(name: str, raw: Any) -> Any:
-    kinds = _ENGINE_TYPES.get(name)
-    if kinds is None:
+def _engine_value(name: str, raw: Any, *, text: bool = True) -> Any:
+    kind = _ENGINE_TYPES.get(name)
+    if kind is None:
         known = ", ".join(sorted(_ENGINE_TYPES))
         raise ConfigError(f"engine.{name}", f"unknown key (known keys: {known})")
-    value: Any = raw
-    if (isinstance(raw, bool) and bool not in kinds) or not isinstance(raw, kinds):
-        raise ConfigError(f"engine.{name}", f"expected {kinds[0].__name__}, got {raw!r}")
-    return float(value) if float in kinds else value
-
-
-def _from_text(name: str, text: str) -> Any:
-    """An environment value as the key's type; strings stay as they are."""
-    kinds = _ENGINE_TYPES[name]
-    if str in kinds:
-        return text
-    if bool in kinds:
-        lowered = text.strip().lower()
-        if lowered in ("1", "true", "yes", "on"):
-            return True
-        if lowered in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"engine.{name}", f"expected true or false, got {text!r}")
-    try:
-        return int(text) if kinds == (int,) else float(text)
-    except ValueError:
-        raise ConfigError(f"engine.{name}", f"expected a number, got {text!r}") from None
+    return convert(f"engine.{name}", raw, kind, text=text)
 
 
 def spider_configs(
@@ -203,29 +186,34 @@ def spider_configs(
     env = os.environ if environ is None else environ
     if not isinstance(entries, list):
         raise ConfigError("spiders", f"expected an array of tables ([[spiders]]), got {entries!r}")
-    result = []
-    for index, entry in enumerate(entries):
-        key = f"spiders[{index}]"
-        if not isinstance(entry, dict):
-            raise ConfigError(key, f"expected a table, got {entry!r}")
-        unknown = set(entry) - {"spider", "settings"}
-        if unknown:
-            raise ConfigError(
-                f"{key}.{sorted(unknown)[0]}", "unknown key (known: spider, settings)"
-            )
-        ref = entry.get("spider")
-        if not isinstance(ref, str) or ":" not in ref:
-            raise ConfigError(
-                f"{key}.spider", f"expected 'FILE.py:Class' or 'module:Class', got {ref!r}"
-            )
-        table = entry.get("settings", {})
-        if not isinstance(table, dict):
-            raise ConfigError(f"{key}.settings", f"expected a table, got {table!r}")
-        spider_env = {k: v for k, v in env.items() if k.startswith("NETDISCO_")}
-        result.append(
-            SpiderConfig(spider=ref, table=table, environ=spider_env, pairs=pairs or {}, key=key)
+    spider_env = {k: v for k, v in env.items() if k.startswith("NETDISCO_")}
+    return tuple(
+        _spider_config(f"spiders[{index}]", entry, spider_env, pairs or {})
+        for index, entry in enumerate(entries)
+    )
+
+
+_SPIDER_KEYS = ("spider", "settings", "schedule", "every")
+
+
+def _spider_config(
+    key: str, entry: Any, environ: Mapping[str, str], pairs: Mapping[str, str]
+) -> SpiderConfig:
+    if not isinstance(entry, dict):
+        raise ConfigError(key, f"expected a table, got {entry!r}")
+    check_keys(key, entry, _SPIDER_KEYS)
+    ref = entry.get("spider")
+    if not isinstance(ref, str) or ":" not in ref:
+        raise ConfigError(
+            f"{key}.spider", f"expected 'FILE.py:Class' or 'module:Class', got {ref!r}"
         )
-    return tuple(result)
+    table = entry.get("settings", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{key}.settings", f"expected a table, got {table!r}")
+    schedule = parse_schedule(entry.get("schedule"), entry.get("every"), key=key)
+    return SpiderConfig(
+        spider=ref, table=table, environ=environ, pairs=pairs, key=key, schedule=schedule
+    )
 
 
 def _renamed(key: str, exc: ConfigError) -> ConfigError:
@@ -241,12 +229,7 @@ def load_config(
     pairs: Mapping[str, str] | None = None,
 ) -> EngineConfig:
     """Read and validate an engine TOML file; every error names its key."""
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError("config", f"cannot read {str(path)!r}: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("config", f"{str(path)!r} is not valid TOML: {exc}") from exc
+    data = read_toml(path, key="config")
     return parse_config(data, environ=environ, overrides=overrides, pairs=pairs)
 
 

@@ -1,6 +1,6 @@
 """Fake engines for the monitor's tests and benchmark: plain kazoo clients.
 
-They write exactly what real engines write (DESIGN.md "Registration"): an
+They write exactly what real engines write (``netdisco.cluster.contract``): an
 ephemeral ``<root>/<engine_id>`` with UTF-8 JSON, ``state: leaving`` written
 just before a graceful delete. Used in-process (sync, call through
 ``asyncio.to_thread``) or as a subprocess::

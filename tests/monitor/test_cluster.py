@@ -48,6 +48,7 @@ async def _tell(proc: asyncio.subprocess.Process, line: bytes) -> None:
     await proc.stdin.drain()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [(), ("--graceful-only",)], ids=["mixed", "graceful-only"])
 async def test_200_engines_churning_every_change_accounted_for(zk_hosts, start_monitor, mode):
     monitor, rec = await start_monitor(monitor_config(zk_hosts, zookeeper={"session_timeout": 10}))

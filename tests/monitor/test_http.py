@@ -138,6 +138,7 @@ async def _page_target(session: aiohttp.ClientSession, port: int, url: str) -> s
     raise AssertionError("Chromium did not open the dashboard")
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(
     not CHROMIUM.exists(), reason="/usr/bin/chromium absent (make test installs it)"
 )

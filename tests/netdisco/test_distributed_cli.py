@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from netdisco.testing import eventually, free_port
 from tests.netdisco.conftest import PAGES
@@ -76,6 +77,7 @@ async def spider_state(port: int) -> str | None:
         return None
 
 
+@pytest.mark.slow
 async def test_sigkill_halfway_loses_no_page(
     tmp_path: Path, counting_site: SiteServer, zk_hosts: str, redis_url: str
 ) -> None:

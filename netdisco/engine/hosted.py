@@ -1,0 +1,131 @@
+"""What an engine hosts besides its crawlers, as narrow protocols with their defaults.
+
+The engine runs an HTTP front, a cluster registration and lease keepers, but
+depends only on these protocols: tests hand it fakes, applications their own
+front, and nothing here imports the engine module.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+import structlog
+
+from netdisco.cluster.contract import EnginePayload
+from netdisco.engine.api import ServedEngine
+
+log = structlog.get_logger(__name__)
+
+if TYPE_CHECKING:
+    from netdisco.cluster.settings import ZooKeeperSettings
+
+
+class Registry(Protocol):
+    """What the engine needs from its cluster registration (``netdisco.cluster.registry``)."""
+
+    async def start(self) -> None: ...
+
+    def data_changed(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    @property
+    def healthy(self) -> bool: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+#: builds a registry from the engine id and the callable that describes the engine
+RegistryFactory = Callable[[str, Callable[[], EnginePayload]], Registry]
+
+
+def zookeeper_settings(table: Mapping[str, Any]) -> ZooKeeperSettings:
+    """``[zookeeper]`` validated now, not at start (``NETDISCO_ZOOKEEPER_*`` win)."""
+    from netdisco.cluster.settings import ZooKeeperSettings  # kazoo only when configured
+
+    return ZooKeeperSettings.from_mapping(table, prefix="zookeeper", environ=os.environ)
+
+
+def zookeeper_registry(settings: ZooKeeperSettings) -> RegistryFactory:
+    """A factory for the engine's ZooKeeper registration."""
+    from netdisco.cluster.registry import Registration  # kazoo only when configured
+
+    def build(engine_id: str, describe: Callable[[], EnginePayload]) -> Registry:
+        return Registration(settings, engine_id, describe)
+
+    return build
+
+
+class HttpFront(Protocol):
+    """What the engine needs from its HTTP endpoint: bind, serve, close."""
+
+    async def start(self, host: str, port: int) -> int:
+        """Serve on ``host:port``; the port actually bound (0 picks one)."""
+        ...
+
+    async def stop(self) -> None:
+        """Close the listener and idle connections."""
+        ...
+
+
+#: builds the HTTP front for an engine; ``HttpEndpoint`` is the default
+FrontFactory = Callable[[ServedEngine], HttpFront]
+
+
+class LeaseKeeper(Protocol):
+    """Returns lost engines' leases in a shared frontier (``netdisco.frontiers.redis.recovery``)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def lease_keeper(frontier: str, zookeeper: ZooKeeperSettings, incarnation: str) -> LeaseKeeper:
+    """The watcher that returns lost engines' leases in the shared frontier ``frontier``."""
+    from netdisco.frontiers.redis.recovery import lease_recovery  # redis-py only when asked
+
+    return lease_recovery(frontier, zookeeper, incarnation)
+
+
+def run_claim(frontier: str, crawl: str, owner: str) -> Callable[[float], Awaitable[bool]] | None:
+    """With a shared frontier: a claim so one engine of the cluster runs each tick."""
+    if not frontier.startswith(("redis://", "rediss://", "unix://")):
+        return None
+
+    async def claim(tick: float) -> bool:
+        from netdisco.frontiers.redis.runs import claim_run  # redis-py only when asked
+
+        return await claim_run(frontier, crawl, tick, owner)
+
+    return claim
+
+
+class LeaseKeepers:
+    """One lease watcher per shared frontier URL, started on first use, stopped together.
+
+    Every live engine runs one per URL, which is safe because returning a lost
+    engine's leases is one atomic script (``netdisco.frontiers.redis.recovery``).
+    """
+
+    def __init__(self, zookeeper: ZooKeeperSettings | None, incarnation: str) -> None:
+        self._zookeeper = zookeeper
+        self._incarnation = incarnation
+        self._keepers: dict[str, LeaseKeeper] = {}
+
+    async def ensure(self, frontier: str) -> None:
+        """Watch for lost engines of ``frontier`` (with ZooKeeper and a shared frontier)."""
+        if self._zookeeper is None or frontier.startswith("memory") or frontier in self._keepers:
+            return
+        keeper = lease_keeper(frontier, self._zookeeper, self._incarnation)
+        self._keepers[frontier] = keeper
+        await keeper.start()
+
+    async def stop(self) -> None:
+        """Stop every watcher; one failing does not keep the others running."""
+        for keeper in self._keepers.values():
+            try:
+                await keeper.stop()
+            except Exception as exc:
+                log.warning("lease_recovery_stop_failed", error=repr(exc))
