@@ -57,9 +57,13 @@ class Response:
                 self.body
             )
             detect = None if declared else _detect
-            self.encoding, self._text = html_to_unicode(
-                content_type, self.body, auto_detect_fun=detect
-            )
+            try:
+                self.encoding, self._text = html_to_unicode(
+                    content_type, self.body, auto_detect_fun=detect
+                )
+            except UnicodeError:  # a declared codec that refuses to decode ("undefined")
+                self.encoding = _detect(self.body) or "utf-8"
+                self._text = self.body.decode(self.encoding, errors="replace")
         return self._text
 
     @property
