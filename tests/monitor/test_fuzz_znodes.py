@@ -25,6 +25,8 @@ from netdisco.testing import eventually
 from tests.fuzzing import examples
 from tests.monitor.conftest import monitor_config
 
+pytestmark = pytest.mark.fuzz
+
 _scalar = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30)
 _json: st.SearchStrategy[Any] = st.recursive(
     _scalar,
@@ -71,8 +73,8 @@ async def test_the_monitor_survives_any_node_data(
 ) -> None:
     config = monitor_config(zk_hosts)
     if not hasattr(writer, "monitor"):  # one monitor for every example
-        writer.monitor = await start_monitor(config)  # type: ignore[attr-defined]
-    monitor, rec = writer.monitor  # type: ignore[attr-defined]
+        writer.monitor = await start_monitor(config)
+    monitor, rec = writer.monitor
     name = f"fuzz-{next(_names)}"
     await asyncio.to_thread(writer.create, f"/netdiscovery/{name}", raw, ephemeral=True)
     joined = await eventually(lambda: rec.of("engine_joined", name), "the node is seen")

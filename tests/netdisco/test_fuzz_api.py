@@ -25,6 +25,8 @@ from tests.fuzzing import examples
 from .engine_site import SiteSpider
 from .test_api_hardening import raw_request
 
+pytestmark = pytest.mark.fuzz
+
 TOKEN = "tok-fuzz-0123456789"
 ROUTES = [
     "/netdiscovery/health",

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from aiohttp import web
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -18,6 +19,8 @@ from hypothesis import strategies as st
 from netdisco import CallablePipeline, Crawler, Request, Response, Settings, Spider
 from netdisco.testing import serve
 from tests.fuzzing import examples
+
+pytestmark = pytest.mark.fuzz
 
 #: real charsets, and "undefined": a codec Python knows that refuses to decode anything
 CHARSETS = ["utf-8", "latin-1", "gbk", "shift_jis", "utf-16", "cp1252", "big5", "undefined"]
