@@ -16,6 +16,7 @@ from protego import Protego
 
 from netdisco.crawl.downloader import HostSlot
 from netdisco.crawl.lru import LRU
+from netdisco.crawl.robots import _Origin
 from netdisco.crawl.scheduler import Scope
 from netdisco.crawl.settings import Settings
 
@@ -34,9 +35,10 @@ def measure(hosts: int) -> dict[str, float]:
     for n in range(hosts):
         slots.put(f"h{n}.links.test:80", HostSlot(s.per_host_concurrency))
     after_slots = tracemalloc.get_traced_memory()[0]
-    robots: LRU[str, Protego] = LRU(s.robots_cache_size)
+    robots: LRU[str, _Origin] = LRU(s.robots_cache_size, _Origin.idle)
     for n in range(s.robots_cache_size * 2):
-        robots.put(f"http://h{n}.links.test", Protego.parse(ROBOTS))
+        origin = f"http://h{n}.links.test"
+        robots.put(origin, _Origin(origin, None, rules=Protego.parse(ROBOTS)))
     after_robots = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     mb = 1024 * 1024
