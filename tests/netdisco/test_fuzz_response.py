@@ -88,6 +88,7 @@ async def crawl_page(base: str) -> Crawler:
     where=st.sampled_from(["header", "meta", "both"]),
 )
 @example(body=b"<a href='/x'>x</a>", charset="undefined", where="header")  # found by fuzzing
+@example(body=b"<a \x01>", charset=None, where="header")  # found by fuzzing
 async def test_no_page_makes_the_spider_raise(body: bytes, charset: str | None, where: str) -> None:
     page = Page()
     page.body = body
