@@ -17,12 +17,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# Servers the tests start themselves: ZooKeeper (and a JRE), Redis; Chromium for the dashboard test.
+# Servers the tests start themselves: ZooKeeper (and a JRE), Redis; Chromium for the dashboard
+# test; Prometheus (promtool checks the metrics, a real server scrapes an engine and the monitor).
 system-deps:
 	@missing=""; \
 	[ -f $(ZK_JAR) ] || missing="$$missing zookeeper"; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -q && $(APT) $$missing; \

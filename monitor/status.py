@@ -55,9 +55,14 @@ class StatusPoller:
     """Every ``interval`` s, reads the rate of every engine in ``members()``."""
 
     def __init__(
-        self, members: Callable[[], list[Member]], interval: float, timeout: float = 2.0
+        self,
+        members: Callable[[], list[Member]],
+        interval: float,
+        timeout: float = 2.0,
+        on_body: Callable[[str, Any], None] | None = None,  # each answer read, e.g. History
     ) -> None:
         self.members = members
+        self.on_body = on_body
         self.interval = interval
         self.timeout = timeout
         self.rates: dict[str, Rate] = {}
@@ -93,7 +98,10 @@ class StatusPoller:
         try:
             async with self._session.get(url) as resp:
                 resp.raise_for_status()
-                rate = total_rate(await resp.json())
+                body = await resp.json()
+                rate = total_rate(body)
             self.rates[member.name] = Rate(rate, time.time())
+            if self.on_body is not None:
+                self.on_body(member.name, body)
         except Exception as exc:  # whatever an engine answers, the poller keeps polling
             self.rates[member.name] = Rate(None, time.time(), error=type(exc).__name__)

@@ -20,6 +20,7 @@ from reactivex import Observable
 from netdisco.crawl import settings as settings_module
 from netdisco.crawl.codec import RequestCodec
 from netdisco.crawl.downloader import Downloader, Parking
+from netdisco.crawl.feeds import feed_pipelines
 from netdisco.crawl.lifecycle import ALLOWED, TERMINAL, PushResult, SpiderState
 from netdisco.crawl.pipelines import ItemStream, Pipeline
 from netdisco.crawl.request import Request
@@ -28,16 +29,7 @@ from netdisco.crawl.scraper import Scraper
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
 from netdisco.crawl.stats import Stats
-from netdisco.exceptions import (
-    DownloadFailed,
-    InvalidTransition,
-    InvalidURL,
-    NetdiscoError,
-    OutOfScope,
-    RequestError,
-    ResponseTooLarge,
-    RobotsDenied,
-)
+from netdisco.exceptions import DownloadFailed, InvalidTransition, NetdiscoError, RequestError
 from netdisco.frontiers import Connected, Frontier, open_frontier
 
 log = structlog.get_logger(__name__)
@@ -55,7 +47,8 @@ def frontier_for(settings: Settings, spider: Spider, owner: str | None) -> Front
 
 
 class Crawler:
-    """Runs one spider; see the module docstring."""
+    """Runs one spider; see the module docstring. ``engine`` names the engine in feed
+    paths (``{engine}``; the host name if None)."""
 
     def __init__(
         self,
@@ -65,6 +58,7 @@ class Crawler:
         pipelines: Sequence[Pipeline] = (),
         frontier: Frontier[Request] | None = None,
         owner: str | None = None,
+        engine: str | None = None,
     ) -> None:
         self.spider = spider
         self.name = spider.name
@@ -76,11 +70,14 @@ class Crawler:
         s = self.settings
         self.scope = Scope(spider.allowed_domains, s.allow, s.deny, s.host_cache_size)
         self.scheduler = Scheduler(self.settings, self.scope, self.frontier, self.stats)
-        self.downloader = Downloader(self.settings, self.stats, self.scope.reason)
+        self.downloader = Downloader(
+            self.settings, self.stats, self.scope.reason, spider=spider, claim=self.scheduler.claim
+        )
         self.parking = Parking(self.downloader, 4 * self.settings.concurrency)
         self.stream = ItemStream(self.stats, self.settings.item_buffer)
         self.scraper = Scraper(self._admit, self.stream, self.stats)
-        self._pipelines = [*pipelines, *spider.pipelines()]
+        self.feeds = feed_pipelines(self.settings.feeds, spider=self.name, engine=engine)
+        self._pipelines = [*pipelines, *spider.pipelines(), *self.feeds]
         self._listeners: list[Callable[[Crawler], None]] = []
         self._unpaused = asyncio.Event()
         self._work = asyncio.Event()
@@ -126,8 +123,14 @@ class Crawler:
         try:
             if isinstance(self.frontier, Connected):
                 await self.frontier.open()  # an unreachable Redis fails here, clearly
+            for feed in self.feeds:
+                feed.prepare()  # an unwritable feed fails here, naming its path
+            if self.settings.render:
+                from netdisco.crawl.render import check_available  # Playwright is an extra
+
+                check_available(self.settings)
         except NetdiscoError as exc:  # terminal, so that whoever waits for it is told
-            self.stats.error(f"frontier: {exc}")
+            self.stats.error(f"start: {exc}")
             self._set_state(SpiderState.FAILED)
             raise
         finally:
@@ -360,16 +363,7 @@ class Crawler:
             self._notify()
 
     async def _failed(self, request: Request, exc: RequestError) -> None:
-        if isinstance(exc, RobotsDenied):
-            self.stats.robots_blocked += 1
-        elif isinstance(exc, ResponseTooLarge):
-            self.stats.too_large += 1
-        elif isinstance(exc, OutOfScope):
-            self.stats.filtered += 1
-        elif isinstance(exc, InvalidURL):
-            self.stats.invalid += 1
-        else:
-            self.stats.failed += 1
+        self.stats.count_failure(exc)
         self.stats.error(f"{request.url}: {exc}")
         log.warning("request_failed", url=request.url, error=str(exc), kind=type(exc).__name__)
         if request.errback is not None:

@@ -39,6 +39,11 @@ def to_jsonable(item: Any) -> Any:
     return item
 
 
+def json_line(item: Any) -> str:
+    """One item as a UTF-8 JSON line (dataclasses as objects, the unknown as strings)."""
+    return json.dumps(to_jsonable(item), ensure_ascii=False, default=str) + "\n"
+
+
 class Pipeline:
     """Base class: override ``process`` (sync or async) and optionally ``operators``."""
 
@@ -51,6 +56,9 @@ class Pipeline:
     async def open(self) -> None:
         """Acquire resources (files, connections) before the first item."""
 
+    async def flush(self) -> None:
+        """Make what was processed so far durable (feeds write it out; others need not)."""
+
     async def close(self) -> None:
         """Flush and release resources after the last item."""
 
@@ -59,7 +67,7 @@ class ConsolePipeline(Pipeline):
     """Prints each item as one JSON line on standard output."""
 
     def process(self, item: Any) -> None:
-        sys.stdout.write(json.dumps(to_jsonable(item), ensure_ascii=False, default=str) + "\n")
+        sys.stdout.write(json_line(item))
 
 
 class JsonLinesPipeline(Pipeline):
@@ -81,11 +89,7 @@ class JsonLinesPipeline(Pipeline):
     def process(self, item: Any) -> None:
         assert self._file is not None, "JsonLinesPipeline.open() was not awaited"
         batch = item if isinstance(item, list) else (item,)
-        self._file.write(
-            "".join(
-                json.dumps(to_jsonable(i), ensure_ascii=False, default=str) + "\n" for i in batch
-            )
-        )
+        self._file.write("".join(json_line(i) for i in batch))
         self._file.flush()
 
     async def close(self) -> None:
@@ -194,6 +198,16 @@ class ItemStream:
         self.stats.items += 1
         self._subject.on_next(item)
 
+    async def flush(self) -> None:
+        """Wait for pending pipeline work, then flush every pipeline."""
+        if self._pending:
+            await asyncio.wait(set(self._pending))
+        for pipeline in self._pipelines:
+            try:
+                await pipeline.flush()
+            except Exception as exc:  # flush the others all the same
+                self._failed(pipeline, exc)
+
     async def close(self, timeout: float | None = None) -> None:
         """Complete the stream (flushing buffers), await pending work, close pipelines.
 
@@ -223,6 +237,7 @@ __all__ = [
     "JsonLinesPipeline",
     "Operator",
     "Pipeline",
+    "json_line",
     "reactivex",
     "to_jsonable",
 ]

@@ -9,10 +9,10 @@ below the crawl: it queues anything with a fingerprint and a priority
 
 from __future__ import annotations
 
-from netdisco.frontiers.base import Codec, Connected, Frontier, Queued, R
+from netdisco.frontiers.base import Claims, Codec, Connected, Frontier, Queued, R
 from netdisco.frontiers.memory import MemoryFrontier
 
-__all__ = ["Codec", "Connected", "Frontier", "MemoryFrontier", "Queued", "open_frontier"]
+__all__ = ["Claims", "Codec", "Connected", "Frontier", "MemoryFrontier", "Queued", "open_frontier"]
 
 
 def open_frontier(url: str, name: str, codec: Codec[R], *, owner: str | None = None) -> Frontier[R]:

@@ -76,3 +76,12 @@ class Connected(Protocol):
 
     async def close(self) -> None:
         """Hand back our leases and disconnect."""
+
+
+@runtime_checkable
+class Claims(Protocol):
+    """A frontier that can mark fingerprints seen without queueing them (redirect targets)."""
+
+    async def claim(self, requests: Sequence[Queued]) -> list[bool]:
+        """Mark each request's fingerprint seen; say for each whether it was new."""
+        ...

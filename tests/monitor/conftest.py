@@ -183,5 +183,15 @@ def engine_processes() -> Iterator[Callable[..., EngineProcess]]:
         engine.stop()
 
 
+@pytest.fixture
+async def site() -> AsyncIterator[str]:
+    """The engine tests' 200-page site on loopback, for real engines the monitor watches."""
+    from tests.netdisco.engine_site import start_site
+
+    runner, base = await start_site()
+    yield base
+    await runner.cleanup()
+
+
 def with_grace(config: MonitorConfig, grace: float) -> MonitorConfig:
     return replace(config, alerts=replace(config.alerts, grace=grace))

@@ -131,8 +131,10 @@ async def test_request_round_trip_resolves_callbacks_by_name(spider: SiteSpider)
         depth=2,
         fingerprint=b"\x01" * 16,
         attempts=1,
+        render=True,
     )
     copy = decode(encode(request, spider), spider)
+    assert copy.render
     assert (copy.url, copy.method, copy.headers, copy.body) == (
         request.url,
         "POST",
@@ -280,6 +282,23 @@ async def test_bloom_mode_dedups_and_counts(frontier: Factory, spider: SiteSpide
     assert await a.add(requests_for(spider, 50)) == [True] * 50
     assert await a.add(requests_for(spider, 60)) == [False] * 50 + [True] * 10
     assert await a.counts() == (60, 0, 60)
+
+
+@pytest.mark.parametrize("seen", ["exact", "bloom"])
+async def test_claim_marks_seen_without_queueing(
+    frontier: Factory, spider: SiteSpider, redis_url: str, seen: str
+):
+    """Redirect targets: claimed by one engine, seen by every other, queued by none."""
+    a, b = (
+        frontier("a", url=f"{redis_url}&seen={seen}"),
+        frontier("b", url=f"{redis_url}&seen={seen}"),
+    )
+    await a.add(requests_for(spider, 2))
+    targets = [make_request(spider, "http://127.0.0.1:1/p1.html"), *requests_for(spider, 4)[2:]]
+    assert await a.claim(targets) == [False, True, True]
+    assert await b.claim(targets[1:]) == [False, False]
+    assert await b.add(targets) == [False, False, False]
+    assert await a.counts() == (2, 0, 4)
 
 
 async def test_unreachable_redis_is_a_clear_error_at_start(spider: SiteSpider):
