@@ -67,7 +67,8 @@ class Crawler:
         self.state = SpiderState.IDLE
         self.started_at: float | None = None
         self.frontier: Frontier[Request] = frontier or frontier_for(self.settings, spider, owner)
-        self.scope = Scope(spider.allowed_domains, self.settings.allow, self.settings.deny)
+        s = self.settings
+        self.scope = Scope(spider.allowed_domains, s.allow, s.deny, s.host_cache_size)
         self.scheduler = Scheduler(self.settings, self.scope, self.frontier, self.stats)
         self.downloader = Downloader(
             self.settings, self.stats, self.scope.reason, spider=spider, claim=self.scheduler.claim
