@@ -79,6 +79,10 @@ class Crawler:
         self.feeds = feed_pipelines(self.settings.feeds, spider=self.name, engine=engine)
         self._pipelines = [*pipelines, *spider.pipelines(), *self.feeds]
         self._listeners: list[Callable[[Crawler], None]] = []
+        self._init_run_state()
+
+    def _init_run_state(self) -> None:
+        """What the workers share while the crawl runs; logs carry the spider's name."""
         self._unpaused = asyncio.Event()
         self._work = asyncio.Event()
         self._idle_workers = 0
