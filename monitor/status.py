@@ -46,6 +46,8 @@ def total_rate(body: Any) -> float:
     spiders = body.get("spiders", body) if isinstance(body, dict) else body
     if not isinstance(spiders, list):
         raise ValueError("no spider list in the answer")
+    if not all(isinstance(s, dict) for s in spiders):
+        raise ValueError("a spider entry is not an object")
     return round(sum(float(s.get("pages_per_second") or 0.0) for s in spiders), 2)
 
 
@@ -101,5 +103,5 @@ class StatusPoller:
             self.rates[member.name] = Rate(rate, time.time())
             if self.on_body is not None:
                 self.on_body(member.name, body)
-        except (aiohttp.ClientError, TimeoutError, ValueError, TypeError) as exc:
+        except Exception as exc:  # whatever an engine answers, the poller keeps polling
             self.rates[member.name] = Rate(None, time.time(), error=type(exc).__name__)

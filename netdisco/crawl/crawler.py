@@ -72,7 +72,8 @@ class Crawler:
         self.state = SpiderState.IDLE
         self.started_at: float | None = None
         self.frontier: Frontier[Request] = frontier or frontier_for(self.settings, spider, owner)
-        self.scope = Scope(spider.allowed_domains, self.settings.allow, self.settings.deny)
+        s = self.settings
+        self.scope = Scope(spider.allowed_domains, s.allow, s.deny, s.host_cache_size)
         self.scheduler = Scheduler(self.settings, self.scope, self.frontier, self.stats)
         self.downloader = Downloader(
             self.settings, self.stats, self.scope.reason, spider=spider, claim=self.scheduler.claim
@@ -83,6 +84,10 @@ class Crawler:
         self.feeds = feed_pipelines(self.settings.feeds, spider=self.name, engine=engine)
         self._pipelines = [*pipelines, *spider.pipelines(), *self.feeds]
         self._listeners: list[Callable[[Crawler], None]] = []
+        self._init_run_state()
+
+    def _init_run_state(self) -> None:
+        """What the workers share while the crawl runs; logs carry the spider's name."""
         self._unpaused = asyncio.Event()
         self._work = asyncio.Event()
         self._idle_workers = 0

@@ -23,6 +23,7 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 import structlog
 
+from netdisco.crawl.lru import LRU
 from netdisco.crawl.middleware import Chain, DownloadHandler, build_middlewares
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
@@ -30,7 +31,7 @@ from netdisco.crawl.robots import RobotsCache
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.stats import Stats
 from netdisco.crawl.transport import AiohttpHandler
-from netdisco.crawl.urls import canonical_url, check_url
+from netdisco.crawl.urls import canonical_url, check_url, origin
 from netdisco.exceptions import (
     BrowserCrashed,
     DownloadFailed,
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 RETRY_STATUSES = frozenset({408, 429, *range(500, 600)})
+#: credentials that must not follow a redirect to another origin (as requests, curl, browsers)
+CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 #: network failures worth another try; DNS failures are not (the name will not appear)
 RETRY_ERRORS = (
@@ -68,11 +71,28 @@ Claim = Callable[[Request], Awaitable[bool]]
 class HostSlot:
     """Politeness for one host: how many requests at once, and when the next may start."""
 
-    __slots__ = ("next_start", "semaphore")
+    __slots__ = ("next_start", "semaphore", "users")
 
     def __init__(self, concurrency: int) -> None:
         self.semaphore = asyncio.Semaphore(concurrency)
         self.next_start = 0.0
+        self.users = 0  # requests holding or waiting for the semaphore
+
+    async def __aenter__(self) -> None:
+        self.users += 1
+        try:
+            await self.semaphore.acquire()
+        except BaseException:
+            self.users -= 1
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.semaphore.release()
+        self.users -= 1
+
+    def idle(self) -> bool:
+        """Nobody uses it and its delay has run out: forgetting it changes nothing."""
+        return self.users == 0 and self.next_start <= time.monotonic()
 
     async def wait_turn(self, delay: float) -> None:
         """Sleep until this host's next start time, and book the one after it."""
@@ -100,9 +120,10 @@ class Parking:
         self._count = 0
 
     def park(self, request: Request) -> bool:
-        """Set ``request`` aside if its host is busy (and there is room); say if it was."""
+        """Set ``request`` aside if its host is busy or its robots.txt unreachable (and
+        there is room); say if it was."""
         host = urlsplit(request.url).netloc
-        if self._count >= self.limit or not self.downloader.busy(host):
+        if self._count >= self.limit or not self.downloader.busy(host, request.url):
             return False
         self._hosts.setdefault(host, deque()).append(request)
         self._count += 1
@@ -113,7 +134,7 @@ class Parking:
         if not self._count:
             return None
         for host, waiting in self._hosts.items():
-            if not self.downloader.busy(host):
+            if not self.downloader.busy(host, waiting[0].url):
                 request = waiting.popleft()
                 if not waiting:
                     del self._hosts[host]
@@ -124,6 +145,11 @@ class Parking:
     def drain(self) -> list[Request]:
         """Every parked request (to hand back to the frontier on close)."""
         requests = [r for waiting in self._hosts.values() for r in waiting]
+        robots = self.downloader.robots
+        if robots is not None:  # handed back while their robots.txt did not answer
+            self.downloader.stats.robots_deferred += sum(
+                robots.unreachable(r.url) for r in requests
+            )
         self._hosts.clear()
         self._count = 0
         return requests
@@ -163,7 +189,7 @@ class Downloader:
         self.spider = spider
         self.middlewares = build_middlewares(settings, spider)
         self.claim = claim
-        self._slots: dict[str, HostSlot] = {}
+        self._slots: LRU[str, HostSlot] = LRU(settings.host_cache_size, HostSlot.idle)
         self._session: aiohttp.ClientSession | None = None
         self._http: AiohttpHandler | None = None
         self.renderer: RenderingHandler | None = None
@@ -192,7 +218,7 @@ class Downloader:
         self._http = AiohttpHandler(self._session, s)
         if s.obey_robots:
             shared = self.reserved_by if isinstance(self.reserved_by, SharedRobots) else None
-            self.robots = RobotsCache(self._session, s.user_agent, s.timeout, shared)
+            self.robots = RobotsCache(self._session, s, shared)
         log.info("downloader_chain", middlewares=self.chain.names, render=s.render)
         if s.render:
             await self._renderer().start()  # a missing browser fails the start, named
@@ -210,6 +236,8 @@ class Downloader:
         """Stop the browser, close the session and its connections."""
         if self.renderer is not None:
             await self.renderer.close()
+        if self.robots is not None:
+            await self.robots.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -266,6 +294,7 @@ class Downloader:
         """
         hop = replace(request, url=_defrag(request.url), headers=dict(request.headers))
         visited: set[str] = set()
+        home, left = origin(request.url), False
         for count in range(self.settings.max_redirects + 1):
             key = canonical_url(hop.url)
             if key in visited:
@@ -284,6 +313,9 @@ class Downloader:
                 response.request = request
                 return response
             hop = redirect_request(request, hop, response.status, location)
+            left = left or origin(hop.url) != home
+            if left:  # credentials stay with their origin, and do not come back with it
+                hop.headers = _without_credentials(hop.headers)
         raise TooManyRedirects(
             f"more than {self.settings.max_redirects} redirects", url=request.url
         )
@@ -308,20 +340,31 @@ class Downloader:
             )
 
     async def _check_robots(self, hop: Request) -> None:
-        proxy = hop.proxy or self.settings.proxy
-        if self.robots is not None and not await self.robots.allowed(hop.url, proxy):
+        """robots.txt's answer; while it is unreachable the request waits, it does not fail."""
+        if self.robots is None:
+            return
+        try:
+            allowed = await self.robots.allowed(hop.url, hop.proxy or self.settings.proxy)
+        except asyncio.CancelledError:
+            if self.robots.unreachable(hop.url):  # the spider stops: handed back, and counted
+                self.stats.robots_deferred += 1
+            raise
+        if not allowed:
             raise RobotsDenied("disallowed by robots.txt", url=hop.url)
 
-    def busy(self, host: str) -> bool:
-        """Whether ``host`` (a netloc) already has ``per_host_concurrency`` requests going."""
-        slot = self._slots.get(host)
+    def busy(self, host: str, url: str | None = None) -> bool:
+        """Whether ``host`` (a netloc) already has ``per_host_concurrency`` requests going,
+        or the robots.txt for ``url`` is unreachable (a request would only wait)."""
+        if url is not None and self.robots is not None and self.robots.unreachable(url):
+            return True
+        slot = self._slots.peek(host)
         return slot is not None and slot.semaphore.locked()
 
     def _slot(self, url: str) -> HostSlot:
         key = urlsplit(url).netloc
         slot = self._slots.get(key)
         if slot is None:
-            slot = self._slots[key] = HostSlot(self.settings.per_host_concurrency)
+            slot = self._slots.put(key, HostSlot(self.settings.per_host_concurrency))
         return slot
 
     @contextlib.asynccontextmanager
@@ -331,7 +374,7 @@ class Downloader:
             yield
             return
         slot = self._slot(url)
-        async with slot.semaphore:
+        async with slot:
             await slot.wait_turn(self.settings.download_delay)
             yield
 
@@ -372,6 +415,11 @@ def _join(base: str, location: str) -> str:
         return urljoin(base, location)
     except ValueError as exc:
         raise InvalidURL(f"redirect to {location!r}: {exc}", url=base) from exc
+
+
+def _without_credentials(headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` without Authorization, Cookie and Proxy-Authorization."""
+    return {k: v for k, v in headers.items() if k.lower() not in CREDENTIAL_HEADERS}
 
 
 def _describe(exc: BaseException) -> str:

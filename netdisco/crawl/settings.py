@@ -48,6 +48,18 @@ class Settings:
     progress_interval: float = 5.0
     item_buffer: int = 256
     frontier: str = "memory"
+    #: let ``POST .../requests`` push loopback, link-local and private-range URLs
+    allow_private_targets: bool = False
+    #: hosts whose scope decision and (idle) download slot are kept: about 0.5 KB each
+    host_cache_size: int = 50_000
+    #: origins whose parsed robots.txt is kept: about 3 KB each for a short file
+    robots_cache_size: int = 5_000
+    #: seconds a fetched robots.txt is trusted (RFC 9309: at most 24 h)
+    robots_max_age: float = 86_400.0
+    #: seconds a host with an unreachable robots.txt (5xx, timeout) waits before it is
+    #: asked again; doubled after every failure up to ``robots_max_backoff``
+    robots_backoff: float = 60.0
+    robots_max_backoff: float = 3_600.0
     # downloader middleware (netdisco.crawl.middleware), in chain order
     default_headers: tuple[str, ...] = ()  # "Name: value"
     user_agents: tuple[str, ...] = ()
@@ -80,6 +92,11 @@ _POSITIVE = (
     "timeout",
     "connect_timeout",
     "item_buffer",
+    "host_cache_size",
+    "robots_cache_size",
+    "robots_max_age",
+    "robots_backoff",
+    "robots_max_backoff",
     "render_concurrency",
     "render_timeout",
 )

@@ -111,6 +111,7 @@ class Stats:
         self.invalid = 0
         self.robots_blocked = 0
         self.too_large = 0
+        self.robots_deferred = 0  # handed back at stop: their robots.txt never answered
         self.items = 0
         self.dropped_items = 0
         self.pipeline_errors = 0
@@ -171,6 +172,7 @@ class Stats:
             "dropped_items": self.dropped_items,
             "pipeline_errors": self.pipeline_errors,
             "callback_errors": self.callback_errors,
+            "robots_deferred": self.robots_deferred,
             "middleware_errors": self.middleware_errors,
             "render_timeouts": self.render_timeouts,
             "bytes": self.bytes,

@@ -91,8 +91,11 @@ class HostReserving(Protocol[R_contra]):
 class SharedRobots(Protocol):
     """A frontier that keeps robots.txt for every engine: one fetch per host per crawl."""
 
-    async def robots_txt(self, origin: str, fetch: Callable[[], Awaitable[str]]) -> str:
-        """The rules for ``origin``: cached, or fetched by ``fetch`` by one engine only."""
+    async def robots_txt(
+        self, origin: str, fetch: Callable[[], Awaitable[str | None]], max_age: float
+    ) -> str | None:
+        """The rules for ``origin``: cached (``max_age`` s), or fetched by one engine only;
+        None, not cached, when ``fetch`` says the site did not answer."""
         ...
 
 

@@ -177,13 +177,20 @@ async def test_robots_txt_is_fetched_by_one_engine_for_all(frontier: Factory):
         return "User-agent: *\nDisallow: /private\n"
 
     texts = await asyncio.gather(
-        *(f.robots_txt("http://one.test", fetch) for f in engines for _ in range(2))
+        *(f.robots_txt("http://one.test", fetch, 60) for f in engines for _ in range(2))
     )
     assert fetched == ["x"]
     assert set(texts) == {"User-agent: *\nDisallow: /private\n"}
-    assert await engines[0].robots_txt("http://one.test", fetch) == texts[0]
-    assert await engines[0].robots_txt("http://two.test", fetch) == texts[0]
+    assert await engines[0].robots_txt("http://one.test", fetch, 60) == texts[0]
+    assert await engines[0].robots_txt("http://two.test", fetch, 60) == texts[0]
     assert fetched == ["x", "x"]  # per origin
+
+    async def unreachable() -> None:  # a 5xx or a timeout: each engine backs off alone
+        fetched.append("down")
+
+    assert await engines[1].robots_txt("http://down.test", unreachable, 60) is None
+    assert await engines[2].robots_txt("http://down.test", unreachable, 60) is None
+    assert fetched[2:] == ["down", "down"]  # not cached, and the lock was let go
 
 
 def test_every_host_key_shares_the_spiders_cluster_slot():

@@ -37,8 +37,6 @@ from netdisco.frontiers.redis.options import RedisOptions
 TAKE_WAIT = 1.0
 #: how long a finished request's ack waits for a take to carry it (s); then it goes alone
 ACK_WAIT = 0.005
-#: robots.txt is kept this long (RFC 9309: a cached copy serves up to 24 hours)
-ROBOTS_TTL = 24 * 3600
 #: how long one engine may take to fetch a robots.txt before another tries (s)
 ROBOTS_LOCK = 30
 
@@ -152,17 +150,24 @@ class HostQueueFrontier(RedisFrontier[R]):
         credit = self._credit(rid)[1:]
         await self._call(lambda: self._finish([rid, body, *credit], requeue=True, wait_us=wait))
 
-    async def robots_txt(self, origin: str, fetch: Callable[[], Awaitable[str]]) -> str:
+    async def robots_txt(
+        self, origin: str, fetch: Callable[[], Awaitable[str | None]], max_age: float
+    ) -> str | None:
         """The cached rules; else the engine that locks the origin fetches, the rest wait."""
         key = self.keys.robots(origin)
         while (cached := await self._call(lambda: self._redis.get(key))) is None:
             if await self._call(lambda: self._lock(f"{key}:lock")):
-                return await self._keep(key, await fetch())
+                return await self._keep(key, await fetch(), max_age)
             await asyncio.sleep(0.05)
         return cached.decode() if isinstance(cached, bytes) else str(cached)
 
-    async def _keep(self, key: str, text: str) -> str:
-        await self._call(lambda: self._redis.set(key, text, ex=ROBOTS_TTL))
+    async def _keep(self, key: str, text: str | None, max_age: float) -> str | None:
+        """Share an answer; an unreachable site is not shared (the next asker tries)."""
+        if text is None:
+            await self._call(lambda: self._redis.delete(f"{key}:lock"))
+        else:
+            ttl = max(1, int(max_age))
+            await self._call(lambda: self._redis.set(key, text, ex=ttl))
         return text
 
     def _lock(self, key: str) -> Awaitable[Any]:
