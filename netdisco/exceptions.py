@@ -57,6 +57,9 @@ class SpiderNotAllowed(SpiderLoadError):
 class RequestError(NetdiscoError):
     """A request that could not be turned into a response."""
 
+    #: not a failure after all: the request is back in the frontier, to be tried there
+    deferred = False
+
     def __init__(self, message: str, *, url: str) -> None:
         super().__init__(message)
         self.url = url
@@ -92,6 +95,8 @@ class RetryDeferred(RequestError):
     With host queues a retry may not start on a slot nobody reserved; the frontier
     holds the back-off (429, 503, Retry-After) for every engine instead.
     """
+
+    deferred = True
 
 
 class DropItem(NetdiscoError):

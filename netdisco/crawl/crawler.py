@@ -29,13 +29,7 @@ from netdisco.crawl.scraper import Scraper
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
 from netdisco.crawl.stats import Stats
-from netdisco.exceptions import (
-    DownloadFailed,
-    InvalidTransition,
-    NetdiscoError,
-    RequestError,
-    RetryDeferred,
-)
+from netdisco.exceptions import DownloadFailed, InvalidTransition, NetdiscoError, RequestError
 from netdisco.frontiers import Connected, Frontier, open_frontier
 
 log = structlog.get_logger(__name__)
@@ -373,7 +367,7 @@ class Crawler:
             self._notify()
 
     async def _failed(self, request: Request, exc: RequestError) -> None:
-        if isinstance(exc, RetryDeferred):  # back in its host queue: not a failure
+        if exc.deferred:  # a retry that waits in the frontier (host queues): not a failure
             return
         self.stats.count_failure(exc)
         self.stats.error(f"{request.url}: {exc}")
