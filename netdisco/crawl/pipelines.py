@@ -7,6 +7,12 @@ out in ``process``. ``DropItem`` ends an item's way through one pipeline.
 Backpressure: ``process`` may return an awaitable; the stream keeps at most
 ``item_buffer`` of them pending and makes the spider wait when it is full, so a
 slow pipeline slows the crawl instead of growing memory.
+
+Delivery: the crawler acknowledges a request to its frontier only after
+``ItemStream.flush`` (pending work awaited, then every pipeline's ``flush``), so an
+item of an acknowledged page is never lost to a crash (at-least-once). A pipeline that
+buffers must write its buffer out in ``flush``; items an operator holds back (e.g.
+``buffer_with_count``) are not covered until the operator emits them.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import asyncio
 import dataclasses
 import inspect
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -51,6 +58,13 @@ class Pipeline:
     async def open(self) -> None:
         """Acquire resources (files, connections) before the first item."""
 
+    async def flush(self) -> None:
+        """Make what ``process`` received so far survive a crash of this process.
+
+        Awaited before the requests that yielded those items are acknowledged; the
+        crawler batches it (``flush_items``, ``flush_interval``), so it may be costly.
+        """
+
     async def close(self) -> None:
         """Flush and release resources after the last item."""
 
@@ -61,36 +75,62 @@ class ConsolePipeline(Pipeline):
     def process(self, item: Any) -> None:
         sys.stdout.write(json.dumps(to_jsonable(item), ensure_ascii=False, default=str) + "\n")
 
+    async def flush(self) -> None:
+        sys.stdout.flush()
+
 
 class JsonLinesPipeline(Pipeline):
-    """Writes UTF-8 JSON lines to ``path``: one object per line, flushed and closed on stop.
+    """Appends UTF-8 JSON lines to ``path``: one object per line (``overwrite``: truncate first).
 
-    A buffering operator upstream makes ``process`` receive lists: each element is a line.
+    Appending is the default so that a resumed crawl keeps what earlier runs wrote.
+    Lines are held in memory until ``flush`` writes them to the operating system in one
+    write (they then survive ``kill -9``) and ``close`` also ``fsync``s (a power loss may
+    lose lines written since the last ``fsync``). A buffering operator upstream makes
+    ``process`` receive lists: each element is a line.
     """
 
-    def __init__(self, path: str | Path, *, operators: Sequence[Operator] = ()) -> None:
+    def __init__(
+        self, path: str | Path, *, operators: Sequence[Operator] = (), overwrite: bool = False
+    ) -> None:
         self.path = Path(path)
         self.operators = operators
+        self.overwrite = overwrite
         self._file: IO[str] | None = None
+        self._lines: list[str] = []
 
     async def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("w", encoding="utf-8")
+        self._file = self.path.open("w" if self.overwrite else "a", encoding="utf-8")
+        if self._file.tell() and not _ends_with_newline(self.path):
+            # a line cut short by a crash: end it, so that the next line stays readable
+            log.warning("output_line_incomplete", path=str(self.path))
+            self._file.write("\n")
 
     def process(self, item: Any) -> None:
         assert self._file is not None, "JsonLinesPipeline.open() was not awaited"
         batch = item if isinstance(item, list) else (item,)
-        self._file.write(
-            "".join(
-                json.dumps(to_jsonable(i), ensure_ascii=False, default=str) + "\n" for i in batch
-            )
+        self._lines.extend(
+            json.dumps(to_jsonable(i), ensure_ascii=False, default=str) + "\n" for i in batch
         )
+
+    async def flush(self) -> None:
+        if self._file is not None:
+            lines, self._lines = self._lines, []
+            self._file.write("".join(lines))
+            self._file.flush()
 
     async def close(self) -> None:
         if self._file is not None:
-            self._file.flush()
+            await self.flush()
+            os.fsync(self._file.fileno())
             self._file.close()
             self._file = None
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with path.open("rb") as file:
+        file.seek(-1, os.SEEK_END)
+        return file.read(1) == b"\n"
 
 
 class CallablePipeline(Pipeline):
@@ -191,6 +231,16 @@ class ItemStream:
             await asyncio.wait(self._pending, return_when=asyncio.FIRST_COMPLETED)
         self.stats.items += 1
         self._subject.on_next(item)
+
+    async def flush(self) -> None:
+        """Await pending pipeline work, then every pipeline's ``flush``.
+
+        A flush that fails raises: the requests waiting for it must not be acknowledged.
+        """
+        if self._pending:
+            await asyncio.wait(set(self._pending))
+        for pipeline in self._pipelines:
+            await pipeline.flush()
 
     async def close(self, timeout: float | None = None) -> None:
         """Complete the stream (flushing buffers), await pending work, close pipelines.

@@ -47,6 +47,9 @@ class Settings:
     progress_interval: float = 5.0
     item_buffer: int = 256
     frontier: str = "memory"
+    state_dir: str | None = None
+    flush_interval: float = 0.1
+    flush_items: int = 1000
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -57,7 +60,14 @@ class Settings:
 
 
 _FIELDS = {f.name: f for f in fields(Settings)}
-_POSITIVE = ("concurrency", "per_host_concurrency", "timeout", "connect_timeout", "item_buffer")
+_POSITIVE = (
+    "concurrency",
+    "per_host_concurrency",
+    "timeout",
+    "connect_timeout",
+    "item_buffer",
+    "flush_items",
+)
 _NON_NEGATIVE = (
     "download_delay",
     "max_pages",
@@ -69,6 +79,7 @@ _NON_NEGATIVE = (
     "max_response_size",
     "stop_deadline",
     "progress_interval",
+    "flush_interval",
 )
 
 
@@ -82,6 +93,10 @@ def _validate(s: Settings) -> None:
                 raise ConfigError(name, f"invalid regular expression {pattern!r}: {exc}") from exc
     if not s.frontier.startswith(("memory", "redis://", "rediss://", "unix://")):
         raise ConfigError("frontier", f"expected 'memory' or a redis:// URL, got {s.frontier!r}")
+    if s.state_dir is not None and not s.frontier.startswith("memory"):
+        raise ConfigError(
+            "state_dir", "applies to the standalone frontier; a Redis frontier keeps its state"
+        )
 
 
 def _validate_numbers(s: Settings) -> None:

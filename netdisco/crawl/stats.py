@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from netdisco.exceptions import InvalidURL, OutOfScope, RequestError, ResponseTooLarge, RobotsDenied
+
 #: request outcomes, as counted in ``Stats.outcomes`` and Prometheus' ``outcome`` label
 OUTCOMES = (
     "succeeded",
@@ -14,6 +16,16 @@ OUTCOMES = (
     "invalid",
     "robots_blocked",
     "too_large",
+)
+#: the counters a resumed crawl carries on from (``totals``, ``restore``)
+TOTALS = (
+    "scheduled",
+    *OUTCOMES,
+    "items",
+    "dropped_items",
+    "pipeline_errors",
+    "callback_errors",
+    "bytes",
 )
 
 
@@ -89,6 +101,28 @@ class Stats:
     def outcomes(self) -> dict[str, int]:
         """Requests by outcome."""
         return {name: getattr(self, name) for name in OUTCOMES}
+
+    def totals(self) -> dict[str, int]:
+        """The running totals, as a persistent frontier stores them."""
+        return {name: getattr(self, name) for name in TOTALS}
+
+    def restore(self, totals: dict[str, int]) -> None:
+        """Carry on from the totals of an earlier run of the same crawl."""
+        for name in TOTALS:
+            setattr(self, name, int(totals.get(name, 0)))
+
+    def count_failure(self, exc: RequestError) -> None:
+        """Count a request that failed, by why."""
+        if isinstance(exc, RobotsDenied):
+            self.robots_blocked += 1
+        elif isinstance(exc, ResponseTooLarge):
+            self.too_large += 1
+        elif isinstance(exc, OutOfScope):
+            self.filtered += 1
+        elif isinstance(exc, InvalidURL):
+            self.invalid += 1
+        else:
+            self.failed += 1
 
     def error(self, message: str) -> None:
         """Remember the latest error for the status endpoint."""

@@ -1,23 +1,47 @@
 """Frontiers: where one crawl's requests wait, in this process or shared by engines.
 
-``open_frontier`` turns a ``frontier`` setting into a frontier: ``memory`` (the
-default, :mod:`netdisco.frontiers.memory`) or a ``redis://`` URL
-(:mod:`netdisco.frontiers.redis`, several engines on one crawl). This layer sits
+``open_frontier`` turns the ``frontier`` and ``state_dir`` settings into a frontier:
+``memory`` (the default, :mod:`netdisco.frontiers.memory`), ``memory`` with a
+``state_dir`` (:mod:`netdisco.frontiers.sqlite`, a crawl that resumes after a stop or
+a crash) or a ``redis://`` URL (:mod:`netdisco.frontiers.redis`, several engines on
+one crawl). This layer sits
 below the crawl: it queues anything with a fingerprint and a priority
 (:class:`~netdisco.frontiers.base.Queued`) and never imports ``netdisco.crawl``.
 """
 
 from __future__ import annotations
 
-from netdisco.frontiers.base import Codec, Connected, Frontier, Queued, R
+from netdisco.frontiers.base import Codec, Connected, Frontier, Persistent, Queued, R
 from netdisco.frontiers.memory import MemoryFrontier
 
-__all__ = ["Codec", "Connected", "Frontier", "MemoryFrontier", "Queued", "open_frontier"]
+__all__ = [
+    "Codec",
+    "Connected",
+    "Frontier",
+    "MemoryFrontier",
+    "Persistent",
+    "Queued",
+    "open_frontier",
+]
 
 
-def open_frontier(url: str, name: str, codec: Codec[R], *, owner: str | None = None) -> Frontier[R]:
-    """The frontier ``url`` names for the crawl ``name``; ``owner`` labels our leases."""
+def open_frontier(
+    url: str,
+    name: str,
+    codec: Codec[R],
+    *,
+    owner: str | None = None,
+    state_dir: str | None = None,
+) -> Frontier[R]:
+    """The frontier ``url`` names for the crawl ``name``; ``owner`` labels our leases.
+
+    ``state_dir`` keeps a standalone (``memory``) crawl in SQLite there, so it resumes.
+    """
     if url.startswith("memory"):
+        if state_dir:
+            from netdisco.frontiers.sqlite import SqliteFrontier
+
+            return SqliteFrontier(state_dir, name, codec)
         return MemoryFrontier()
     from netdisco.frontiers.redis.frontier import RedisFrontier  # redis-py only when asked
     from netdisco.frontiers.redis.options import RedisOptions
