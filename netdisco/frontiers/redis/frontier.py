@@ -12,10 +12,10 @@ from typing import Any, Generic, TypeVar
 import structlog
 from redis import asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from netdisco.exceptions import FrontierUnavailable, RequestNotShareable
+from netdisco.exceptions import CrawlLost, FrontierUnavailable, RequestNotShareable
 from netdisco.frontiers.base import Codec, R
 from netdisco.frontiers.redis.leases import (
     Keys,
@@ -25,7 +25,7 @@ from netdisco.frontiers.redis.leases import (
 )
 from netdisco.frontiers.redis.leases import sweep_expired as sweep_leases
 from netdisco.frontiers.redis.options import RedisOptions, bloom_offsets, redact
-from netdisco.frontiers.redis.scripts import ADD_LUA, DONE_LUA, TAKE_LUA
+from netdisco.frontiers.redis.scripts import ADD_LUA, DONE_LUA, LOST, TAKE_LUA
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -84,6 +84,7 @@ class RedisFrontier(Generic[R]):
         self._open_lock = asyncio.Lock()
         self._down_since: float | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self.epoch = ""  # the crawl we joined: see open()
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -95,6 +96,7 @@ class RedisFrontier(Generic[R]):
             try:
                 await self._redis.ping()
                 await self._redis.sadd(spiders_key(self.options.prefix), self.name)
+                self.epoch = await self._join()
             except RedisError as exc:
                 raise FrontierUnavailable(
                     f"cannot reach Redis at {redact(self.options.url)}: {exc}"
@@ -102,7 +104,27 @@ class RedisFrontier(Generic[R]):
             self._opened = True
             self._heartbeat = asyncio.create_task(self._beat_forever(), name="frontier-heartbeat")
             self._listener = asyncio.create_task(self._listen(), name="frontier-listener")
-            log.info("frontier_opened", url=redact(self.options.url), owner=self.owner)
+            log.info(
+                "frontier_opened", url=redact(self.options.url), owner=self.owner, epoch=self.epoch
+            )
+
+    async def _join(self) -> str:
+        """The crawl's epoch, written by whichever engine creates the crawl first.
+
+        Every script checks it: a Redis that lost the crawl no longer holds it, and the
+        engines that joined before fail instead of reading an empty queue as the end.
+        """
+        await self._redis.set(self.keys.epoch, uuid.uuid4().hex, nx=True)
+        epoch = await self._redis.get(self.keys.epoch)
+        return epoch.decode() if isinstance(epoch, bytes) else str(epoch)
+
+    def _lost(self, found: str) -> CrawlLost:
+        what = "no crawl" if found in ("false", "None") else f"another crawl (epoch {found})"
+        return CrawlLost(
+            f"Redis at {redact(self.options.url)} lost the crawl of spider {self.name!r}: it "
+            f"holds {what} instead of epoch {self.epoch} (restarted without persistence, "
+            "FLUSHALL or failover to an empty replica); its queue, leases and seen set are gone"
+        )
 
     async def close(self, *, hand_back: bool = True) -> int:
         """Stop the heartbeat, hand our leases back (graceful stop), disconnect."""
@@ -133,7 +155,8 @@ class RedisFrontier(Generic[R]):
     async def add(self, requests: Sequence[R]) -> list[bool]:
         if not self._opened:
             await self.open()
-        args: list[str | bytes] = [self.options.seen, self.keys.added_channel]
+        args: list[str | bytes] = [self.options.seen, self.keys.added_channel, self.epoch]
+        args.append(uuid.uuid4().hex[:8])  # the nonce that makes this call's ids unique
         sent: list[int] = []
         for index, request in enumerate(requests):
             if request.fingerprint in self._known and not request.dont_filter:
@@ -148,13 +171,9 @@ class RedisFrontier(Generic[R]):
             sent.append(index)
         added = [False] * len(requests)
         if sent:
-            keys = self.keys
-            result = await self._call(
-                lambda: self._add(
-                    keys=[keys.seen, keys.seen_count, keys.queue, keys.payload, keys.seq],
-                    args=args,
-                )
-            )
+            k = self.keys
+            keys = [k.seen, k.seen_count, k.queue, k.payload, k.seq, k.epoch]
+            result = await self._call(lambda: self._add(keys=keys, args=args))
             for index, flag in zip(sent, result, strict=True):
                 added[index] = bool(flag)
             self._remember(requests[index].fingerprint for index in sent)
@@ -217,9 +236,12 @@ class RedisFrontier(Generic[R]):
                     pipe.scard(self.keys.seen)
                 else:
                     pipe.get(self.keys.seen_count)
+                pipe.get(self.keys.epoch)
                 return await pipe.execute()
 
-        queued, leased, seen = await self._call(read)
+        queued, leased, seen, epoch = await self._call(read)
+        if epoch is None or epoch.decode() != self.epoch:
+            raise self._lost(str(epoch if epoch is None else epoch.decode()))
         return int(queued), int(leased), int(seen or 0)
 
     async def flush(self) -> None:
@@ -250,14 +272,14 @@ class RedisFrontier(Generic[R]):
     async def _take_once(self) -> Any:
         k = self.keys
         token = k.take_token(uuid.uuid4().hex)  # the same for every retry of this take
-        keys = [k.queue, k.leases, k.owner, k.owned(self.owner), k.payload, token]
-        args: list[str | int] = [self.owner, self._ttl_ms, self.options.prefetch]
+        keys = [k.queue, k.leases, k.owner, k.owned(self.owner), k.payload, token, k.epoch]
+        args: list[str | int] = [self.owner, self._ttl_ms, self.options.prefetch, self.epoch]
         return await self._call(lambda: self._take(keys=keys, args=args))
 
     async def _release(self, rids: list[str], *, requeue: bool) -> None:
         k = self.keys
-        keys = [k.leases, k.owner, k.owned(self.owner), k.payload, k.queue]
-        args = [self.owner, "1" if requeue else "0", *rids]
+        keys = [k.leases, k.owner, k.owned(self.owner), k.payload, k.queue, k.epoch]
+        args = [self.owner, "1" if requeue else "0", self.epoch, *rids]
         await self._call(lambda: self._done(keys=keys, args=args))
 
     async def _flush(self) -> None:
@@ -265,16 +287,25 @@ class RedisFrontier(Generic[R]):
             batch, self._acks = self._acks, []
             try:
                 await self._release(batch, requeue=False)
+            except CrawlLost as exc:  # the next take or count reports it, once
+                log.debug("frontier_ack_failed", count=len(batch), error=str(exc))
             except Exception:  # not acked: the orphan check returns them (a duplicate)
                 log.exception("frontier_ack_failed", count=len(batch))
             self._unacked.difference_update(batch)
 
     async def _call(self, operation: Callable[[], Awaitable[T]]) -> T:
-        """One round trip; while Redis is unreachable, wait and try again (logged once)."""
+        """One round trip; while Redis is unreachable, wait and try again (logged once).
+
+        ``CrawlLost`` when a script finds that Redis no longer holds our crawl.
+        """
         delay = _RETRY_FIRST
         while True:
             try:
                 result = await operation()
+            except ResponseError as exc:
+                if str(exc).startswith(LOST):  # "NETDISCO_LOST <epoch found> [script: ...]"
+                    raise self._lost([*str(exc).split(), "?"][1]) from None
+                raise
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 if self._down_since is None:
                     self._down_since = time.monotonic()
