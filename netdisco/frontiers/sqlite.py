@@ -109,7 +109,10 @@ class Store:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
             if not tables:
                 self._create(db)
-            meta = dict(db.execute("SELECT key, value FROM netdisco_meta").fetchall())
+                tables = {"netdisco_meta", "seen", "queue"}
+            meta = {}
+            if "netdisco_meta" in tables:
+                meta = dict(db.execute("SELECT key, value FROM netdisco_meta").fetchall())
         except sqlite3.Error as exc:
             raise StateDirError(
                 self.path, f"is not a readable netdisco crawl state ({exc}); it was left as it is"
