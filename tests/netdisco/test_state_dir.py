@@ -112,7 +112,9 @@ async def test_sigterm_then_rerun_fetches_nothing_twice_and_a_second_process_is_
         second = start(argv, tmp_path / "second.log")
         assert await finish(second, 60) == 2
         refused = (tmp_path / "second.log").read_text()
-        assert f"state_dir '{state}': in use by another netdisco process (pid {first.pid})" in refused
+        assert (
+            f"state_dir '{state}': in use by another netdisco process (pid {first.pid})" in refused
+        )
         first.send_signal(signal.SIGTERM)
         assert await finish(first, 60) == 0
     finally:
@@ -206,8 +208,9 @@ async def test_a_full_disk_mid_crawl_fails_with_the_path_and_exit_2(
     proc = start(crawl_argv(spider_file, state), log, preexec_fn=limit_file_size)
     assert await finish(proc) == 2, log.read_text()[-3000:]
     assert counting_site.fetched < PAGES
-    assert f"netdisco: error: state_dir '{state / 'frontier.sqlite'}': cannot keep the crawl state" in (
-        log.read_text()
+    assert (
+        f"netdisco: error: state_dir '{state / 'frontier.sqlite'}': cannot keep the crawl state"
+        in (log.read_text())
     )
 
 
@@ -217,4 +220,3 @@ def test_state_dir_is_refused_with_a_redis_frontier() -> None:
 
     with pytest.raises(ConfigError, match="state_dir"):
         settings.from_mapping({"state_dir": "/tmp/x", "frontier": "redis://127.0.0.1:1/0"})
-
