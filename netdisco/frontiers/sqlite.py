@@ -42,6 +42,9 @@ from netdisco.frontiers.base import Codec, R
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
+#: fingerprints remembered in memory as seen (a bounded cache: the memory frontier keeps
+#: them all), so that links a page shares with others cost no encoding, no round trip
+KNOWN_MAX = 200_000
 DB_NAME = "frontier.sqlite"
 LOCK_NAME = "lock"
 #: bumped whenever the tables change; an older state is refused with a clear message
@@ -221,6 +224,7 @@ class SqliteFrontier(Generic[R]):
         self._next: asyncio.Future[None] | None = None  # the commit the waiting share
         self._committer: asyncio.Task[None] | None = None
         self._failure: StateDirError | None = None
+        self._known: set[bytes] = set()  # fingerprints certainly in the seen table
 
     async def _run(self, work: Callable[..., T], *args: Any) -> T:
         if self._failure is not None:
@@ -280,6 +284,8 @@ class SqliteFrontier(Generic[R]):
         rows: list[Row] = []
         kept: list[int] = []
         for index, request in enumerate(requests):
+            if request.fingerprint in self._known and not request.dont_filter:
+                continue
             try:
                 body = self.codec.encode(request)
             except RequestNotShareable as exc:
@@ -292,6 +298,9 @@ class SqliteFrontier(Generic[R]):
             return added
         ids, new_count = await self._run(self._store.insert, rows)
         self._seen += new_count
+        if len(self._known) > KNOWN_MAX:
+            self._known.clear()
+        self._known.update(row[0] for row in rows)
         for index, rowid in zip(kept, ids, strict=True):
             if rowid is not None:
                 request = requests[index]

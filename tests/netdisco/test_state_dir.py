@@ -14,6 +14,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -149,7 +150,7 @@ def make_older(path: Path) -> None:
         db.execute("INSERT INTO netdisco_meta VALUES ('schema_version', '0'), ('spider', 'shop')")
 
 
-BAD_DATABASES = {
+BAD_DATABASES: dict[str, tuple[Callable[[Path], object], str]] = {
     "corrupt": (lambda p: p.write_bytes(b"not a database " * 400), "is not a readable"),
     "foreign": (make_foreign, "not a netdisco crawl state (tables: users)"),
     "older schema": (make_older, "written with state schema version 0"),
