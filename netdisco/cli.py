@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     crawl = commands.add_parser("crawl", help="run one spider standalone")
     crawl.add_argument("spider", help="FILE.py:Class or module:Class")
-    crawl.add_argument("-o", "--output", help="write items as JSON lines to FILE (- = stdout)")
+    crawl.add_argument("-o", "--output", help="append items as JSON lines to FILE (- = stdout)")
     crawl.add_argument(
         "-s",
         "--set",

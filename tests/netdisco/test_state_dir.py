@@ -23,20 +23,7 @@ import pytest
 from netdisco.testing import eventually
 from tests.netdisco.conftest import PAGES
 from tests.netdisco.redis_support import SiteServer
-
-SPIDER = """
-from netdisco import Spider
-
-class Gen(Spider):
-    name = "gensite"
-    allowed_domains = ["127.0.0.1"]
-    start_urls = ["{base}/index.html"]
-
-    def parse(self, response):
-        yield {{"url": response.url}}
-        for href in response.css("a::attr(href)").getall():
-            yield response.follow(href, callback=self.parse)
-"""
+from tests.netdisco.test_distributed_cli import SPIDER  # the same generated-site spider
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("NETDISCO_")}
 
