@@ -99,6 +99,8 @@ class Acker:
                 await self.flush()
         except TimeoutError:
             log.warning("acks_not_flushed", pending=len(self._pending), timeout=timeout)
+        except Exception as exc:  # not acknowledged: fetched again next time, never lost
+            self._on_failure(exc)
 
 
 async def return_parked(

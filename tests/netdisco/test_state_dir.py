@@ -58,6 +58,12 @@ def item_paths(output: Path) -> list[str]:
     return [urlsplit(json.loads(line)["url"]).path for line in output.read_text().splitlines()]
 
 
+def closed_totals(log: Path) -> dict[str, int]:
+    """The counters of the last ``spider_closed`` line of a crawl's JSON log."""
+    closed = [line for line in log.read_text().splitlines() if '"spider_closed"' in line]
+    return dict(json.loads(closed[-1]))
+
+
 @pytest.fixture
 def spider_file(tmp_path: Path, counting_site: SiteServer) -> str:
     path = tmp_path / "gen_spider.py"
@@ -113,6 +119,7 @@ async def test_sigterm_then_rerun_fetches_nothing_twice_and_a_second_process_is_
     assert counting_site.fetched == PAGES
     assert counting_site.duplicates == 0
     assert sorted(item_paths(output)) == sorted(counting_site.fetches)  # appended, once each
+    assert closed_totals(log)["succeeded"] == PAGES  # the counters carried on across runs
     again = await finish(start(argv, tmp_path / "again.log"))
     assert again == 0
     assert "crawl_already_finished" in (tmp_path / "again.log").read_text()
