@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 ZK_JAR := /usr/share/java/zookeeper.jar
 APT    := DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 
-.PHONY: test lint typecheck unit demo bench system-deps clean
+.PHONY: test lint typecheck unit demo bench compose-check system-deps clean
 
 $(STAMP): pyproject.toml
 	@# Debian's python3 needs python3-venv (ensurepip) before it can make a venv
@@ -48,6 +48,12 @@ demo: $(STAMP) system-deps
 # The crawl benchmark beside Scrapy and the bare aiohttp loop (about 10 minutes).
 bench: $(STAMP)
 	bench/run.sh
+
+# The compose stack for real, as root on Debian (not part of `make test`): installs
+# docker.io, docker-compose and debootstrap if missing, builds every image locally, runs
+# the stack on loopback, kills an engine, checks the alert and the crawl (compose/README.md).
+compose-check: $(STAMP)
+	$(BIN)/python compose/check.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

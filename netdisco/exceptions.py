@@ -3,6 +3,7 @@
 NetdiscoError
 ├── ConfigError              a bad setting or config file (names the key)
 ├── SpiderLoadError          FILE.py:Class or module:Class cannot be loaded
+│   └── SpiderNotAllowed     over HTTP: the module is not in ``spider_modules``
 ├── RequestError             a request that cannot be made (carries ``url``)
 │   ├── InvalidURL           malformed or non-http(s) URL
 │   ├── OutOfScope           the URL (or a redirect hop) is outside the spider's scope
@@ -41,6 +42,10 @@ class ConfigError(NetdiscoError):
 
 class SpiderLoadError(NetdiscoError):
     """A spider reference (``FILE.py:Class`` or ``module:Class``) cannot be loaded."""
+
+
+class SpiderNotAllowed(SpiderLoadError):
+    """A spider asked for over HTTP whose module the engine's allow-list does not name."""
 
 
 class RequestError(NetdiscoError):

@@ -99,7 +99,7 @@ def test_engine_toml_shows_every_key_with_a_comment() -> None:
     keys = documented_keys(EXAMPLES / "engine.toml")
     assert keys["engine"] == field_names(EngineSettings, minus=("token",))  # token: env only
     assert keys["zookeeper"] == set(ENGINE_KEYS) <= field_names(ZooKeeperSettings)
-    assert keys["spiders"] == {"spider"}
+    assert keys["spiders"] == {"spider", "schedule", "every"}
     assert keys["spiders.settings"] == field_names(Settings)
 
 

@@ -54,6 +54,7 @@ class SpiderSummary:
 
     name: str
     state: str
+    next_run: float | None = None  # Unix seconds of its next scheduled run, if scheduled
 
 
 def _str(value: Any) -> str | None:
@@ -74,7 +75,11 @@ def _spiders(value: Any) -> tuple[SpiderSummary, ...]:
     if not isinstance(value, list):
         return ()
     return tuple(
-        SpiderSummary(name=item["name"], state=str(item.get("state", "unknown")))
+        SpiderSummary(
+            name=item["name"],
+            state=str(item.get("state", "unknown")),
+            next_run=_float(item.get("next_run")),
+        )
         for item in value
         if isinstance(item, dict) and isinstance(item.get("name"), str)
     )
@@ -114,7 +119,7 @@ class EnginePayload:
                 continue
             value = getattr(self, f.name)
             if f.name == "spiders":
-                value = [{"name": s.name, "state": s.state} for s in value]
+                value = [_spider_dict(s) for s in value]
             data[f.name] = value
         return data
 
@@ -122,6 +127,13 @@ class EnginePayload:
         """Compact, sorted UTF-8 JSON: equal payloads give equal bytes (no needless writes)."""
         text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return text.encode()
+
+
+def _spider_dict(spider: SpiderSummary) -> dict[str, Any]:
+    data: dict[str, Any] = {"name": spider.name, "state": spider.state}
+    if spider.next_run is not None:
+        data["next_run"] = spider.next_run
+    return data
 
 
 _KNOWN = frozenset(f.name for f in fields(EnginePayload)) - {"extra", "garbage"}

@@ -6,6 +6,7 @@ the engine's TOML file.
 """
 
 from netdisco.engine.config import EngineConfig, EngineSettings, load_config
-from netdisco.engine.engine import EngineState, SpiderEngine
+from netdisco.engine.engine import SpiderEngine
+from netdisco.engine.lifecycle import EngineState
 
 __all__ = ["EngineConfig", "EngineSettings", "EngineState", "SpiderEngine", "load_config"]

@@ -13,23 +13,27 @@ change clears it at once), because dashboards poll it hard while the same loop c
 from __future__ import annotations
 
 import hmac
-import json
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import structlog
 from aiohttp import web
 
+from netdisco.cluster.contract import EnginePayload
 from netdisco.crawl.crawler import Crawler, PushResult, SpiderState
 from netdisco.engine.config import EngineSettings, is_loopback
 from netdisco.engine.metrics import CONTENT_TYPE, EngineMetrics
-from netdisco.exceptions import InvalidTransition, UnknownSpider
+from netdisco.engine.replies import (
+    ApiError,
+    Handler,
+    dumps,
+    errors_middleware,
+    json_response,
+    read_json,
+)
 
 log = structlog.get_logger(__name__)
-
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class RegistryStatus(Protocol):
@@ -61,7 +65,9 @@ class ServedEngine(Protocol):
     @property
     def registry_healthy(self) -> bool | None: ...
 
-    def status(self) -> dict[str, Any]: ...
+    def describe(self) -> EnginePayload: ...
+
+    def spider_status(self, name: str) -> dict[str, Any]: ...
 
     def crawlers(self) -> Iterable[Crawler]: ...
 
@@ -77,69 +83,9 @@ class ServedEngine(Protocol):
 
     async def push(self, name: str, urls: Iterable[str]) -> PushResult: ...
 
+    async def launch(self, body: Any) -> Crawler: ...
 
-_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "conflict",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-}
-
-
-class ApiError(Exception):
-    """An error answer: HTTP status, a stable machine code and a sentence for humans."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-
-
-def _dumps(data: Any) -> bytes:
-    return json.dumps(data, default=str, separators=(",", ":")).encode()
-
-
-def json_response(data: Any, status: int = 200) -> web.Response:
-    """A JSON answer (compact: this endpoint is polled by machines)."""
-    return web.Response(body=_dumps(data), status=status, content_type="application/json")
-
-
-def error_response(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None
-) -> web.Response:
-    """The one shape every error takes."""
-    body = _dumps({"error": {"code": code, "message": message}})
-    response = web.Response(body=body, status=status, content_type="application/json")
-    response.headers.update(headers or {})
-    return response
-
-
-@web.middleware
-async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Turn every failure into a JSON error with a real status code."""
-    try:
-        return await handler(request)
-    except ApiError as exc:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return error_response(exc.status, exc.code, exc.message, headers)
-    except UnknownSpider as exc:
-        return error_response(404, "unknown_spider", str(exc))
-    except InvalidTransition as exc:
-        return error_response(409, "invalid_transition", str(exc))
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
-        code = _CODES.get(exc.status, "http_error")
-        return error_response(exc.status, code, exc.reason, headers)
-    except Exception:
-        log.exception("http_handler_failed", method=request.method, path=request.path)
-        return error_response(500, "internal_error", "the engine failed to answer; see its log")
+    def remove_spider(self, name: str) -> None: ...
 
 
 class StatusCache:
@@ -155,7 +101,8 @@ class StatusCache:
         """The current body, rendering it again when stale."""
         now = time.monotonic()
         if self._body is None or now >= self._expires:
-            self._body = _dumps([c.status() for c in self._engine.crawlers()])
+            engine = self._engine
+            self._body = dumps([engine.spider_status(c.name) for c in engine.crawlers()])
             self._expires = now + self._ttl
         return self._body
 
@@ -197,9 +144,20 @@ def _registry_state(engine: ServedEngine) -> str:
     return str(engine.registry.status().get("state", "unknown"))
 
 
+_SUMMARY_KEYS = ("name", "state", "started_at", "succeeded", "failed", "items", "queue_size")
+
+
 async def engine_status(request: web.Request) -> web.Response:
     """Identity, incarnation, registry state and spider summaries."""
-    return json_response(request.app[ENGINE].status())
+    engine = request.app[ENGINE]
+    spiders = [engine.spider_status(c.name) for c in engine.crawlers()]
+    body = {
+        **engine.describe().to_dict(),
+        "state": str(engine.state),
+        "registry": None if engine.registry is None else engine.registry.status(),
+        "spiders": [{key: s.get(key) for key in _SUMMARY_KEYS} for s in spiders],
+    }
+    return json_response(body)
 
 
 async def spiders(request: web.Request) -> web.Response:
@@ -210,7 +168,7 @@ async def spiders(request: web.Request) -> web.Response:
 
 async def spider(request: web.Request) -> web.Response:
     """One spider's status object (404 if unknown)."""
-    return json_response(request.app[ENGINE].crawler(request.match_info["name"]).status())
+    return json_response(request.app[ENGINE].spider_status(request.match_info["name"]))
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -288,27 +246,32 @@ async def push_requests(request: web.Request) -> web.Response:
 
 
 async def _read_urls(request: web.Request, max_body: int) -> list[Any]:
-    """The ``urls`` list of a JSON body, or the 415/413/400 that explains why not."""
-    if request.content_type != "application/json":
-        raise ApiError(415, "unsupported_media_type", "send the body as application/json")
-    if request.content_length is not None and request.content_length > max_body:
-        raise ApiError(413, "payload_too_large", f"the body must not exceed {max_body} bytes")
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise ApiError(
-            413, "payload_too_large", f"the body must not exceed {max_body} bytes"
-        ) from None
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
+    """The ``urls`` list of a JSON body."""
+    data = await read_json(request, max_body)
     if not isinstance(data, dict) or not isinstance(data.get("urls"), list):
         raise ApiError(400, "invalid_body", 'expected a JSON object {"urls": [...]}')
     urls: list[Any] = data["urls"]
     if not urls:
         raise ApiError(400, "invalid_body", '"urls" must not be empty')
     return urls
+
+
+async def start_spider(request: web.Request) -> web.Response:
+    """``POST /netdiscovery/spiders``: start a spider from an allowed module (201)."""
+    engine = authorize(request)
+    crawler = await engine.launch(await read_json(request, engine.settings.max_body))
+    request.app[CACHE].clear()
+    log.info("spider_launched", engine=engine.id, spider=crawler.name)
+    return json_response(engine.spider_status(crawler.name), 201)
+
+
+async def delete_spider(request: web.Request) -> web.Response:
+    """``DELETE /netdiscovery/spiders/{name}``: forget a spider that is done (409 if not)."""
+    engine = authorize(request)
+    name = request.match_info["name"]
+    engine.remove_spider(name)
+    request.app[CACHE].clear()
+    return json_response({"name": name, "deleted": True})
 
 
 def create_app(engine: ServedEngine) -> web.Application:
@@ -322,7 +285,9 @@ def create_app(engine: ServedEngine) -> web.Application:
     app.router.add_get("/netdiscovery/health", health, allow_head=False)
     app.router.add_get("/netdiscovery/engine", engine_status, allow_head=False)
     app.router.add_get("/netdiscovery/spiders", spiders, allow_head=False)
+    app.router.add_post("/netdiscovery/spiders", start_spider)
     app.router.add_get("/netdiscovery/spiders/{name}", spider, allow_head=False)
+    app.router.add_delete("/netdiscovery/spiders/{name}", delete_spider)
     for action in ("pause", "resume", "stop"):
         app.router.add_post(f"/netdiscovery/spiders/{{name}}/{action}", _control(action))
     app.router.add_post("/netdiscovery/spiders/{name}/requests", push_requests)

@@ -20,8 +20,9 @@ from typing import Any
 
 from netdisco.crawl import settings as crawl_settings
 from netdisco.crawl.settings import Settings
+from netdisco.engine.schedules import Schedule, parse_schedule
 from netdisco.exceptions import ConfigError
-from netdisco.values import convert, field_types, read_toml
+from netdisco.values import check_keys, convert, field_types, read_toml
 
 DEFAULT_PORT = 8715
 
@@ -41,6 +42,7 @@ class EngineSettings:
     max_body: int = 1024 * 1024  # largest accepted request body, bytes
     status_cache: float = 0.1  # seconds a rendered /spiders answer may be reused
     stop_deadline: float | None = None  # None: each spider's own settings.stop_deadline
+    spider_modules: tuple[str, ...] = ()  # modules POST /netdiscovery/spiders may load from
 
     def __post_init__(self) -> None:
         _validate_engine(self)
@@ -66,6 +68,17 @@ def is_loopback(host: str) -> bool:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped.is_loopback  # a dual-stack socket's ::ffff:127.0.0.1
     return address.is_loopback
+
+
+def check_exposure(s: EngineSettings) -> None:
+    """Refuse unauthenticated control on an address other machines can reach."""
+    if s.http and s.control and s.token is None and not is_loopback(s.host):
+        raise ConfigError(
+            "engine.token_env",
+            f"control routes are enabled on {s.host!r}, which is not a loopback address, "
+            f"but no token is set; put a token in ${s.token_env or 'NETDISCO_TOKEN'}, "
+            "bind to 127.0.0.1, or set engine.control = false",
+        )
 
 
 def _validate_engine(s: EngineSettings) -> None:
@@ -98,6 +111,7 @@ class SpiderConfig:
     environ: Mapping[str, str] = field(default_factory=dict, repr=False)  # NETDISCO_* values
     pairs: Mapping[str, str] = field(default_factory=dict)  # -s name=value
     key: str = "spiders[0]"  # where it came from, for error messages
+    schedule: Schedule | None = None  # ``schedule`` (cron) or ``every``
 
     def __post_init__(self) -> None:
         self.settings()  # fail at load time, not when the spider starts
@@ -172,29 +186,34 @@ def spider_configs(
     env = os.environ if environ is None else environ
     if not isinstance(entries, list):
         raise ConfigError("spiders", f"expected an array of tables ([[spiders]]), got {entries!r}")
-    result = []
-    for index, entry in enumerate(entries):
-        key = f"spiders[{index}]"
-        if not isinstance(entry, dict):
-            raise ConfigError(key, f"expected a table, got {entry!r}")
-        unknown = set(entry) - {"spider", "settings"}
-        if unknown:
-            raise ConfigError(
-                f"{key}.{sorted(unknown)[0]}", "unknown key (known: spider, settings)"
-            )
-        ref = entry.get("spider")
-        if not isinstance(ref, str) or ":" not in ref:
-            raise ConfigError(
-                f"{key}.spider", f"expected 'FILE.py:Class' or 'module:Class', got {ref!r}"
-            )
-        table = entry.get("settings", {})
-        if not isinstance(table, dict):
-            raise ConfigError(f"{key}.settings", f"expected a table, got {table!r}")
-        spider_env = {k: v for k, v in env.items() if k.startswith("NETDISCO_")}
-        result.append(
-            SpiderConfig(spider=ref, table=table, environ=spider_env, pairs=pairs or {}, key=key)
+    spider_env = {k: v for k, v in env.items() if k.startswith("NETDISCO_")}
+    return tuple(
+        _spider_config(f"spiders[{index}]", entry, spider_env, pairs or {})
+        for index, entry in enumerate(entries)
+    )
+
+
+_SPIDER_KEYS = ("spider", "settings", "schedule", "every")
+
+
+def _spider_config(
+    key: str, entry: Any, environ: Mapping[str, str], pairs: Mapping[str, str]
+) -> SpiderConfig:
+    if not isinstance(entry, dict):
+        raise ConfigError(key, f"expected a table, got {entry!r}")
+    check_keys(key, entry, _SPIDER_KEYS)
+    ref = entry.get("spider")
+    if not isinstance(ref, str) or ":" not in ref:
+        raise ConfigError(
+            f"{key}.spider", f"expected 'FILE.py:Class' or 'module:Class', got {ref!r}"
         )
-    return tuple(result)
+    table = entry.get("settings", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{key}.settings", f"expected a table, got {table!r}")
+    schedule = parse_schedule(entry.get("schedule"), entry.get("every"), key=key)
+    return SpiderConfig(
+        spider=ref, table=table, environ=environ, pairs=pairs, key=key, schedule=schedule
+    )
 
 
 def _renamed(key: str, exc: ConfigError) -> ConfigError:

@@ -3,9 +3,8 @@
 Each spider runs in its own ``Crawler`` (data-flow steps 1-5, ``docs/architecture.md``);
 the engine is step 6: it owns the crawlers, serves them over HTTP through an
 ``HttpFront`` (``netdisco.engine.api.HttpEndpoint`` by default) and keeps its
-ZooKeeper node current through a ``Registry``. It lives inside the
-caller's running loop and keeps no global state, so an application can embed
-one, or two, next to its own tasks::
+ZooKeeper node current through a ``Registry``. It lives in the caller's loop
+and keeps no global state, so an application can embed one, or two::
 
     async with SpiderEngine(EngineSettings(port=0)) as engine:
         engine.add_spider(Quotes)
@@ -15,11 +14,11 @@ one, or two, next to its own tasks::
 from __future__ import annotations
 
 import asyncio
-import enum
 import os
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,36 +28,32 @@ from netdisco._version import __version__
 from netdisco.cluster.contract import EnginePayload, NodeState, SpiderSummary
 from netdisco.crawl.crawler import TERMINAL, Crawler, PushResult, SpiderState
 from netdisco.engine.api import HttpEndpoint
-from netdisco.engine.config import EngineConfig, EngineSettings, is_loopback
+from netdisco.engine.config import EngineConfig, EngineSettings, check_exposure
 from netdisco.engine.hosted import (
     FrontFactory,
     HttpFront,
-    LeaseKeeper,
+    LeaseKeepers,
     Registry,
     RegistryFactory,
-    lease_keeper,
+    run_claim,
     zookeeper_registry,
     zookeeper_settings,
 )
-from netdisco.exceptions import ConfigError, DuplicateSpider, SpiderLoadError, UnknownSpider
+from netdisco.engine.lifecycle import EngineState
+from netdisco.engine.schedules import ScheduledSpider, Timetable
+from netdisco.exceptions import DuplicateSpider, InvalidTransition, UnknownSpider
 
 if TYPE_CHECKING:
     from netdisco.crawl.pipelines import Pipeline
     from netdisco.crawl.settings import Settings
     from netdisco.crawl.spider import Spider
+    from netdisco.engine.schedules import Schedule
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
-
-
-class EngineState(enum.StrEnum):
-    """The engine's own lifecycle: it runs once, then it is done."""
-
-    CREATED = "created"
-    RUNNING = "running"
-    STOPPING = "stopping"
-    STOPPED = "stopped"
+#: a scheduled spider's next run is built from: the spider (class or object), settings, pipelines
+Recipe = tuple["Spider | type[Spider]", "Settings | None", "tuple[Pipeline, ...]"]
 
 
 class SpiderEngine:
@@ -81,7 +76,7 @@ class SpiderEngine:
         self.state = EngineState.CREATED
         #: new for every engine object; labels this run's node and its leases in Redis
         self.incarnation = uuid.uuid4().hex
-        self._recoveries: dict[str, LeaseKeeper] = {}
+        self._leases = LeaseKeepers(self._zookeeper, self.incarnation)
         self._starting: set[asyncio.Task[None]] = set()  # spiders added while running
         self.started_at: float | None = None
         self.port: int = self.settings.port
@@ -92,23 +87,16 @@ class SpiderEngine:
         self._http: HttpFront | None = None
         self._stopping: asyncio.Task[None] | None = None
         self._listeners: list[Callable[[SpiderEngine], None]] = []
+        self._timetable = Timetable()
+        self._recipes: dict[str, Recipe] = {}  # how to rebuild a scheduled spider each run
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> SpiderEngine:
         """An engine with every spider the configuration lists; errors name the key."""
-        from netdisco.crawl.loader import load_spider  # imports user code: only when asked
+        from netdisco.engine.launch import add_configured  # imports user code: only when asked
 
         engine = cls(config.engine, zookeeper=config.zookeeper)
-        for entry in config.spiders:
-            try:
-                spider_class = load_spider(entry.spider)
-            except SpiderLoadError as exc:
-                raise ConfigError(f"{entry.key}.spider", str(exc)) from exc
-            settings = entry.settings(spider_class.custom_settings)
-            try:
-                engine.add_spider(spider_class, settings)
-            except DuplicateSpider as exc:
-                raise ConfigError(f"{entry.key}.spider", str(exc)) from exc
+        add_configured(engine, config)
         return engine
 
     # -- identity --------------------------------------------------------------------
@@ -140,19 +128,21 @@ class SpiderEngine:
             version=__version__,
             started_at=self.started_at,
             spiders=tuple(
-                SpiderSummary(name=c.name, state=str(c.state)) for c in self._crawlers.values()
+                SpiderSummary(
+                    name=c.name, state=str(c.state), next_run=self._timetable.next_run(c.name)
+                )
+                for c in self._crawlers.values()
             ),
             state=NodeState.RUNNING,
         )
 
-    def status(self) -> dict[str, Any]:
-        """``GET /netdiscovery/engine``: identity, registry state and spider summaries."""
-        return {
-            **self.describe().to_dict(),
-            "state": str(self.state),
-            "registry": None if self.registry is None else self.registry.status(),
-            "spiders": [_summary(c.status()) for c in self._crawlers.values()],
-        }
+    def _node_entry(self, crawler: Crawler) -> SpiderSummary:
+        next_run = self._timetable.next_run(crawler.name)
+        return SpiderSummary(name=crawler.name, state=str(crawler.state), next_run=next_run)
+
+    def spider_status(self, name: str) -> dict[str, Any]:
+        """A spider's status object, with its schedule when it has one."""
+        return {**self.crawler(name).status(), **self._timetable.status(name)}
 
     # -- spiders ---------------------------------------------------------------------
 
@@ -173,23 +163,47 @@ class SpiderEngine:
         settings: Settings | None = None,
         *,
         pipelines: Sequence[Pipeline] = (),
+        schedule: Schedule | None = None,
     ) -> Crawler:
-        """Add a spider; it starts at once if the engine is already running."""
+        """Add a spider; it starts at once if the engine runs (a scheduled one at its tick)."""
         if self.state in (EngineState.STOPPING, EngineState.STOPPED):
             raise RuntimeError(f"engine {self.id!r} is {self.state}; it takes no new spiders")
         instance = spider() if isinstance(spider, type) else spider
         if instance.name in self._crawlers:
             raise DuplicateSpider(instance.name)
-        crawler = Crawler(instance, settings, pipelines=pipelines, owner=self.incarnation)
-        crawler.add_listener(self._on_spider_changed)
-        self._crawlers[crawler.name] = crawler
+        crawler = self._new_crawler(instance, settings, pipelines)
         log.info("spider_added", engine=self.id, spider=crawler.name)
+        if schedule is not None:
+            claim = run_claim(crawler.settings.frontier, crawler.name, self.incarnation)
+            start_run = partial(self._scheduled_run, crawler.name)
+            self._timetable.add(ScheduledSpider(crawler.name, schedule, start_run, claim))
+            self._recipes[crawler.name] = (spider, settings, tuple(pipelines))
         if self.state is EngineState.RUNNING:
-            starting = self._spawn(self._start_crawler(crawler))
-            self._starting.add(starting)
-            starting.add_done_callback(self._starting.discard)
+            self._begin(crawler)
         self._notify()
         return crawler
+
+    def remove_spider(self, name: str) -> None:
+        """Forget a spider that is done (or waits for its next scheduled run)."""
+        crawler = self.crawler(name)
+        waiting = crawler.state is SpiderState.IDLE and name in self._timetable
+        if crawler.state not in TERMINAL and not waiting:
+            raise InvalidTransition(name, str(crawler.state), "delete")
+        self._timetable.remove(name)
+        self._recipes.pop(name, None)
+        del self._crawlers[name]
+        log.info("spider_removed", engine=self.id, spider=name)
+        self._notify()
+
+    async def launch(self, body: Any) -> Crawler:
+        """``POST /netdiscovery/spiders``: a spider from an allowed module, checked first."""
+        from netdisco.engine.launch import from_body  # imports user code: only when asked
+
+        spec = from_body(body, self.settings.spider_modules)
+        current = self._crawlers.get(spec.name)
+        if current is not None and current.state in TERMINAL and spec.name not in self._timetable:
+            self.remove_spider(spec.name)  # a finished run gives way to the new one
+        return self.add_spider(spec.spider(), spec.settings, schedule=spec.schedule)
 
     def add_listener(self, callback: Callable[[SpiderEngine], None]) -> None:
         """Call ``callback(engine)`` whenever a spider is added or changes state."""
@@ -219,7 +233,7 @@ class SpiderEngine:
         """Serve HTTP, register, and start every spider added so far."""
         if self.state is not EngineState.CREATED:
             raise RuntimeError(f"engine {self.id!r} is {self.state}; it can start only once")
-        self._check_exposure()
+        check_exposure(self.settings)
         self.state = EngineState.RUNNING
         self.started_at = time.time()
         try:
@@ -229,8 +243,10 @@ class SpiderEngine:
                 self.registry = self._registry_factory(self.id, self.describe)
                 await self.registry.start()
             for crawler in self.crawlers():
-                if crawler.state is SpiderState.IDLE:
-                    await self._keep_leases(crawler)
+                if crawler.name in self._timetable:
+                    self._timetable.keep(crawler.name, self._spawn, self._notify)
+                elif crawler.state is SpiderState.IDLE:
+                    await self._leases.ensure(crawler.settings.frontier)
                     await crawler.start()
         except BaseException:
             await self.stop()
@@ -238,13 +254,16 @@ class SpiderEngine:
         log.info("engine_started", engine=self.id, port=self.port, spiders=len(self._crawlers))
 
     async def wait(self) -> dict[str, SpiderState]:
-        """Until every spider has finished, stopped or failed (spiders added meanwhile too)."""
+        """Until every spider has finished, stopped or failed (spiders added meanwhile too).
+
+        An engine with scheduled spiders is never done: it waits until it is stopped.
+        """
         if self.state is EngineState.CREATED and self._crawlers:
             raise RuntimeError(f"engine {self.id!r} has not started; call start() or run()")
         while True:
             self._changed.clear()
-            if self.state is EngineState.STOPPED or all(
-                c.state in TERMINAL for c in self._crawlers.values()
+            if self.state is EngineState.STOPPED or (
+                not self._timetable and all(c.state in TERMINAL for c in self._crawlers.values())
             ):
                 return {name: c.state for name, c in self._crawlers.items()}
             await self._changed.wait()
@@ -282,17 +301,6 @@ class SpiderEngine:
 
     # -- internals -------------------------------------------------------------------
 
-    def _check_exposure(self) -> None:
-        """Refuse unauthenticated control on an address other machines can reach."""
-        s = self.settings
-        if s.http and s.control and s.token is None and not is_loopback(s.host):
-            raise ConfigError(
-                "engine.token_env",
-                f"control routes are enabled on {s.host!r}, which is not a loopback address, "
-                f"but no token is set; put a token in ${s.token_env or 'NETDISCO_TOKEN'}, "
-                "bind to 127.0.0.1, or set engine.control = false",
-            )
-
     async def _start_http(self) -> None:
         self._http = self._front_factory(self)
         self.port = await self._http.start(self.settings.host, self.settings.port)
@@ -310,11 +318,7 @@ class SpiderEngine:
             task.cancel()
         await asyncio.gather(*starting, return_exceptions=True)
         await asyncio.gather(*(self._stop_crawler(c, deadline) for c in self.crawlers()))
-        for keeper in self._recoveries.values():
-            try:
-                await keeper.stop()
-            except Exception as exc:  # closing the others matters more
-                log.warning("lease_recovery_stop_failed", engine=self.id, error=repr(exc))
+        await self._leases.stop()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -322,7 +326,8 @@ class SpiderEngine:
             await self._http.stop()
         self.state = EngineState.STOPPED
         self._changed.set()
-        log.info("engine_stopped", engine=self.id, spiders=self._final_states())
+        states = {name: str(c.state) for name, c in self._crawlers.items()}
+        log.info("engine_stopped", engine=self.id, spiders=states)
 
     async def _stop_crawler(self, crawler: Crawler, deadline: float | None) -> None:
         try:
@@ -337,24 +342,41 @@ class SpiderEngine:
         if crawler.state is not SpiderState.IDLE:  # start() got to it first
             return
         try:
-            await self._keep_leases(crawler)
+            await self._leases.ensure(crawler.settings.frontier)
             await crawler.start()
         except Exception as exc:
             log.error("spider_start_failed", engine=self.id, spider=crawler.name, error=repr(exc))
 
-    async def _keep_leases(self, crawler: Crawler) -> None:
-        """With a shared frontier and ZooKeeper: re-queue lost engines' leases at once.
+    def _new_crawler(
+        self, spider: Spider, settings: Settings | None, pipelines: Sequence[Pipeline]
+    ) -> Crawler:
+        crawler = Crawler(spider, settings, pipelines=pipelines, owner=self.incarnation)
+        crawler.add_listener(self._on_spider_changed)
+        self._crawlers[crawler.name] = crawler
+        return crawler
 
-        One watcher per frontier URL; every live engine runs one, which is safe because
-        returning a lost engine's leases is one atomic script
-        (``netdisco.frontiers.redis.recovery``).
-        """
-        url = crawler.settings.frontier
-        if self._zookeeper is None or url.startswith("memory") or url in self._recoveries:
+    def _begin(self, crawler: Crawler) -> None:
+        """A spider added while the engine runs: keep its schedule, or start it now."""
+        if crawler.name in self._timetable:
+            self._timetable.keep(crawler.name, self._spawn, self._notify)
             return
-        keeper = lease_keeper(url, self._zookeeper, self.incarnation)
-        self._recoveries[url] = keeper
-        await keeper.start()
+        starting = self._spawn(self._start_crawler(crawler))
+        self._starting.add(starting)
+        starting.add_done_callback(self._starting.discard)
+
+    async def _scheduled_run(self, name: str) -> bool:
+        """A tick: a new run of ``name``, unless its previous run is still going."""
+        crawler = self._crawlers[name]
+        if crawler.state in TERMINAL:
+            spider, settings, pipelines = self._recipes[name]
+            instance = spider() if isinstance(spider, type) else spider
+            crawler = self._new_crawler(instance, settings, pipelines)
+        elif crawler.state is not SpiderState.IDLE:
+            return False
+        await self._leases.ensure(crawler.settings.frontier)
+        await crawler.start()
+        self._notify()
+        return True
 
     def _deadline(self, deadline: float | None) -> float | None:
         return deadline if deadline is not None else self.settings.stop_deadline
@@ -375,14 +397,3 @@ class SpiderEngine:
             self.registry.data_changed()
         for callback in self._listeners:
             callback(self)
-
-    def _final_states(self) -> dict[str, str]:
-        return {name: str(c.state) for name, c in self._crawlers.items()}
-
-
-_SUMMARY_KEYS = ("name", "state", "started_at", "succeeded", "failed", "items", "queue_size")
-
-
-def _summary(status: dict[str, Any]) -> dict[str, Any]:
-    """The few fields of a spider status that the engine overview shows."""
-    return {key: status.get(key) for key in _SUMMARY_KEYS}

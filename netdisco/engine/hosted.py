@@ -8,11 +8,15 @@ front, and nothing here imports the engine module.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
+
+import structlog
 
 from netdisco.cluster.contract import EnginePayload
 from netdisco.engine.api import ServedEngine
+
+log = structlog.get_logger(__name__)
 
 if TYPE_CHECKING:
     from netdisco.cluster.settings import ZooKeeperSettings
@@ -83,3 +87,45 @@ def lease_keeper(frontier: str, zookeeper: ZooKeeperSettings, incarnation: str) 
     from netdisco.frontiers.redis.recovery import lease_recovery  # redis-py only when asked
 
     return lease_recovery(frontier, zookeeper, incarnation)
+
+
+def run_claim(frontier: str, crawl: str, owner: str) -> Callable[[float], Awaitable[bool]] | None:
+    """With a shared frontier: a claim so one engine of the cluster runs each tick."""
+    if not frontier.startswith(("redis://", "rediss://", "unix://")):
+        return None
+
+    async def claim(tick: float) -> bool:
+        from netdisco.frontiers.redis.runs import claim_run  # redis-py only when asked
+
+        return await claim_run(frontier, crawl, tick, owner)
+
+    return claim
+
+
+class LeaseKeepers:
+    """One lease watcher per shared frontier URL, started on first use, stopped together.
+
+    Every live engine runs one per URL, which is safe because returning a lost
+    engine's leases is one atomic script (``netdisco.frontiers.redis.recovery``).
+    """
+
+    def __init__(self, zookeeper: ZooKeeperSettings | None, incarnation: str) -> None:
+        self._zookeeper = zookeeper
+        self._incarnation = incarnation
+        self._keepers: dict[str, LeaseKeeper] = {}
+
+    async def ensure(self, frontier: str) -> None:
+        """Watch for lost engines of ``frontier`` (with ZooKeeper and a shared frontier)."""
+        if self._zookeeper is None or frontier.startswith("memory") or frontier in self._keepers:
+            return
+        keeper = lease_keeper(frontier, self._zookeeper, self._incarnation)
+        self._keepers[frontier] = keeper
+        await keeper.start()
+
+    async def stop(self) -> None:
+        """Stop every watcher; one failing does not keep the others running."""
+        for keeper in self._keepers.values():
+            try:
+                await keeper.stop()
+            except Exception as exc:
+                log.warning("lease_recovery_stop_failed", error=repr(exc))

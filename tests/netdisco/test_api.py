@@ -139,7 +139,13 @@ BAD_INPUT = [
     ("GET", "/netdiscovery/spiders/nobody", {}, 404, "unknown_spider"),
     ("POST", "/netdiscovery/spiders/nobody/pause", {}, 404, "unknown_spider"),
     ("GET", "/netdiscovery/nothing", {}, 404, "not_found"),
-    ("DELETE", "/netdiscovery/spiders/one", {}, 405, "method_not_allowed"),
+    (
+        "PUT",
+        "/netdiscovery/spiders/one",
+        {},
+        405,
+        "method_not_allowed",
+    ),  # DELETE is a route (issue 16)
     ("POST", "/netdiscovery/spiders/one/requests", {"data": b"{bad"}, 415, None),
     (
         "POST",

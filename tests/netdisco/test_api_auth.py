@@ -13,8 +13,9 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 
 from netdisco.engine import SpiderEngine
-from netdisco.engine.api import ApiError, authorize, create_app
+from netdisco.engine.api import authorize, create_app
 from netdisco.engine.config import EngineSettings
+from netdisco.engine.replies import ApiError
 
 
 def control_request(sockname: object) -> object:

@@ -1,0 +1,106 @@
+"""Spiders by reference: from the engine's file, and started over HTTP on a running engine.
+
+``POST /netdiscovery/spiders`` imports user code named by the request, so only
+``module:Class`` references whose module the engine's ``spider_modules`` names
+(itself or a submodule) are accepted: never a file path, never any other module.
+Everything is checked before anything starts, so a bad request starts nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from netdisco.crawl import settings as crawl_settings
+from netdisco.crawl.loader import load_spider
+from netdisco.crawl.settings import Settings
+from netdisco.crawl.spider import Spider
+from netdisco.engine.config import EngineConfig
+from netdisco.engine.schedules import Schedule, parse_schedule
+from netdisco.exceptions import ConfigError, DuplicateSpider, SpiderLoadError, SpiderNotAllowed
+
+_BODY_KEYS = frozenset({"spider", "name", "settings", "schedule", "every"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    """A spider to add: its class, the name it runs under, its settings and schedule."""
+
+    spider_class: type[Spider]
+    name: str
+    settings: Settings
+    schedule: Schedule | None = None
+    table: Mapping[str, Any] = field(default_factory=dict)
+
+    def spider(self) -> type[Spider]:
+        """The spider class, renamed when the request gave another name."""
+        if self.name == self.spider_class.name:
+            return self.spider_class
+        return type(self.spider_class.__name__, (self.spider_class,), {"name": self.name})
+
+
+def check_allowed(ref: str, allowed: Sequence[str]) -> None:
+    """Refuse a reference whose module the allow-list does not name."""
+    module, sep, _ = ref.rpartition(":")
+    if not sep or module.endswith(".py") or "/" in module:
+        raise SpiderNotAllowed(f"{ref!r}: over HTTP only 'module:Class' is accepted")
+    if not allowed:
+        raise SpiderNotAllowed("this engine starts no spider over HTTP (set engine.spider_modules)")
+    if not any(module == name or module.startswith(name + ".") for name in allowed):
+        raise SpiderNotAllowed(f"module {module!r} is not in engine.spider_modules")
+
+
+def spider_settings(spider_class: type[Spider], table: Mapping[str, Any], key: str) -> Settings:
+    """The spider's ``custom_settings`` under ``table``; errors name ``key.<setting>``."""
+    base = crawl_settings.from_mapping(spider_class.custom_settings)
+    try:
+        return crawl_settings.from_mapping(table, base=base)
+    except ConfigError as exc:
+        raise ConfigError(f"{key}.{exc.key}", str(exc).removeprefix(f"{exc.key}: ")) from None
+
+
+def from_body(body: Any, allowed: Sequence[str]) -> Launch:
+    """A ``POST /netdiscovery/spiders`` body, checked, its spider loaded; or why not."""
+    if not isinstance(body, dict):
+        raise ConfigError("body", 'expected a JSON object {"spider": "module:Class", ...}')
+    unknown = sorted(set(body) - _BODY_KEYS)
+    if unknown:
+        raise ConfigError(unknown[0], f"unknown key (known: {', '.join(sorted(_BODY_KEYS))})")
+    ref, table = body.get("spider"), body.get("settings", {})
+    if not isinstance(ref, str) or ":" not in ref:
+        raise ConfigError("spider", f"expected 'module:Class', got {ref!r}")
+    if not isinstance(table, dict):
+        raise ConfigError("settings", f"expected an object, got {table!r}")
+    schedule = parse_schedule(body.get("schedule"), body.get("every"), key="")
+    check_allowed(ref, allowed)
+    spider_class = load_spider(ref)
+    name = body.get("name", spider_class.name)
+    if not isinstance(name, str) or not name or "/" in name:
+        raise ConfigError("name", f"expected a spider name without '/', got {name!r}")
+    settings = spider_settings(spider_class, table, "settings")
+    return Launch(
+        spider_class=spider_class, name=name, settings=settings, schedule=schedule, table=table
+    )
+
+
+def add_configured(engine: SpiderEngineLike, config: EngineConfig) -> None:
+    """Add every ``[[spiders]]`` entry of ``config`` to ``engine``; errors name the entry."""
+    for entry in config.spiders:
+        try:
+            spider_class = load_spider(entry.spider)
+        except SpiderLoadError as exc:
+            raise ConfigError(f"{entry.key}.spider", str(exc)) from exc
+        settings = entry.settings(spider_class.custom_settings)
+        try:
+            engine.add_spider(spider_class, settings, schedule=entry.schedule)
+        except DuplicateSpider as exc:
+            raise ConfigError(f"{entry.key}.spider", str(exc)) from exc
+
+
+class SpiderEngineLike(Protocol):
+    """What ``add_configured`` needs from an engine."""
+
+    def add_spider(
+        self, spider: type[Spider], settings: Settings, *, schedule: Schedule | None = None
+    ) -> Any: ...

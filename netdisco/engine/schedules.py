@@ -1,0 +1,187 @@
+"""Scheduled spiders: a cron expression or an interval, and the task that keeps time.
+
+A schedule is ``schedule = "0 */6 * * *"`` (cron, evaluated in UTC by croniter; a
+sixth field is seconds) or ``every = "30m"`` (``s``, ``m``, ``h``, ``d``; a number is
+seconds). Ticks are absolute instants, the same on every engine: a cron
+expression's, or the multiples of the interval since the Unix epoch, so engines
+sharing a crawl agree on which tick is which (``runs.claim_run``). At a tick the
+engine starts a new run of the spider unless the previous one is still going:
+then the tick is skipped and counted. A run that fails is counted, and the next
+tick runs anyway. Schedules are recomputed from the configuration at every engine
+start, so they survive restarts without state of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from croniter import croniter
+
+from netdisco.exceptions import ConfigError
+
+log = structlog.get_logger(__name__)
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_EVERY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When a spider runs: ``cron`` or ``every`` (seconds), exactly one of them."""
+
+    cron: str | None = None
+    every: float | None = None
+
+    def next_run(self, after: float) -> float:
+        """The first tick strictly after ``after`` (Unix seconds)."""
+        if self.every is not None:
+            return (math.floor(after / self.every) + 1) * self.every
+        assert self.cron is not None
+        return float(croniter(self.cron, after).get_next(float))
+
+    def describe(self) -> dict[str, Any]:
+        """What status answers and the znode show."""
+        return {"schedule": self.cron, "every": self.every}
+
+
+def parse_every(key: str, value: Any) -> float:
+    """``"30m"``, ``"2h"``, ``"1.5s"`` or a number of seconds; never 0 or negative."""
+    if isinstance(value, bool):
+        raise ConfigError(key, f"expected a duration like '30m', got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = _EVERY.match(str(value))
+        if match is None:
+            raise ConfigError(
+                key, f"expected a duration like '30s', '30m', '6h', '1d', got {value!r}"
+            )
+        seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    if not seconds > 0 or seconds == float("inf"):
+        raise ConfigError(key, f"must be a positive duration, got {value!r}")
+    return seconds
+
+
+def parse_schedule(cron: Any, every: Any, *, key: str) -> Schedule | None:
+    """A schedule from the ``schedule`` and ``every`` keys of ``key``; None without either."""
+    every_key, cron_key = (f"{key}.every", f"{key}.schedule") if key else ("every", "schedule")
+    if cron is not None and every is not None:
+        raise ConfigError(every_key, "set schedule or every, not both")
+    if every is not None:
+        return Schedule(every=parse_every(every_key, every))
+    if cron is None:
+        return None
+    if not isinstance(cron, str) or not croniter.is_valid(cron):
+        raise ConfigError(cron_key, f"not a cron expression: {cron!r}")
+    return Schedule(cron=cron)
+
+
+#: starts a run of the spider; False when the previous run is still going
+StartRun = Callable[[], Awaitable[bool]]
+#: claims a tick cluster-wide (shared frontiers); False when another engine has it
+ClaimTick = Callable[[float], Awaitable[bool]]
+
+
+class ScheduledSpider:
+    """Keeps one spider's schedule: waits for each tick, starts a run, counts what happened."""
+
+    def __init__(
+        self, name: str, schedule: Schedule, start_run: StartRun, claim: ClaimTick | None = None
+    ) -> None:
+        self.name = name
+        self.schedule = schedule
+        self.next_run: float | None = None
+        self.runs = 0
+        self.skipped = 0  # the previous run was still going
+        self.claimed_elsewhere = 0  # another engine ran this tick of a shared crawl
+        self.failed = 0  # a run that could not start
+        self._start_run = start_run
+        self._claim = claim
+
+    def status(self) -> dict[str, Any]:
+        """The schedule's part of the spider's status."""
+        return {
+            **self.schedule.describe(),
+            "next_run": self.next_run,
+            "runs": self.runs,
+            "skipped_runs": self.skipped,
+            "runs_elsewhere": self.claimed_elsewhere,
+            "failed_runs": self.failed,
+        }
+
+    async def keep(self, changed: Callable[[], None]) -> None:
+        """Run at every tick until cancelled; ``changed`` is told when ``next_run`` moves."""
+        self.next_run = self.schedule.next_run(time.time())
+        changed()
+        while True:
+            await asyncio.sleep(max(0.0, self.next_run - time.time()))
+            tick = self.next_run
+            await self._tick(tick)
+            self.next_run = self.schedule.next_run(max(tick, time.time()))
+            changed()
+
+    async def _tick(self, tick: float) -> None:
+        try:
+            if self._claim is not None and not await self._claim(tick):
+                self.claimed_elsewhere += 1
+                return
+            if await self._start_run():
+                self.runs += 1
+            else:
+                self.skipped += 1
+                log.info("scheduled_run_skipped", spider=self.name, reason="previous run going")
+        except Exception as exc:  # the next tick must still run
+            self.failed += 1
+            log.error("scheduled_run_failed", spider=self.name, error=repr(exc))
+
+
+#: runs a coroutine as a task the engine owns (cancelled when it stops)
+Spawn = Callable[[Any], "asyncio.Task[None]"]
+
+
+class Timetable:
+    """The engine's scheduled spiders and the tasks that keep their time."""
+
+    def __init__(self) -> None:
+        self._spiders: dict[str, ScheduledSpider] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._spiders
+
+    def __bool__(self) -> bool:
+        return bool(self._spiders)
+
+    def add(self, scheduled: ScheduledSpider) -> None:
+        """Keep ``scheduled`` (its task starts with ``keep``)."""
+        self._spiders[scheduled.name] = scheduled
+
+    def keep(
+        self, name: str, spawn: Callable[[Any], asyncio.Task[None]], changed: Callable[[], None]
+    ) -> None:
+        """Start keeping time for ``name`` in a task of the engine's."""
+        self._tasks[name] = spawn(self._spiders[name].keep(changed))
+
+    def remove(self, name: str) -> None:
+        """Stop keeping time for ``name`` and forget it."""
+        task = self._tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
+        self._spiders.pop(name, None)
+
+    def status(self, name: str) -> dict[str, Any]:
+        """The schedule's part of ``name``'s status (nothing for an unscheduled spider)."""
+        scheduled = self._spiders.get(name)
+        return {} if scheduled is None else scheduled.status()
+
+    def next_run(self, name: str) -> float | None:
+        """When ``name`` runs next, if it is scheduled."""
+        scheduled = self._spiders.get(name)
+        return None if scheduled is None else scheduled.next_run

@@ -1,0 +1,1 @@
+"""Spiders that the service tests start over HTTP (the engine's ``spider_modules``)."""
