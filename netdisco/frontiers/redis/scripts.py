@@ -26,7 +26,9 @@ def _fenced(key: int, arg: int) -> str:
 #: JSON -> 1/0 each. Publishing what was added wakes the engines whose workers wait.
 #: An id is the sequence number (FIFO within a priority) and the caller's random nonce,
 #: so that an id is never reused, even when Redis rolled back the sequence (AOF).
-ADD_LUA = _fenced(6, 3) + """
+ADD_LUA = (
+    _fenced(6, 3)
+    + """
 local out = {}
 local added = 0
 for i = 5, #ARGV, 4 do
@@ -52,6 +54,7 @@ end
 if added > 0 then redis.call('PUBLISH', ARGV[2], added) end
 return out
 """
+)
 #: KEYS queue, leases, owner, owned, payload, take token, epoch; ARGV owner, ttl ms, count,
 #: epoch
 #: -> id, JSON, id, JSON... (up to count), or when none is queued the number leased.
