@@ -192,10 +192,6 @@ class Store:
         except sqlite3.Error as exc:
             raise self._failed(exc) from exc
 
-    def delete(self, ids: Sequence[int]) -> None:
-        """Forget rows that can never be read back (their request does not decode)."""
-        self.commit(ids, {})
-
     def close(self) -> None:
         """Close the database (uncommitted work is rolled back) and release the lock."""
         if self._db is not None:
@@ -225,6 +221,7 @@ class SqliteFrontier(Generic[R]):
         self._committer: asyncio.Task[None] | None = None
         self._failure: StateDirError | None = None
         self._known: set[bytes] = set()  # fingerprints certainly in the seen table
+        self._unreadable = 0  # stored requests this spider could not decode
 
     async def _run(self, work: Callable[..., T], *args: Any) -> T:
         if self._failure is not None:
@@ -251,18 +248,16 @@ class SqliteFrontier(Generic[R]):
             self._thread.shutdown(wait=False)
             self._thread = None
             raise
-        unreadable = []
         for rowid, priority, body in rows:
             try:
                 request = self.codec.decode(body)
             except (RequestNotShareable, ValueError, KeyError, TypeError) as exc:
+                # kept in the database for a spider that can read it (a renamed callback)
                 log.error("state_request_unreadable", id=rowid, error=repr(exc))
-                unreadable.append(rowid)
+                self._unreadable += 1
                 continue
             self._heap.append((-priority, rowid, request))
         heapq.heapify(self._heap)
-        if unreadable:
-            await self._run(self._store.delete, unreadable)
         log.info("state_opened", state_dir=str(self.directory), queued=len(rows), seen=self._seen)
 
     async def close(self) -> None:
@@ -348,6 +343,10 @@ class SqliteFrontier(Generic[R]):
         self._dirty["stats"] = json.dumps(stats, sort_keys=True)
 
     async def mark_finished(self) -> None:
+        if self._unreadable:  # not finished while requests it could not read wait
+            log.error("state_not_finished", unreadable=self._unreadable)
+            await self._commit()
+            return
         self._dirty["finished"] = "1"
         await self._commit()
         self._meta["finished"] = "1"
