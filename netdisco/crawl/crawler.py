@@ -157,8 +157,6 @@ class Crawler:
         self.stats.restore(frontier.stored_stats())
         if not frontier.finished:
             return False
-        totals = self.stats.totals()
-        log.warning("crawl_already_finished", state_dir=self.settings.state_dir, **totals)
         self._main = asyncio.create_task(self._close(SpiderState.FINISHED), context=self._context)
         return True
 
@@ -254,9 +252,10 @@ class Crawler:
 
     def _report_failure(self, exc: Exception) -> None:
         """One error line: a frontier's failure says all (no traceback), others are bugs."""
-        self.stats.error(f"spider failed: {exc}")
-        trace = None if isinstance(exc, FrontierFailed) else exc
-        log.error("spider_failed", error=str(exc), kind=type(exc).__name__, exc_info=trace)
+        clear = isinstance(exc, FrontierFailed)
+        error = str(exc) if clear else repr(exc)
+        self.stats.error(f"spider failed: {error}")
+        log.error("spider_failed", error=error, exc_info=None if clear else exc)
 
     def _fail(self, exc: Exception) -> None:
         """End the crawl failed: the frontier or the acknowledgements cannot go on."""

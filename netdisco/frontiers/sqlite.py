@@ -259,6 +259,12 @@ class SqliteFrontier(Generic[R]):
             self._heap.append((-priority, rowid, request))
         heapq.heapify(self._heap)
         log.info("state_opened", state_dir=str(self.directory), queued=len(rows), seen=self._seen)
+        if self.finished:  # the crawler ends at once: say why, and how to crawl again
+            log.warning(
+                "crawl_already_finished",
+                state_dir=str(self.directory),
+                to_crawl_again="delete the state_dir or use another one",
+            )
 
     async def close(self) -> None:
         """Commit what is left, close the database, release the lock."""
