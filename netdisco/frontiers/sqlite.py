@@ -7,11 +7,14 @@ those in flight when the process died, is queued again; the seen set keeps fetch
 pages from being fetched again.
 
 Speed: the queue is also kept in memory (a heap, like the memory frontier), so a take
-costs no I/O; the seen set lives only on disk (no RAM per URL). All SQLite work runs in
-order on one thread. An ``add`` is one round trip to that thread; acknowledgements are
-group-committed: every ``done`` waiting shares the next transaction, so there is one
-commit per batch, not per page. ``synchronous=NORMAL``: a commit survives the process
-being killed; a power loss may roll back the last commits (those pages are fetched again).
+costs no I/O; the seen set lives on disk, with a bounded cache of known fingerprints.
+Acknowledgements are group-committed: every ``done`` waiting shares the next
+transaction, so there is one commit per batch, not per page. ``synchronous=NORMAL``
+in WAL mode: a commit writes to the WAL without ``fsync`` (microseconds), survives the
+process being killed, and a power loss may roll back the last commits (those pages are
+fetched again). So SQLite runs on the event loop's thread: measured, a worker thread
+was slower, each statement waiting for the GIL to come back (``bench/state_bench.py``:
+62 pages/s against the memory frontier's 72-428 on a loaded machine).
 
 Guarantees: a request ``done`` returned for is committed, so after ``kill -9`` only the
 requests taken and not yet acknowledged are fetched again. A second process on the same
@@ -30,7 +33,6 @@ import json
 import os
 import sqlite3
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, Generic, TypeVar
 
@@ -62,7 +64,7 @@ Row = tuple[bytes, bool, int, str]
 
 
 class Store:
-    """The blocking half: the lock, the database and its transactions (one thread only)."""
+    """The blocking half: the lock, the database and its transactions."""
 
     def __init__(self, directory: Path, name: str) -> None:
         self.directory = directory
@@ -210,7 +212,7 @@ class SqliteFrontier(Generic[R]):
         self.directory = Path(directory)
         self.codec = codec
         self._store = Store(self.directory, name)
-        self._thread: ThreadPoolExecutor | None = None
+        self._opened = False
         self._heap: list[tuple[int, int, R]] = []
         self._leased: dict[int, tuple[int, R]] = {}  # id(request) -> (row id, request)
         self._seen = 0
@@ -226,10 +228,10 @@ class SqliteFrontier(Generic[R]):
     async def _run(self, work: Callable[..., T], *args: Any) -> T:
         if self._failure is not None:
             raise self._failure
-        if self._thread is None:
+        if not self._opened:
             raise StateDirError(self.directory, "the frontier is not open")
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._thread, work, *args)
+            return work(*args)
         except StateDirError as exc:
             self._failure = exc
             log.error("state_dir_failed", error=str(exc))
@@ -239,14 +241,13 @@ class SqliteFrontier(Generic[R]):
 
     async def open(self) -> None:
         """Lock the directory and load the queue; ``StateDirError`` if it cannot be used."""
-        if self._thread is not None:
+        if self._opened:
             return
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="netdisco-state")
+        self._opened = True
         try:
             rows, self._seen, self._meta = await self._run(self._store.open)
         except BaseException:
-            self._thread.shutdown(wait=False)
-            self._thread = None
+            self._opened = False
             raise
         for rowid, priority, body in rows:
             try:
@@ -268,15 +269,14 @@ class SqliteFrontier(Generic[R]):
 
     async def close(self) -> None:
         """Commit what is left, close the database, release the lock."""
-        if self._thread is None:
+        if not self._opened:
             return
         try:
             if self._failure is None:
                 await self._commit()
         finally:
-            thread, self._thread = self._thread, None
-            await asyncio.get_running_loop().run_in_executor(thread, self._store.close)
-            thread.shutdown(wait=True)
+            self._opened = False
+            self._store.close()
             log.info("state_closed", state_dir=str(self.directory), queued=len(self._heap))
 
     # -- the Frontier protocol ---------------------------------------------------------
