@@ -85,7 +85,8 @@ class Acker:
         self._mark = self.stats.items
         if batch:
             await self.stream.flush()
-            await asyncio.gather(*(self.frontier.done(request) for request in batch))
+            for request in batch:  # a frontier batches acks itself (Redis, SQLite)
+                await self.frontier.done(request)
 
     async def close(self, timeout: float) -> None:
         """Let a flush under way end, then flush and acknowledge the rest, within ``timeout``."""

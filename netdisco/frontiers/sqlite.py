@@ -16,11 +16,12 @@ fetched again). So SQLite runs on the event loop's thread: measured, a worker th
 was slower, each statement waiting for the GIL to come back (``bench/state_bench.py``:
 62 pages/s against the memory frontier's 72-428 on a loaded machine).
 
-Guarantees: a request ``done`` returned for is committed, so after ``kill -9`` only the
-requests taken and not yet acknowledged are fetched again. A second process on the same
-``state_dir`` is refused (an ``flock`` on ``lock``). A ``state_dir`` that is a file, cannot
-be written, is full, or holds a database that is not ours (or an older schema) raises
-``StateDirError`` naming the path, and nothing in it is changed.
+Guarantees: the acknowledgements of one batch are committed together right after it,
+before any later one, so after ``kill -9`` only the requests taken and not yet committed
+as done (in flight, or acknowledged in the last instant) are fetched again. A second
+process on the same ``state_dir`` is refused (an ``flock`` on ``lock``). A ``state_dir``
+that is a file, cannot be written, is full, or holds a database that is not ours (or an
+older schema) raises ``StateDirError`` naming the path, and nothing in it is changed.
 """
 
 from __future__ import annotations
@@ -319,7 +320,8 @@ class SqliteFrontier(Generic[R]):
         return request
 
     async def done(self, request: R, *, requeue: bool = False) -> None:
-        """A requeue stays in memory (its row was never deleted); an ack waits for its commit."""
+        """A requeue stays in memory (its row was never deleted); an ack is committed with
+        the others of its batch right after (``close`` waits for the last commit)."""
         entry = self._leased.pop(id(request), None)
         if entry is None:
             return
@@ -328,7 +330,7 @@ class SqliteFrontier(Generic[R]):
             heapq.heappush(self._heap, (-request.priority, rowid, request))
             return
         self._acked.append(rowid)
-        await self._commit()
+        self._commit_soon()
 
     async def counts(self) -> tuple[int, int, int]:
         if self._failure is not None:
@@ -359,14 +361,17 @@ class SqliteFrontier(Generic[R]):
 
     # -- group commit ------------------------------------------------------------------
 
-    async def _commit(self) -> None:
-        """Wait for the next commit; every caller waiting meanwhile shares it."""
+    def _commit_soon(self) -> asyncio.Future[None]:
+        """The next commit; everything acknowledged before it runs shares it."""
         if self._next is None:
             self._next = asyncio.get_running_loop().create_future()
-        waiting = self._next
         if self._committer is None or self._committer.done():
             self._committer = asyncio.create_task(self._commit_loop(), name="state-commit")
-        await asyncio.shield(waiting)
+        return self._next
+
+    async def _commit(self) -> None:
+        """Wait for the next commit."""
+        await asyncio.shield(self._commit_soon())
 
     async def _commit_loop(self) -> None:
         """One commit at a time; those who asked during one share the one after."""
