@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 ZK_JAR := /usr/share/java/zookeeper.jar
 APT    := DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 
-.PHONY: test lint typecheck unit demo bench compose-check system-deps clean
+.PHONY: test lint typecheck unit demo bench compose-check faults system-deps clean
 
 $(STAMP): pyproject.toml
 	@# Debian's python3 needs python3-venv (ensurepip) before it can make a venv
@@ -17,12 +17,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# Servers the tests start themselves: ZooKeeper (and a JRE), Redis; Chromium for the dashboard test.
+# Servers the tests start themselves: ZooKeeper (and a JRE), Redis; Chromium for the dashboard
+# test; Prometheus (promtool checks the metrics, a real server scrapes an engine and the monitor).
 system-deps:
 	@missing=""; \
 	[ -f $(ZK_JAR) ] || missing="$$missing zookeeper"; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -q && $(APT) $$missing; \
@@ -39,6 +41,11 @@ unit: $(STAMP) system-deps
 	$(BIN)/pytest
 
 test: lint typecheck unit
+
+# The fuzz tests (also in make test, with few examples) with 20 times the examples and
+# fresh random ones each run (about 10 minutes); what fails is kept in .hypothesis/.
+fuzz: $(STAMP) system-deps
+	NETDISCO_FUZZ_SCALE=20 $(BIN)/pytest -m fuzz --timeout=0 -q --hypothesis-show-statistics
 
 # A live cluster on loopback, narrated: ZooKeeper, a demo site, an SMTP sink, three
 # engines and the monitor; a graceful leave, a crash, the alert e-mail (about 15 s).
@@ -57,3 +64,8 @@ compose-check: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# The fault suite of exact membership (real ZooKeeper, a 3-server ensemble, a delay
+# proxy); prints a table of scenarios. Not part of `make test`: see README for its time.
+faults: $(STAMP) system-deps
+	NETDISCO_FAULTS=1 $(BIN)/pytest tests/faults -p no:cacheprovider -q

@@ -1,8 +1,8 @@
 """Benchmark of the monitor (not a test): run ``.venv/bin/python bench/monitor_bench.py``.
 
 1. graceful leave -> ``engine_left`` event, p50/p99 over 200 runs after 50 warm-up runs
-   (the leaving write and the delete pipelined, as netdisco's registry sends them; timed
-   from the send);
+   (the leave transaction netdisco's registry sends: leaving write, tombstone, delete;
+   timed from the send);
 2. ``engine_lost`` event -> e-mail accepted by aiosmtpd (no grace, no batching), p50/p99;
 3. 1,000 engines churning in 4 processes: final view == truth, and joins + leaves +
    2 x restarts + unobserved == the true number of creates and deletes;
@@ -70,14 +70,9 @@ class _Waiter:
             self.future.set_result(time.perf_counter())
 
 
-def _pipelined_leave(engine: FakeEngine) -> float:
-    data = json.loads(engine.data)
-    data["state"] = "leaving"
+def _timed_leave(engine: FakeEngine) -> float:
     sent = time.perf_counter()
-    written = engine.client.set_async(engine.path, json.dumps(data).encode())
-    deleted = engine.client.delete_async(engine.path)
-    written.get(timeout=10)
-    deleted.get(timeout=10)
+    engine.leave()
     return sent
 
 
@@ -94,7 +89,7 @@ async def leave_latency(hosts: str, runs: int) -> dict[str, Any]:
             await asyncio.to_thread(engine.join)
             await asyncio.wait_for(joined, 10)
             left = waiter.expect(EventType.ENGINE_LEFT, "bench")
-            sent = await asyncio.to_thread(_pipelined_leave, engine)
+            sent = await asyncio.to_thread(_timed_leave, engine)
             latency = (await asyncio.wait_for(left, 10) - sent) * 1000
             if run >= WARMUP:
                 samples.append(latency)

@@ -60,6 +60,12 @@ async def crawl(args: argparse.Namespace) -> dict[str, Any]:
         retries=2,
         progress_interval=0,
     )
+    if args.middleware:
+        settings = settings.replace(
+            default_headers=("Accept-Language: en",),
+            user_agents=("bench/1", "bench/2"),
+            cookies=True,
+        )
     spider = BenchSpider(args.start_url)
     crawler = Crawler(spider, settings, pipelines=[JsonLinesPipeline(args.out)])
     stats = await crawler.run()
@@ -73,6 +79,11 @@ def main() -> None:
     parser.add_argument("--start-url", required=True)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--out", required=True)
+    parser.add_argument(
+        "--middleware",
+        action="store_true",
+        help="with three built-in downloader middlewares (default headers, user agents, cookies)",
+    )
     args = parser.parse_args()
     t_start = time.time()
     stats = asyncio.run(crawl(args))

@@ -3,9 +3,11 @@
     netdisco-monitor --zk HOSTS [--root /netdiscovery] [--config monitor.toml] [--port 8316] ...
     netdisco-monitor check [--url URL | --config monitor.toml] [--timeout S]
 
-``check`` exits 0 when the monitor's health route answers 200 and 1 otherwise,
-for container health probes. Logging is configured here and only here: JSON
-lines when stderr is not a TTY (or with ``--log-json``), readable otherwise.
+``check`` exits 0 when the monitor's health route answers 200 without warnings
+and 1 otherwise, for container health probes: a warning (a ZooKeeper root whose
+ACL is open to the world although a digest is configured) fails it too.
+Logging is configured here and only here: JSON lines when stderr is not a TTY
+(or with ``--log-json``), readable otherwise.
 """
 
 from __future__ import annotations
@@ -121,8 +123,12 @@ def check(argv: Sequence[str]) -> int:
     try:
         with urllib.request.urlopen(url, timeout=args.timeout) as resp:
             body = json.loads(resp.read())
+        warnings = body.get("warnings") or []
+        for warning in warnings:
+            print(f"warning: {warning}")
+        if not warnings:
             print(f"ok: {body.get('engines', '?')} engines online")
-            return 0
+        return 1 if warnings else 0
     except urllib.error.HTTPError as exc:
         reason = json.loads(exc.read() or b"{}").get("reason", exc.reason)
         print(f"unhealthy ({exc.code}): {reason}")

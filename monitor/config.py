@@ -20,6 +20,7 @@ from monitor.settings import (
     AlertSettings,
     CallableSettings,
     CommandSettings,
+    ControlSettings,
     EmailSettings,
     HttpSettings,
     MonitorConfig,
@@ -33,6 +34,7 @@ __all__ = [
     "AlertSettings",
     "CallableSettings",
     "CommandSettings",
+    "ControlSettings",
     "EmailSettings",
     "HttpSettings",
     "MonitorConfig",
@@ -46,7 +48,8 @@ ENV_PREFIX = "NETDISCO_MONITOR_"
 # section -> key -> kind; kinds: str, int, float, bool, list (of str)
 _SCHEMA: dict[str, dict[str, str]] = {
     "zookeeper": {"hosts": "str", "root": "str", "session_timeout": "float",
-                  "resync_interval": "float"},
+                  "resync_interval": "float", "digest_env": "str", "digest_file": "str",
+                  "tombstone_max_age": "float"},
     "http": {"host": "str", "port": "int", "recent_events": "int", "poll_status": "float"},
     "alerts": {"grace": "float", "state_file": "str", "batch_window": "float",
                "max_age": "float", "retry_initial": "float", "retry_max": "float",
@@ -57,6 +60,7 @@ _SCHEMA: dict[str, dict[str, str]] = {
     "webhook": {"url": "str", "events": "list"},
     "command": {"argv": "list", "events": "list", "timeout": "float"},
     "callable": {"target": "str", "events": "list"},
+    "control": {"token_env": "str", "monitor_token_env": "str", "timeout": "float"},
     "log": {"json": "bool", "level": "str"},
 }  # fmt: skip
 
@@ -139,14 +143,17 @@ def _typed(key: str, value: Any, kind: str) -> Any:
 def _build(values: Raw, env: Mapping[str, str]) -> MonitorConfig:
     zk = validate.zookeeper(values.get("zookeeper", {}))
     log = values.get("log", {})
+    http = validate.http(values.get("http", {}))
+    control = values.get("control")
     return MonitorConfig(
         zookeeper=zk,
-        http=validate.http(values.get("http", {})),
+        http=http,
         alerts=validate.alerts(values.get("alerts", {}), zk.session_timeout),
         email=validate.email(values["email"], env) if "email" in values else None,
         webhook=validate.webhook(values["webhook"]) if "webhook" in values else None,
         command=validate.command(values["command"]) if "command" in values else None,
         callable=validate.target(values["callable"]) if "callable" in values else None,
+        control=None if control is None else validate.control(control, env, http.host),
         log_json=log.get("json"),
         log_level=validate.level(log.get("level", "info")),
     )

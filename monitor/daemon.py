@@ -19,7 +19,9 @@ import structlog
 
 from monitor import __version__
 from monitor.alerts import CLUSTER, Alerts
+from monitor.control import Control
 from monitor.events import Event, EventType, iso
+from monitor.history import History
 from monitor.hooks import build_hooks
 from monitor.http import HttpServer
 from monitor.metrics import Metrics
@@ -45,7 +47,6 @@ class Monitor:
             config.zookeeper,
             self.record,
             state_file=config.alerts.state_file,
-            leave_window=config.alerts.leave_window,
             on_unobserved=self.metrics.unobserved.inc,
         )
         self.alerts = Alerts(
@@ -56,10 +57,15 @@ class Monitor:
             present=self._present,
             record=self.record,
         )
-        self.http = HttpServer(self, config.http.host, config.http.port)
-        self.status = StatusPoller(self.watcher.members, config.http.poll_status)
+        self.control = Control(config.control, self.watcher.members)
+        self.http = HttpServer(self, self.control, config.http.host, config.http.port)
+        self.history = History()
+        self.status = StatusPoller(
+            self.watcher.members, config.http.poll_status, on_body=self._status_read
+        )
         self.metrics.bind(
             online=lambda: len(self.watcher.members()),
+            states=lambda: [m.state for m in self.watcher.members()],
             connected=lambda: float(self.watcher.connected),
             fresh=lambda: float(self.watcher.fresh.is_set()),
         )
@@ -69,6 +75,13 @@ class Monitor:
         """Is the engine (or, for ``CLUSTER``, any engine) in the view?"""
         members = self.watcher.view.members if self.watcher.view else {}
         return bool(members) if key == CLUSTER else key in members
+
+    def _status_read(self, engine_id: str, body: Any) -> None:
+        """Keep a poll's answer for the dashboard; forget engines that left, so it stays bounded."""
+        self.history.record(engine_id, body)
+        members = self.watcher.members()
+        if len(self.history) > len(members):
+            self.history.keep_only(m.name for m in members)
 
     def record(self, event: Event) -> None:
         """Log, keep, count, then route one event. Called on the loop, never blocks."""
@@ -89,6 +102,9 @@ class Monitor:
     # -- lifecycle --------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.config.alerts.leave_window is not None:
+            log.warning("leave_window_deprecated", detail="alerts.leave_window is ignored: "
+                        "a graceful leave is told by its tombstone")  # fmt: skip
         await self.http.start()
         await self.watcher.start()
         self.status.start()
@@ -98,6 +114,7 @@ class Monitor:
     async def close(self) -> None:
         """Stop watching, flush alerts, stop serving; then one summary line."""
         await self.status.close()
+        await self.control.close()
         await self.watcher.close()
         await self.alerts.close()
         await self.http.close()
@@ -143,7 +160,9 @@ class Monitor:
             item = member.describe()
             item["since_iso"] = iso(member.since) if member.since else None
             rate = self.status.rates.get(member.name)
-            item["pages_per_second"] = rate.pages_per_second if rate else None
+            read = rate is not None and rate.pages_per_second is not None
+            item["pages_per_second"] = self.history.engine_rate(member.name) if read else None
+            item["status_error"] = rate.error if rate is not None else None
             engines.append(item)
         return {
             "root": self.config.zookeeper.root,
@@ -161,6 +180,11 @@ class Monitor:
         newer = [e.to_json() for e in self.recent if e.seq > since]
         return newer[-limit:] if limit else []
 
+    def spider_history(self) -> dict[str, Any]:
+        self.history.keep_only(m.name for m in self.watcher.members())
+        return {**self.history.to_json(), "interval": self.config.http.poll_status,
+                "control": self.config.control is not None}  # fmt: skip
+
     def health(self) -> tuple[bool, dict[str, Any]]:
         connected, fresh = self.watcher.connected, self.watcher.fresh.is_set()
         ok = connected and fresh
@@ -171,6 +195,7 @@ class Monitor:
             "connected": connected,
             "fresh": fresh,
             "engines": len(self.watcher.members()),
+            "warnings": list(self.watcher.warnings),
         }
         return ok, body
 

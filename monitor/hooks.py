@@ -9,9 +9,12 @@ itself, always, before any hook runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import inspect
 import json
+import os
+import signal
 from collections.abc import Callable, Sequence
 from email.message import EmailMessage
 from typing import Any, Protocol
@@ -27,7 +30,13 @@ from monitor.settings import (
     MonitorConfig,
     WebhookSettings,
 )
+from monitor.threads import HookThreads
 from netdisco.exceptions import ConfigError, HookError
+
+#: seconds between TERM and KILL for a command that overstays its timeout
+KILL_GRACE = 1.0
+#: threads a sync callable hook may occupy at once (hung calls keep theirs)
+HOOK_THREADS = 4
 
 
 class Hook(Protocol):
@@ -50,7 +59,7 @@ def build_hooks(config: MonitorConfig) -> list[Hook]:
     if config.webhook is not None:
         hooks.append(WebhookHook(config.webhook))
     if config.command is not None:
-        hooks.append(CommandHook(config.command))
+        hooks.append(CommandHook(config.command, config.alerts.hook_timeout))
     if config.callable is not None:
         hooks.append(CallableHook(config.callable))
     return hooks
@@ -152,14 +161,21 @@ class WebhookHook:
 
 
 class CommandHook:
-    """Runs a program with the event JSON on stdin; a non-zero exit is a failure."""
+    """Runs a program with the event JSON on stdin; a non-zero exit is a failure.
+
+    The program runs in its own process group (session), so whatever it forks can
+    be found and killed: TERM on its timeout, KILL ``grace`` s later, both before
+    the alerts' outer ``hook_timeout`` fires; KILL at once if the delivery is
+    cancelled (monitor stopping); KILL for anything left behind after it exits.
+    """
 
     name = "command"
     batch = False
 
-    def __init__(self, settings: CommandSettings) -> None:
+    def __init__(self, settings: CommandSettings, outer_timeout: float | None = None) -> None:
         self.settings = settings
         self.events = settings.events
+        self.term_at, self.grace = kill_schedule(settings.timeout, outer_timeout)
 
     async def deliver(self, events: Sequence[Event]) -> None:
         for event in events:
@@ -171,19 +187,54 @@ class CommandHook:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,  # its own process group: pgid == pid
         )
         try:
-            _, err = await asyncio.wait_for(proc.communicate(payload), self.settings.timeout)
+            _, err = await asyncio.wait_for(proc.communicate(payload), self.term_at)
         except TimeoutError:
-            proc.kill()
+            await stop_group(proc, self.grace)
+            raise HookError("command", f"timed out after {self.term_at:g} s") from None
+        except BaseException:  # cancelled: the outer timeout or the monitor stopping
+            signal_group(proc.pid, signal.SIGKILL)
             await proc.wait()
-            raise HookError("command", f"timed out after {self.settings.timeout} s") from None
+            raise
+        finally:
+            signal_group(proc.pid, signal.SIGKILL)  # no orphans, whatever happened
         if proc.returncode != 0:
             tail = err.decode("utf-8", "replace").strip()[-300:]
             raise HookError("command", f"exited with {proc.returncode}: {tail}")
 
     async def aclose(self) -> None:
         return None
+
+
+def kill_schedule(timeout: float, outer: float | None) -> tuple[float, float]:
+    """``(term_at, grace)``: when to TERM a command and how long before KILL, so that
+    both happen before the outer timeout (which cancels without killing anything)."""
+    if outer is None:
+        return timeout, KILL_GRACE
+    grace = min(KILL_GRACE, outer / 5)
+    return min(timeout, outer - 2 * grace), grace
+
+
+def signal_group(pgid: int, sig: signal.Signals) -> bool:
+    """Send ``sig`` to every process of group ``pgid``; False when none is left."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # the group id was reused by someone else's processes
+        return False
+    return True
+
+
+async def stop_group(proc: asyncio.subprocess.Process, grace: float) -> None:
+    """TERM the command's group, KILL it after ``grace`` s, and reap the command."""
+    signal_group(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.wait(), grace)
+    signal_group(proc.pid, signal.SIGKILL)
+    await proc.wait()
 
 
 def resolve(target: str) -> Callable[..., Any]:
@@ -201,7 +252,11 @@ def resolve(target: str) -> Callable[..., Any]:
 
 
 class CallableHook:
-    """A user's Python function, sync (run in a thread) or async, called with the event."""
+    """A user's Python function, sync or async, called with the event.
+
+    A sync function runs on this hook's own threads (``HookThreads``), never on the
+    loop's default executor, which the state file and the ZooKeeper client need.
+    """
 
     name = "callable"
     batch = False
@@ -209,13 +264,14 @@ class CallableHook:
     def __init__(self, settings: CallableSettings) -> None:
         self.events = settings.events
         self.func = resolve(settings.target)
+        self.threads = HookThreads(HOOK_THREADS)
 
     async def deliver(self, events: Sequence[Event]) -> None:
         for event in events:
             if inspect.iscoroutinefunction(self.func):
                 await self.func(event)
             else:  # a thread, so a slow sync hook cannot block the watcher
-                result = await asyncio.to_thread(self.func, event)
+                result = await self.threads.run(self.func, event)
                 if inspect.isawaitable(result):
                     await result
 

@@ -3,7 +3,10 @@
 Routes (README, "HTTP API"): ``GET /netdiscovery/monitor`` (engines with state, since,
 incarnation, status_url), ``GET /netdiscovery/events`` (recent events; ``?since=SEQ``
 for polling, ``?limit=N``), ``GET /netdiscovery/health`` (200, or 503 while the
-view is stale), ``GET /metrics`` (Prometheus), ``GET /`` (the dashboard, which
+view is stale), ``GET /metrics`` (Prometheus), ``GET /netdiscovery/monitor/spiders``
+(each engine's spiders and their recent pages/s, cluster totals),
+``POST /netdiscovery/monitor/engines/{id}/spiders/{name}/{action}`` (pause, resume,
+stop through the monitor: :mod:`monitor.control`), ``GET /`` (the dashboard, which
 polls the JSON routes). Errors are real status codes with a JSON body.
 """
 
@@ -15,6 +18,9 @@ from typing import Any, Protocol
 
 import structlog
 from aiohttp import web
+
+from monitor.control import ACTIONS, Control, check_caller
+from netdisco.exceptions import ControlRefused
 
 log = structlog.get_logger(__name__)
 
@@ -30,8 +36,11 @@ class MonitorState(Protocol):
 
     def metrics_text(self) -> bytes: ...
 
+    def spider_history(self) -> dict[str, Any]: ...
+
 
 STATE = web.AppKey("monitor", MonitorState)
+CONTROL = web.AppKey("control", Control)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -44,6 +53,8 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
     """404/405 and friends as JSON, like every other answer of the API."""
     try:
         return await handler(request)
+    except ControlRefused as exc:
+        return _error(exc.status, exc.code, exc.message)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -83,29 +94,51 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
 
+async def spider_history(request: web.Request) -> web.Response:
+    return web.json_response(request.app[STATE].spider_history())
+
+
+async def control(request: web.Request) -> web.Response:
+    """Pass one action to an engine; its answer comes back with its status code."""
+    ctl, info = request.app[CONTROL], request.match_info
+    sockname = request.transport.get_extra_info("sockname") if request.transport else None
+    check_caller(
+        ctl.settings, request.headers, request.host, str(sockname[0]) if sockname else None
+    )
+    if info["action"] not in ACTIONS:
+        raise web.HTTPNotFound(
+            text=f"unknown action {info['action']!r}; known: {', '.join(ACTIONS)}"
+        )
+    status, body = await ctl.act(info["engine"], info["spider"], info["action"])
+    return web.json_response(body, status=status)
+
+
 async def dashboard(request: web.Request) -> web.Response:
     html = resources.files("monitor").joinpath("static/dashboard.html").read_text("utf-8")
     return web.Response(text=html, content_type="text/html", charset="utf-8")
 
 
-def make_app(state: MonitorState) -> web.Application:
+def make_app(state: MonitorState, ctl: Control) -> web.Application:
     app = web.Application(middlewares=[json_errors])
     app[STATE] = state
+    app[CONTROL] = ctl
     app.router.add_get("/", dashboard)
     app.router.add_get("/netdiscovery/monitor", monitor_view)
     app.router.add_get("/netdiscovery/events", events)
     app.router.add_get("/netdiscovery/health", health)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/netdiscovery/monitor/spiders", spider_history)
+    app.router.add_post("/netdiscovery/monitor/engines/{engine}/spiders/{spider}/{action}", control)
     return app
 
 
 class HttpServer:
     """AppRunner + TCPSite; ``port`` is the bound one (useful with port 0)."""
 
-    def __init__(self, state: MonitorState, host: str, port: int) -> None:
+    def __init__(self, state: MonitorState, ctl: Control, host: str, port: int) -> None:
         self.host = host
         self.port = port
-        self._runner = web.AppRunner(make_app(state), access_log=None)
+        self._runner = web.AppRunner(make_app(state, ctl), access_log=None)
 
     async def start(self) -> None:
         await self._runner.setup()

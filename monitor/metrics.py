@@ -6,9 +6,35 @@ process, as they do in the tests, without clashing metric names.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from netdisco.cluster.contract import EventType, NodeState
+
+#: engine states as labelled; whatever else a node says counts as "other"
+ENGINE_STATES = (*(s.value for s in NodeState), "unknown", "other")
+
+
+class EngineStates(Collector):
+    """``netdisco_monitor_engines{state}``, counted from the view at scrape time."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.states: Callable[[], list[str]] = list
+        registry.register(self)
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "netdisco_monitor_engines", "Engines in the monitor's view, by state.", labels=["state"]
+        )
+        counts = dict.fromkeys(ENGINE_STATES, 0)
+        for state in self.states():
+            counts[state if state in counts else "other"] += 1
+        for state, count in counts.items():
+            family.add_metric([state], count)
+        yield family
 
 
 class Metrics:
@@ -17,12 +43,15 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        self.engine_states = EngineStates(r)
         self.engines_online = Gauge(
             "netdisco_monitor_engines_online", "Engines in the monitor's view.", registry=r
         )
         self.events = Counter(
             "netdisco_monitor_events", "Events reported, by type.", ["type"], registry=r
         )
+        for event_type in EventType:  # every type from 0, so rates work from the first one
+            self.events.labels(event_type.value)
         self.alerts_sent = Counter(
             "netdisco_monitor_alerts_sent", "Alerts delivered, by hook.", ["hook"], registry=r
         )
@@ -57,9 +86,11 @@ class Metrics:
         online: Callable[[], float],
         connected: Callable[[], float],
         fresh: Callable[[], float],
+        states: Callable[[], list[str]] = list,
     ) -> None:
         """Read the gauges from live state at scrape time, so they are never out of date."""
         self.engines_online.set_function(online)
+        self.engine_states.states = states
         self.zk_connected.set_function(connected)
         self.view_fresh.set_function(fresh)
 

@@ -37,7 +37,7 @@ class AlertSettings:
     offline_events: frozenset[EventType] = frozenset(
         {EventType.ENGINE_LOST, EventType.CLUSTER_EMPTY}
     )
-    leave_window: float = 0.5  # a write this close before a delete means "left"
+    leave_window: float | None = None  # deprecated, ignored: tombstones tell leaves
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +82,15 @@ class CallableSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ControlSettings:
+    """``[control]``: pause/resume/stop through the monitor; both tokens come from variables."""
+
+    engine_token: str | None = field(default=None, repr=False)  # sent to engines, never shown
+    token: str | None = field(default=None, repr=False)  # what the monitor's own routes want
+    timeout: float = 5.0  # seconds one call to an engine may take
+
+
+@dataclass(frozen=True, kw_only=True)
 class MonitorConfig:
     """Every setting of one monitor; an absent hook section is ``None``."""
 
@@ -92,5 +101,6 @@ class MonitorConfig:
     webhook: WebhookSettings | None = None
     command: CommandSettings | None = None
     callable: CallableSettings | None = None
+    control: ControlSettings | None = None  # None: no control routes
     log_json: bool | None = None  # None: JSON when stderr is not a TTY
     log_level: str = "info"

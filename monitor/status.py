@@ -46,6 +46,8 @@ def total_rate(body: Any) -> float:
     spiders = body.get("spiders", body) if isinstance(body, dict) else body
     if not isinstance(spiders, list):
         raise ValueError("no spider list in the answer")
+    if not all(isinstance(s, dict) for s in spiders):
+        raise ValueError("a spider entry is not an object")
     return round(sum(float(s.get("pages_per_second") or 0.0) for s in spiders), 2)
 
 
@@ -53,9 +55,14 @@ class StatusPoller:
     """Every ``interval`` s, reads the rate of every engine in ``members()``."""
 
     def __init__(
-        self, members: Callable[[], list[Member]], interval: float, timeout: float = 2.0
+        self,
+        members: Callable[[], list[Member]],
+        interval: float,
+        timeout: float = 2.0,
+        on_body: Callable[[str, Any], None] | None = None,  # each answer read, e.g. History
     ) -> None:
         self.members = members
+        self.on_body = on_body
         self.interval = interval
         self.timeout = timeout
         self.rates: dict[str, Rate] = {}
@@ -91,7 +98,10 @@ class StatusPoller:
         try:
             async with self._session.get(url) as resp:
                 resp.raise_for_status()
-                rate = total_rate(await resp.json())
+                body = await resp.json()
+                rate = total_rate(body)
             self.rates[member.name] = Rate(rate, time.time())
-        except (aiohttp.ClientError, TimeoutError, ValueError, TypeError) as exc:
+            if self.on_body is not None:
+                self.on_body(member.name, body)
+        except Exception as exc:  # whatever an engine answers, the poller keeps polling
             self.rates[member.name] = Rate(None, time.time(), error=type(exc).__name__)

@@ -18,12 +18,14 @@ from monitor.settings import (
     AlertSettings,
     CallableSettings,
     CommandSettings,
+    ControlSettings,
     EmailSettings,
     HttpSettings,
     WebhookSettings,
 )
 from netdisco.cluster.settings import MONITOR_KEYS, ZooKeeperSettings
 from netdisco.exceptions import ConfigError
+from netdisco.values import is_loopback
 
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*[:.][A-Za-z_]\w*$")
 _LEVELS = ("debug", "info", "warning", "error")
@@ -158,6 +160,25 @@ def target(values: Mapping[str, Any]) -> CallableSettings:
     lost = frozenset({EventType.ENGINE_LOST})
     return CallableSettings(
         target=path, events=_events("callable.events", values.get("events"), lost)
+    )
+
+
+def control(values: Mapping[str, Any], env: Mapping[str, str], host: str) -> ControlSettings:
+    """Control through the monitor; without its own token only on a loopback address."""
+    token = _credential("control.monitor_token_env", values.get("monitor_token_env"), env)
+    if token is None and not is_loopback(host):
+        raise ConfigError(
+            "control.monitor_token_env",
+            f"the dashboard's control routes would be served on {host!r}, which is not a "
+            "loopback address, without a token; name the variable that holds one, or bind "
+            "http.host to 127.0.0.1",
+        )
+    if token is not None and not token.strip():
+        raise ConfigError("control.monitor_token_env", "the variable it names is empty")
+    return ControlSettings(
+        engine_token=_credential("control.token_env", values.get("token_env"), env),
+        token=token,
+        timeout=_positive("control.timeout", values.get("timeout", 5.0)),
     )
 
 

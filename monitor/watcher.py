@@ -5,8 +5,11 @@ CONNECTED and from a periodic full resync; each wake-up lists the root, re-reads
 the children that are new or were notified, and diffs the result with the last
 reported view (:func:`netdisco.cluster.membership.diff`). Events come from that diff,
 never from counting callbacks, so missed or duplicated notifications cannot
-produce wrong events. kazoo's threads only hand events to the loop
-(:class:`netdisco.cluster.zk.Bridge`); every ZooKeeper call is awaited here.
+produce wrong events. Whether a node that is gone left or was lost is read from
+its tombstone right behind the listing that lacks it
+(:mod:`netdisco.cluster.tombstones`), so it needs no clock and covers the time
+the monitor was down or disconnected. kazoo's threads only hand events to the
+loop (:class:`netdisco.cluster.zk.Bridge`); every ZooKeeper call is awaited here.
 """
 
 from __future__ import annotations
@@ -20,14 +23,26 @@ from typing import Any
 
 import structlog
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from kazoo.protocol.states import Callback, KazooState, WatchedEvent
 from kazoo.protocol.states import EventType as ZkEventType
 
 from monitor import statefile
 from monitor.events import Event, EventType
-from netdisco.cluster.membership import Change, Member, Parent, View, assemble, diff, parse_data
+from netdisco.cluster.acl import cluster_acl, open_root_warning, open_roots
+from netdisco.cluster.legacy import LeaveTimes
+from netdisco.cluster.membership import (
+    Change,
+    Member,
+    Parent,
+    View,
+    assemble,
+    diff,
+    gone,
+    member_of,
+)
 from netdisco.cluster.settings import ZooKeeperSettings
+from netdisco.cluster.tombstones import Sweeper, ensure_roots, who_left
 from netdisco.cluster.zk import Bridge, wait_result
 
 log = structlog.get_logger(__name__)
@@ -48,15 +63,18 @@ class Watcher:
         on_event: Callable[[Event], None],
         *,
         state_file: Path | None = None,
-        leave_window: float = 0.5,
         on_unobserved: Callable[[int], None] | None = None,
     ) -> None:
         self.settings = settings
+        self._credentials = settings.credentials()  # a ConfigError naming the key if missing
         self.client = KazooClient(
             hosts=settings.hosts,
             timeout=settings.session_timeout,
             connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 2.0},
+            auth_data=None if self._credentials is None else self._credentials.auth_data,
         )
+        self.warnings: list[str] = []  # e.g. a root open to the world despite a digest
+        self.sweeper = Sweeper(settings.root, settings.tombstone_max_age)
         self.view: View | None = None
         self.fresh = asyncio.Event()
         self.connected = False
@@ -64,18 +82,17 @@ class Watcher:
         self._on_event = on_event
         self._on_unobserved = on_unobserved
         self._state_file = state_file
-        self._leave_window = leave_window
+        self._legacy_logged = False
+        self._sweep_denied = False
         self._prefix = settings.root.rstrip("/") + "/"
         self._wake = asyncio.Event()
         self._full = True
         self._dirty: set[str] = set()
-        self._written: dict[str, float] = {}  # name -> when a data change was notified
-        self._deleted: dict[str, float] = {}  # name -> when its deletion was notified
+        self._times = LeaveTimes()  # for engines of contract 1 only (netdisco.cluster.legacy)
         self._garbage_seen: set[tuple[str, int]] = set()
         self._ever_connected = False
         self._closing = False
         self._listed_wall = 0.0  # wall time of the listing behind ``view``
-        self._listing_sent = 0.0  # monotonic time the current listing was sent
         self._task: asyncio.Task[None] | None = None
         self._save_task: asyncio.Task[None] | None = None
         self._watch: Callable[[WatchedEvent], None] | None = None
@@ -135,9 +152,9 @@ class Watcher:
             name = event.path[len(self._prefix) :]
             self._dirty.add(name)
             if event.type == ZkEventType.CHANGED:
-                self._written[name] = time.monotonic()
+                self._times.changed(name)
             elif event.type == ZkEventType.DELETED:
-                self._deleted[name] = time.monotonic()
+                self._times.gone(name)
         self._wake.set()
 
     # -- the reconcile task -----------------------------------------------------------
@@ -171,12 +188,14 @@ class Watcher:
             self._wake.set()
 
     async def _ensure_root(self) -> None:
-        """Re-create a missing root so engines can register and the watch can be armed."""
+        """Re-create a missing root so engines can register and the watch can be armed.
+
+        With the cluster's ACL (``netdisco.cluster.acl``): never open to the world
+        when a digest is configured.
+        """
         try:
-            await wait_result(self.client.create_async(self.settings.root, makepath=True))
+            await ensure_roots(self.client, self.settings.root, cluster_acl(self._credentials))
             log.warning("zk_root_created", root=self.settings.root)
-        except NodeExistsError:
-            pass
         except NoAuthError:
             log.warning("zk_root_missing_no_permission", root=self.settings.root)
             await wait_result(self.client.exists_async(self.settings.root, watch=self._watch))
@@ -187,7 +206,7 @@ class Watcher:
     async def _reconcile(self) -> None:
         full, self._full = self._full, False
         dirty, self._dirty = self._dirty, set()
-        self._listing_sent = time.monotonic()
+        self._times.listing_sent = time.monotonic()
         listing = self.client.get_children_async(
             self.settings.root, watch=self._watch, include_data=True
         )
@@ -215,9 +234,12 @@ class Watcher:
         if retry:  # changed after the listing: look again at once
             self._dirty |= retry
             self._wake.set()
-        self._apply(prev, view, listed_at, baseline=self.view is None)
+        left = await self._left(prev, view, listed_at)
+        self._apply(prev, view, left, listed_at, baseline=self.view is None)
         if self.connected:
             self.fresh.set()
+        if full:
+            await self._housekeep()
 
     async def _handed_over(self) -> None:
         """Wait until every watch event kazoo received before now has reached the loop.
@@ -253,29 +275,62 @@ class Watcher:
         try:
             raw, stat = await wait_result(sent if sent is not None else self._send_read(name))
         except NoNodeError:
-            self._deleted.setdefault(name, time.monotonic())
+            self._times.gone(name, first=True)
             return None
-        data, garbage = parse_data(raw)
-        if garbage and (name, stat.czxid) not in self._garbage_seen:
+        member = member_of(name, raw, stat)
+        if member.garbage and (name, stat.czxid) not in self._garbage_seen:
             self._garbage_seen.add((name, stat.czxid))
             log.warning("engine_data_garbage", engine_id=name, size=len(raw or b""))
-        return Member(
-            name=name,
-            czxid=stat.czxid,
-            session=stat.ephemeralOwner,
-            mzxid=stat.mzxid,
-            data=data,
-            garbage=garbage,
-        )
+        return member
 
-    def _apply(self, prev: View, view: View, listed_at: float, *, baseline: bool) -> None:
+    async def _left(self, prev: View, view: View, listed_at: float) -> set[tuple[str, int]]:
+        """The gone nodes that left gracefully: those whose tombstone exists.
+
+        Read after the listing that lacks them, so exact (``netdisco.cluster.tombstones``).
+        Engines of contract 1 leave no tombstone: for them the old timing rule.
+        """
+        members = gone(prev, view)
+        legacy = [m for m in members if not m.payload.tombstones and not m.garbage]
+        if legacy and not self._legacy_logged:
+            self._legacy_logged = True
+            log.warning("engines_without_tombstones", engine_id=legacy[0].name,
+                        rule="a 'leaving' write seen just before the deletion")  # fmt: skip
+        departing = self._times.departing(prev, view, listed_at)
+        return await who_left(self.client, self.settings.root, members, departing)
+
+    async def _housekeep(self) -> None:
+        """On each full resync: tombstones past their age go; an open root is reported."""
+        if self._credentials is not None:
+            found = await open_roots(self.client, self.settings.root)
+            warnings = [open_root_warning(found)] if found else []
+            if warnings and warnings != self.warnings:
+                log.warning("zk_root_acl_open", detail=warnings[0])
+            self.warnings = warnings
+        if self._sweep_denied:
+            return
+        try:
+            if deleted := await self.sweeper.sweep(self.client):
+                log.info("tombstones_deleted", count=deleted)
+        except NoAuthError:
+            self._sweep_denied = True
+            log.warning("tombstones_not_deletable", hint="give the monitor the engines' digest")
+
+    def _apply(
+        self,
+        prev: View,
+        view: View,
+        left: set[tuple[str, int]],
+        listed_at: float,
+        *,
+        baseline: bool,
+    ) -> None:
         self.view = view
         last_seen, self._listed_wall = self._listed_wall, time.time()
         if baseline:
             log.info("baseline", engines=len(view.members), root=self.settings.root)
             self._schedule_save()
             return
-        result = diff(prev, view, self._departing(prev, view, listed_at))
+        result = diff(prev, view, left)
         for change in result.changes:
             self._emit(_to_event(change, last_seen=last_seen))
         if result.unobserved:
@@ -283,47 +338,9 @@ class Watcher:
             log.warning("changes_unobserved", count=result.unobserved)
             if self._on_unobserved is not None:
                 self._on_unobserved(result.unobserved)
-        self._forget(prev, view, listed_at)
+        self._times.forget(prev, view, listed_at)
         if result.changes or result.unobserved:
             self._schedule_save()
-
-    def _departing(self, prev: View, view: View, listed_at: float) -> frozenset[str]:
-        """Removed nodes deleted right after a write: their engine deleted them, it left.
-
-        An engine's own write renews its session, so ZooKeeper cannot expire it
-        within a session timeout of that write: a deletion that soon after a
-        write (``leave_window``, well under any session timeout) was made by a
-        live client. This covers the ``leaving`` write that was deleted before
-        we could read it. The deletion time is taken as the first of: its
-        notification, a read finding no node, the sending of the listing
-        without it (not the reply, which a busy loop may handle late). A write
-        noticed after that was handed over late: the listing's arrival bounds it.
-        """
-        departing = set()
-        for name in prev.members.keys() - view.members.keys():
-            written = self._written.get(name)
-            deleted = min(self._deleted.get(name, self._listing_sent), self._listing_sent)
-            if written is not None and deleted < written:
-                deleted = listed_at
-            if written is not None and deleted - written <= self._leave_window:
-                departing.add(name)
-        return frozenset(departing)
-
-    def _forget(self, prev: View, view: View, listed_at: float) -> None:
-        """Drop notification times that can no longer explain a future removal.
-
-        Times up to the listing belong to a node that is now gone or replaced;
-        later ones may already be about its successor, so they stay.
-        """
-        now = time.monotonic()
-        for name in list(self._written.keys() | self._deleted.keys()):
-            old, new = prev.members.get(name), view.members.get(name)
-            if new is None or (old is not None and old.czxid != new.czxid):
-                for times in (self._written, self._deleted):
-                    if times.get(name, now) <= listed_at:
-                        times.pop(name)
-            elif now - self._written.get(name, now) > 60.0:
-                self._written.pop(name)
 
     def _emit(self, event: Event) -> None:
         try:
@@ -357,11 +374,14 @@ def _to_event(change: Change, last_seen: float) -> Event:
     """``last_seen``: when the listing before this one, the last to show the engine, was made."""
     if change.type is EventType.CLUSTER_EMPTY:
         return Event(type=change.type, engine=change.member.describe())
-    gone = change.type in (EventType.ENGINE_LEFT, EventType.ENGINE_LOST)
+    removed = change.type in (EventType.ENGINE_LEFT, EventType.ENGINE_LOST)
+    detail: dict[str, Any] = {"last_seen": last_seen} if removed and last_seen else {}
+    if change.type is EventType.ENGINE_RESTARTED:
+        detail["previous_left"] = change.left  # the old node left (tombstone), or was lost
     return Event(
         type=change.type,
         engine_id=change.name,
         engine=change.member.describe(),
         previous=change.previous.describe() if change.previous else None,
-        detail={"last_seen": last_seen} if gone and last_seen else {},
+        detail=detail,
     )

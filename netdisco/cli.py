@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import signal
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -17,8 +17,8 @@ from netdisco import logs
 from netdisco._version import __version__
 from netdisco.crawl import settings as settings_module
 from netdisco.crawl.crawler import Crawler, SpiderState
+from netdisco.crawl.feeds import FeedSpec, cli_feed
 from netdisco.crawl.loader import load_spider
-from netdisco.crawl.pipelines import ConsolePipeline, JsonLinesPipeline, Pipeline
 from netdisco.crawl.settings import Settings
 from netdisco.exceptions import NetdiscoError, StateDirError
 from netdisco.values import read_toml
@@ -35,13 +35,10 @@ def crawl_settings(args: argparse.Namespace, custom: dict[str, Any]) -> Settings
     return settings_module.from_mapping(settings_module.parse_pairs(args.set), base=result)
 
 
-def output_pipelines(output: str | None) -> list[Pipeline]:
-    """``-o FILE`` writes JSON lines; ``-o -`` prints them."""
-    if output is None:
-        return []
-    if output == "-":
-        return [ConsolePipeline()]
-    return [JsonLinesPipeline(Path(output))]
+def cli_feeds(args: argparse.Namespace) -> tuple[FeedSpec, ...]:
+    """``-o URI[:FORMAT]`` appends, ``-O URI[:FORMAT]`` overwrites (``-`` = stdout)."""
+    appended = [cli_feed(uri, overwrite=False) for uri in args.output]
+    return (*appended, *(cli_feed(uri, overwrite=True) for uri in args.overwrite))
 
 
 def install_signal_handlers(stop: Any) -> None:
@@ -67,7 +64,10 @@ def install_signal_handlers(stop: Any) -> None:
 async def _crawl(args: argparse.Namespace) -> int:
     spider_class = load_spider(args.spider)
     settings = crawl_settings(args, dict(spider_class.custom_settings))
-    crawler = Crawler(spider_class(), settings, pipelines=output_pipelines(args.output))
+    feeds = cli_feeds(args)
+    if feeds:
+        settings = dataclasses.replace(settings, feeds=(*settings.feeds, *feeds))
+    crawler = Crawler(spider_class(), settings)
 
     async def stop() -> None:
         if crawler.state in (SpiderState.RUNNING, SpiderState.PAUSED):
@@ -94,9 +94,32 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    _add_crawl_parser(commands)
+    _add_engine_parser(commands)
+    _add_demo_parser(commands)
+    return parser
+
+
+def _add_crawl_parser(commands: Any) -> None:
     crawl = commands.add_parser("crawl", help="run one spider standalone")
     crawl.add_argument("spider", help="FILE.py:Class or module:Class")
-    crawl.add_argument("-o", "--output", help="append items as JSON lines to FILE (- = stdout)")
+    crawl.add_argument(
+        "-o",
+        "--output",
+        action="append",
+        default=[],
+        metavar="URI[:FORMAT]",
+        help="append items to a feed: FILE.jsonl/.json/.csv, sqlite://PATH.db, - (stdout)",
+    )
+    crawl.add_argument(
+        "-O",
+        "--overwrite-output",
+        dest="overwrite",
+        action="append",
+        default=[],
+        metavar="URI[:FORMAT]",
+        help="as -o, but overwrite the feed",
+    )
     crawl.add_argument(
         "-s",
         "--set",
@@ -107,9 +130,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     crawl.add_argument("--config", help="TOML file of settings")
     crawl.set_defaults(func=_crawl)
-    _add_engine_parser(commands)
-    _add_demo_parser(commands)
-    return parser
 
 
 def _add_engine_parser(commands: Any) -> None:

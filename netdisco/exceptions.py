@@ -11,7 +11,15 @@ NetdiscoError
 │   ├── TooManyRedirects     redirect cap reached or a redirect loop
 │   ├── ResponseTooLarge     the body passed ``max_response_size``
 │   ├── DownloadFailed       network error, retries exhausted
-│   └── HttpStatusError      the final response had a 4xx or 5xx status
+│   ├── HttpStatusError      the final response had a 4xx or 5xx status
+│   ├── DuplicateRedirect    a redirect to a page already fetched or queued
+│   ├── MiddlewareError      a downloader middleware raised
+│   │   └── MiddlewareTypeError   ... or returned the wrong type (also a TypeError)
+│   └── RenderError          the browser could not render the page
+│       ├── RenderTimeout    the page did not settle within ``render_timeout``
+│       └── BrowserCrashed   Chromium died under the page (retried)
+├── BrowserUnavailable       ``render`` needs Playwright or Chromium, which is missing
+├── FeedError                a feed cannot be opened or written (names the path)
 ├── DropItem                 raised by a pipeline step to drop one item
 ├── InvalidTransition        a lifecycle control not allowed in the current state
 ├── UnknownSpider            no spider of that name in the engine
@@ -161,3 +169,49 @@ class HookError(NetdiscoError):
 
 class DemoFailed(NetdiscoError):
     """``netdisco demo`` waited in vain for something it means to show (a join, an e-mail)."""
+
+
+class DuplicateRedirect(RequestError):
+    """A redirect led to a page already fetched or queued: dropped, counted as filtered."""
+
+
+class MiddlewareError(RequestError):
+    """A downloader middleware raised: the request fails, the crawl goes on."""
+
+    def __init__(self, message: str, *, url: str, middleware: str) -> None:
+        super().__init__(message, url=url)
+        self.middleware = middleware
+
+
+class MiddlewareTypeError(MiddlewareError, TypeError):
+    """A downloader middleware returned something its hook may not return."""
+
+
+class RenderError(RequestError):
+    """Headless Chromium could not render the page."""
+
+
+class RenderTimeout(RenderError):
+    """The page's wait condition (load, network idle, a selector) was not met in time."""
+
+
+class BrowserCrashed(RenderError):
+    """Chromium died while rendering; the pool restarts it and the request is retried."""
+
+
+class BrowserUnavailable(NetdiscoError):
+    """Rendering was asked for, but Playwright or Chromium is missing (names which)."""
+
+
+class FeedError(NetdiscoError):
+    """A feed cannot be opened or written; the message names the path."""
+
+
+class ControlRefused(NetdiscoError):
+    """A control call through the monitor that was refused or could not reach its engine."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message

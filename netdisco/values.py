@@ -9,6 +9,7 @@ declares, so ``true``/``yes``/``1`` mean the same everywhere, a number is never
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import tomllib
@@ -164,3 +165,16 @@ def check_keys(section: str, table: Mapping[str, Any], known: typing.Iterable[st
     for key in table:
         if key not in allowed:
             raise ConfigError(f"{section}.{key}", f"unknown key (known: {', '.join(allowed)})")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` binds only to this machine (control without a token is safe there)."""
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback  # a dual-stack socket's ::ffff:127.0.0.1
+    return address.is_loopback

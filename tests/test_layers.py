@@ -140,3 +140,19 @@ def test_an_upward_import_added_by_hand_is_caught(
         copy.unlink()
     assert found, f"{statement!r} in {source} was not caught"
     assert all(statement.split()[1] in problem for problem in found), found
+
+
+def test_no_module_over_400_lines_and_no_function_over_40() -> None:
+    """Short modules and functions keep the data flow readable (the house rule, enforced)."""
+    long_modules, long_functions = [], []
+    for path in sources():
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") > 400:
+            long_modules.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                size = (node.end_lineno or node.lineno) - node.lineno + 1
+                if size > 40:
+                    long_functions.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert not long_modules, long_modules
+    assert not long_functions, long_functions

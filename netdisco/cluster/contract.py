@@ -2,12 +2,16 @@
 
 Every engine keeps one ephemeral node ``<root>/<engine id>`` (root
 ``/netdiscovery`` by default) holding a UTF-8 JSON object, an
-:class:`EnginePayload`. Its ``state`` is ``running`` while the engine lives and
-``leaving`` in the write that goes in one transaction with the node's deletion
-on a graceful stop; a node that vanishes without that write was lost. The
-monitor turns changes of the root's children into the :class:`EventType` events,
-and Redis engines return a lost engine's leases (its ``incarnation``). The whole
-contract, with the reasons behind it, is in ``docs/architecture.md``.
+:class:`EnginePayload`. Its ``state`` is ``running`` while the engine lives. A
+graceful stop is one transaction: the ``leaving`` write, a persistent
+*tombstone* ``<root>.left/<engine id>@<czxid in hex>`` and the versioned delete
+(:func:`netdisco.cluster.tombstones.leave_transaction`). A node gone without its
+tombstone was lost. Engines since contract 2 (``contract`` in the payload) write
+tombstones; for older ones readers fall back to the ``leaving`` write and its
+timing. The monitor turns changes of the root's children into the
+:class:`EventType` events, and Redis engines return a lost engine's leases (its
+``incarnation``). The whole contract, with the reasons behind it, is in
+``docs/architecture.md``.
 
 Everybody parses node data through :func:`parse_payload`, which never raises:
 whatever a node holds (garbage, a JSON array, wrong types) comes back as a
@@ -25,6 +29,19 @@ from typing import Any
 from netdisco.exceptions import ConfigError
 
 DEFAULT_ROOT = "/netdiscovery"
+
+#: The contract an engine writes (``contract`` in its payload). 2: leaves leave a
+#: tombstone. A payload without the key is contract 1 (no tombstones).
+CONTRACT = 2
+TOMBSTONE_CONTRACT = 2
+
+#: How long tombstones are kept (their ``ctime``) before the monitor, or the
+#: engine that wrote them at its next start, deletes them.
+TOMBSTONE_MAX_AGE = 86400.0
+
+#: Contract 1 engines only: a ``leaving`` write notified this close before the
+#: deletion means the engine left (the rule before tombstones).
+LEGACY_LEAVE_WINDOW = 0.5
 
 
 class NodeState(StrEnum):
@@ -99,8 +116,14 @@ class EnginePayload:
     started_at: float | None = None
     spiders: tuple[SpiderSummary, ...] = ()
     state: str = "unknown"  # a NodeState value, or whatever a foreign writer put there
+    contract: int | None = None  # CONTRACT of the writer; None: contract 1 (no tombstones)
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys of newer writers, kept
     garbage: bool = False  # the data was not a UTF-8 JSON object
+
+    @property
+    def tombstones(self) -> bool:
+        """Whether this engine's graceful leave leaves a tombstone (contract 2 and up)."""
+        return self.contract is not None and self.contract >= TOMBSTONE_CONTRACT
 
     @property
     def leaving(self) -> bool:
@@ -153,6 +176,7 @@ def payload_from_dict(data: Mapping[str, Any]) -> EnginePayload:
         started_at=_float(data.get("started_at")),
         spiders=_spiders(data.get("spiders")),
         state=state if isinstance(state, str) else "unknown",
+        contract=_int(data.get("contract")),
         extra={k: v for k, v in data.items() if k not in _KNOWN},
     )
 
@@ -189,6 +213,33 @@ def engine_path(root: str, engine_id: str) -> str:
     """The node an engine keeps: ``<root>/<engine id>``."""
     check_engine_id(engine_id)
     return f"{root.rstrip('/')}/{engine_id}"
+
+
+def tombstone_root(root: str) -> str:
+    """Where tombstones live: a sibling of the root, ``<root>.left``, outside its watch."""
+    return root.rstrip("/") + ".left"
+
+
+def tombstone_name(engine_id: str, czxid: int) -> str:
+    """A tombstone names one node: ``<engine id>@<czxid in hex>``."""
+    check_engine_id(engine_id)
+    return f"{engine_id}@{czxid:x}"
+
+
+def tombstone_path(root: str, engine_id: str, czxid: int) -> str:
+    """The tombstone a graceful leave of node ``(engine_id, czxid)`` creates."""
+    return f"{tombstone_root(root)}/{tombstone_name(engine_id, czxid)}"
+
+
+def tombstone_owner(name: str) -> tuple[str, int] | None:
+    """``(engine id, czxid)`` of a tombstone name, or None for any other name."""
+    engine_id, sep, czxid = name.rpartition("@")
+    if not sep or not engine_id:
+        return None
+    try:
+        return engine_id, int(czxid, 16)
+    except ValueError:
+        return None
 
 
 def engine_id_of(root: str, path: str) -> str | None:

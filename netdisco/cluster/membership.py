@@ -7,12 +7,14 @@ without a server (like kazoo's ``_prior_children`` comparison, pulled out).
 A member is a *node*, not a name: ``(name, czxid)``. The same name with another
 czxid is a new node, i.e. a restart. The parent's ``cversion`` counts every
 create and delete of a child, so the difference between its delta and the
-changes a diff sees is the number of changes too fast to observe.
+changes a diff sees is the number of changes too fast to observe. Whether a
+node that is gone left or was lost is a fact the caller reads from ZooKeeper
+(its tombstone, :func:`gone`) and hands to :func:`diff`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -89,6 +91,7 @@ class Change:
     name: str
     member: Member  # the current node, or the last known one if it is gone
     previous: Member | None = None
+    left: bool = False  # the node that is gone (``member`` or ``previous``) left gracefully
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +106,19 @@ def parse_data(raw: bytes | None) -> tuple[dict[str, Any], bool]:
     """Decode znode data; return ``(data, garbage)``. Garbage keeps what is known: nothing."""
     data = decode_object(raw)
     return ({}, True) if data is None else (data, False)
+
+
+def member_of(name: str, raw: bytes | None, stat: Any) -> Member:
+    """The member a read of ``<root>/<name>`` (its data and ``ZnodeStat``) shows."""
+    data, garbage = parse_data(raw)
+    return Member(
+        name=name,
+        czxid=stat.czxid,
+        session=stat.ephemeralOwner,
+        mzxid=stat.mzxid,
+        data=data,
+        garbage=garbage,
+    )
 
 
 def assemble(
@@ -141,34 +157,50 @@ def assemble(
     return View(members=members, parent=parent), retry
 
 
-def _removed_type(member: Member, departing: frozenset[str]) -> EventType:
-    if member.leaving or member.name in departing:
-        return EventType.ENGINE_LEFT
-    return EventType.ENGINE_LOST
+def gone(prev: View, cur: View) -> list[Member]:
+    """The nodes of ``prev`` that ``cur`` lacks: removed, or replaced by a restart."""
+    return [
+        old
+        for name, old in prev.members.items()
+        if (new := cur.members.get(name)) is None or new.czxid != old.czxid
+    ]
 
 
-def _common_change(old: Member, new: Member) -> Change | None:
+def has_left(member: Member, left: Collection[tuple[str, int]]) -> bool:
+    """A gone node left if its tombstone was found, or its last data said ``leaving``."""
+    return member.leaving or (member.name, member.czxid) in left
+
+
+def _common_change(old: Member, new: Member, left: Collection[tuple[str, int]]) -> Change | None:
     if old.czxid != new.czxid:
-        return Change(type=EventType.ENGINE_RESTARTED, name=new.name, member=new, previous=old)
+        return Change(
+            type=EventType.ENGINE_RESTARTED,
+            name=new.name,
+            member=new,
+            previous=old,
+            left=has_left(old, left),
+        )
     if old.mzxid != new.mzxid and not new.leaving:
         return Change(type=EventType.ENGINE_UPDATED, name=new.name, member=new, previous=old)
     return None
 
 
-def diff(prev: View, cur: View, departing: frozenset[str] = frozenset()) -> Diff:
+def diff(prev: View, cur: View, left: Collection[tuple[str, int]] = frozenset()) -> Diff:
     """Every change from ``prev`` to ``cur``, in the order users expect to read them.
 
-    ``departing`` names nodes known to have been written by their engine just
-    before they vanished (a ``leaving`` write seen but not read in time): they
-    left, they were not lost.
+    ``left`` holds the gone nodes ``(name, czxid)`` known to have left gracefully
+    (their tombstone exists); any other gone node was lost, unless its last data
+    said ``leaving``.
     """
     changes: list[Change] = []
     for name in sorted(prev.members.keys() - cur.members.keys()):
         member = prev.members[name]
-        changes.append(Change(type=_removed_type(member, departing), name=name, member=member))
+        graceful = has_left(member, left)
+        kind = EventType.ENGINE_LEFT if graceful else EventType.ENGINE_LOST
+        changes.append(Change(type=kind, name=name, member=member, left=graceful))
     restarted = 0
     for name in sorted(prev.members.keys() & cur.members.keys()):
-        change = _common_change(prev.members[name], cur.members[name])
+        change = _common_change(prev.members[name], cur.members[name], left)
         if change is not None:
             restarted += change.type is EventType.ENGINE_RESTARTED
             changes.append(change)

@@ -3,26 +3,29 @@
 Naive membership code creates its node once and is gone for good after a session
 expiry (``docs/architecture.md``, "What ZooKeeper guarantees"). Here the flow is:
 
-1. ``start()`` builds one ``KazooClient`` (connection retried for ever) and starts
-   it with ``start_async``; it returns at once, even when ZooKeeper is down.
-2. kazoo's threads only hand state changes and watch events to the loop
-   (``netdisco.cluster.zk``); every ZooKeeper call is an awaited ``*_async`` call.
-3. One reconcile task is woken by CONNECTED, by the exists-watch on our node, by
+1. ``start()`` builds one ``KazooClient`` (connection retried for ever) and returns
+   at once, even when ZooKeeper is down; every call follows ``netdisco.cluster.zk``.
+2. One reconcile task is woken by CONNECTED, by the exists-watch on our node, by
    ``data_changed()`` and by a periodic audit. It makes the node exist, be owned
    by the current session and hold the current data: a node left by one of our
    older sessions (same incarnation) is deleted and re-created; a node of another
    live session (duplicate id, or a crashed incarnation not yet expired) is
    waited out on the watch, unhealthy meanwhile.
-4. After a session timeout spent SUSPENDED the registration counts as lost
-   (Curator's local expiry) until a reconcile confirms it again.
-5. ``stop()`` writes ``state: leaving``, deletes the node, then closes the session.
+3. A third of a session timeout after SUSPENDED (kazoo's own 2/3 come first) the
+   registration counts as lost (local expiry) until a reconcile confirms it.
+4. ``stop()`` leaves in one transaction (``netdisco.cluster.tombstones``), then
+   closes the session; a stop during a create or a reconnection waits (bounded).
+5. Once per start the engine deletes its own tombstones older than
+   ``tombstone_max_age`` and, with a digest, warns about a root open to the world.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from enum import StrEnum
 from typing import Any
 
@@ -40,9 +43,17 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import KazooState, WatchedEvent
 from kazoo.retry import KazooRetry
 
-from netdisco.cluster.contract import EnginePayload, NodeState, engine_path, parse_payload
+from netdisco.cluster.acl import cluster_acl, housekeep
+from netdisco.cluster.contract import (
+    CONTRACT,
+    EnginePayload,
+    NodeState,
+    engine_path,
+    parse_payload,
+)
 from netdisco.cluster.settings import DigestCredentials, ZooKeeperSettings
-from netdisco.cluster.zk import Bridge, wait_result
+from netdisco.cluster.tombstones import Leaver, ensure_roots
+from netdisco.cluster.zk import Bridge, close_client, wait_result
 from netdisco.exceptions import RegistrationError
 
 __all__ = ["Registration", "RegistryState", "ZooKeeperSettings"]
@@ -91,6 +102,7 @@ class Registration:
         self._client: KazooClient | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._up = asyncio.Event()  # connected right now (also while stopping)
         self._watch: Callable[[WatchedEvent], None] | None = None
         self._listener: Callable[[Any], bool] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -100,11 +112,14 @@ class Registration:
         self._connection = "closed"
         self._session_id: int | None = None
         self._written: tuple[bytes, int] | None = None  # last data we wrote, its version
+        self._czxid: int | None = None  # our node's, named by its tombstone
+        self._creating = False
+        self._housekept = False
+        self._warnings: list[str] = []
         self._waiting_for: int | None = None
         self._registrations = 0
         self._stopping = False
-
-    # -- public interface -------------------------------------------------------
+        self._bound = min(2.0, settings.session_timeout)  # a create or leave may take this
 
     @property
     def healthy(self) -> bool:
@@ -124,6 +139,7 @@ class Registration:
             "detail": self._detail,
             "since": round(self._since, 3),
             "registrations": self._registrations,
+            "warnings": list(self._warnings),
         }
 
     async def start(self) -> None:
@@ -158,28 +174,33 @@ class Registration:
             self._wake.set()
 
     async def stop(self) -> None:
-        """Write ``state: leaving``, delete our node, then stop and close the client."""
+        """Leave (``leaving``, tombstone, delete in one transaction), then close the client."""
         client = self._client
         if client is None or self._stopping:
             return
         self._stopping = True
         self._cancel_timer()
         if self._task is not None:
+            if self._creating:  # let the create land, so that we can leave properly
+                self._wake.set()
+                await asyncio.wait([self._task], timeout=self._bound)
             self._task.cancel()
             await asyncio.wait([self._task])
         try:
-            if self._state is RegistryState.REGISTERED and self._connection == "connected":
+            if self._state is RegistryState.REGISTERED and self._connection == "suspended":
+                with contextlib.suppress(TimeoutError):  # e.g. a leader election: wait a bit
+                    await asyncio.wait_for(self._up.wait(), self._bound)
+            if self._state is RegistryState.REGISTERED and self._up.is_set():
                 await self._leave(client)
         finally:
             self._set_state(RegistryState.STOPPED, "stopped")
             self._connection = "closed"
             client.remove_listener(self._listener)
-            await asyncio.to_thread(_shutdown, client)
+            await asyncio.to_thread(close_client, client)
             self._client = None
 
-    # -- events handed over from kazoo's threads (run on the loop) ---------------
-
     def _on_state(self, state: KazooState) -> None:
+        (self._up.set if state == KazooState.CONNECTED else self._up.clear)()
         if self._stopping:
             return
         if state == KazooState.CONNECTED:
@@ -192,9 +213,9 @@ class Registration:
         elif state == KazooState.SUSPENDED:
             self._connection = "suspended"
             self._log("warning", "zk connection suspended; our node stays until the session ends")
-            if self._timer is None:
+            if self._timer is None:  # kazoo noticed after up to 2/3 of the session timeout
                 loop = asyncio.get_running_loop()
-                self._timer = loop.call_later(self.settings.session_timeout, self._on_timeout)
+                self._timer = loop.call_later(self.settings.session_timeout / 3, self._on_timeout)
         else:
             self._connection = "lost"
             self._cancel_timer()
@@ -211,22 +232,17 @@ class Registration:
             self._log("warning", "zk unreachable; engine runs unregistered until it answers")
             self._detail = "ZooKeeper unreachable; will register as soon as it answers"
         else:
-            self._unregister(
-                f"no ZooKeeper connection for {self.settings.session_timeout:g} s "
-                "(the session timeout): the server has probably removed our node"
-            )
-
-    # -- the reconcile task ------------------------------------------------------
+            self._unregister("no ZooKeeper answer for a session timeout: our node is probably gone")
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 async with asyncio.timeout(self.settings.audit_interval):
                     await self._wake.wait()
             except TimeoutError:
                 pass  # the periodic audit
             self._wake.clear()
-            if self._connection == "connected":
+            if self._connection == "connected" and not self._stopping:
                 await self._reconcile_guarded()
 
     async def _reconcile_guarded(self) -> None:
@@ -253,6 +269,8 @@ class Registration:
         self._session_id = client_id[0]
         if stat is None:
             await self._create(client)
+            if self.healthy:
+                await self._housekeep(client)
         elif stat.ephemeralOwner == client_id[0]:
             await self._keep(client, stat)
         else:
@@ -260,37 +278,42 @@ class Registration:
 
     async def _create(self, client: KazooClient) -> None:
         data = self._payload(NodeState.RUNNING)
-        acl = None if self._credentials is None else self._credentials.node_acl()
+        acl = cluster_acl(self._credentials)
+        self._creating = True
         try:
             _, stat = await wait_result(
                 client.create_async(self.path, data, acl=acl, ephemeral=True, include_data=True)
             )
         except NoNodeError:
-            if await self._ensure_root(client, acl):
+            if await self._ensure_roots(client):
                 self._wake.set()
             return
-        self._written = (data, stat.version)
+        finally:
+            self._creating = False
+        self._written, self._czxid = (data, stat.version), stat.czxid
         self._registrations += 1
         self._registered("created")
 
-    async def _ensure_root(self, client: KazooClient, acl: Any) -> bool:
-        """Create the root one level at a time; a concurrent creator is no error."""
-        parts = self.settings.root.strip("/").split("/")
-        for depth in range(1, len(parts) + 1):
-            path = "/" + "/".join(parts[:depth])
-            try:
-                await wait_result(client.create_async(path, b"", acl=acl))
-            except NodeExistsError:
-                continue
-            except NoNodeError:
-                self._set_state(RegistryState.ERROR, "the chroot in zookeeper.hosts is missing")
-                self._log("error", "zk chroot missing", hosts=self.settings.hosts)
-                return False
+    async def _ensure_roots(self, client: KazooClient) -> bool:
+        """The root and the tombstone root, with the cluster's ACL."""
+        try:
+            await ensure_roots(client, self.settings.root, cluster_acl(self._credentials))
+        except NoNodeError:
+            self._set_state(RegistryState.ERROR, "the chroot in zookeeper.hosts is missing")
+            self._log("error", "zk chroot missing", hosts=self.settings.hosts)
+            return False
         return True
+
+    async def _housekeep(self, client: KazooClient) -> None:
+        """Once per start: our own old tombstones go; an open root is reported."""
+        if not self._housekept and not self._stopping:
+            self._housekept = True
+            self._warnings = await housekeep(client, self.settings, self.engine_id)
 
     async def _keep(self, client: KazooClient, stat: Any) -> None:
         """Our node: rewrite its data when the engine's (or anyone's) change left it stale."""
         data = self._payload(NodeState.RUNNING)
+        self._czxid = stat.czxid
         if self._written != (data, stat.version):
             new = await wait_result(client.set_async(self.path, data, version=stat.version))
             self._written = (data, new.version)
@@ -324,25 +347,19 @@ class Registration:
             )
 
     async def _leave(self, client: KazooClient) -> None:
-        """Write ``leaving`` and delete, as one transaction: one round trip, all or nothing.
+        """``leaving`` write, tombstone and delete as one transaction: all or nothing.
 
-        Watchers see the data change before the deletion, which tells a leave from a
-        crash. If our idea of the node's version is stale (a write was in flight), the
-        version is read again, once per try; a node changed behind our back is left to
-        the session close.
+        A node changed behind our back three times is left to the session close.
         """
         self._set_state(RegistryState.LEAVING, "leaving")
-        version = self._written[1] if self._written is not None else None
+        node = None
+        if self._written is not None and self._czxid is not None:
+            node = (self._czxid, self._written[1])
+        leaver = Leaver(self.settings.root, self.engine_id, cluster_acl(self._credentials))
         try:
-            async with asyncio.timeout(min(2.0, self.settings.session_timeout)):
-                for _ in range(3):
-                    if version is None:
-                        version = await self._own_version(client)
-                    if await self._commit_leave(client, version):
-                        self._log("info", "zk deregistered")
-                        return
-                    version = None
-                raise BadVersionError("our node kept changing while we left")
+            async with asyncio.timeout(self._bound):
+                await leaver.leave(client, node, self._session_id, self._payload(NodeState.LEAVING))
+            self._log("info", "zk deregistered")
         except Exception as exc:
             self._log(
                 "warning",
@@ -350,30 +367,8 @@ class Registration:
                 error=type(exc).__name__,
             )
 
-    async def _own_version(self, client: KazooClient) -> int:
-        """The version of our node, which must be owned by our session."""
-        stat = await wait_result(client.exists_async(self.path))
-        if stat is None or stat.ephemeralOwner != self._session_id:
-            raise NoNodeError("our node is gone or owned by another session")
-        return int(stat.version)
-
-    async def _commit_leave(self, client: KazooClient, version: int) -> bool:
-        """True when the leave was applied; False when ``version`` was stale."""
-        transaction = client.transaction()
-        transaction.set_data(self.path, self._payload(NodeState.LEAVING), version=version)
-        transaction.delete(self.path, version=version + 1)
-        results = await wait_result(transaction.commit_async())
-        if any(isinstance(r, BadVersionError) for r in results):
-            return False
-        for result in results:
-            if isinstance(result, Exception):
-                raise result
-        return True
-
-    # -- helpers -----------------------------------------------------------------
-
     def _payload(self, node_state: NodeState) -> bytes:
-        return self._describe().with_state(node_state).to_json()
+        return replace(self._describe().with_state(node_state), contract=CONTRACT).to_json()
 
     def _registered(self, how: str) -> None:
         self._waiting_for = None
@@ -402,11 +397,3 @@ class Registration:
 
     def _log(self, level: str, event: str, **fields: Any) -> None:
         getattr(log, level)(event, engine_id=self.engine_id, path=self.path, **fields)
-
-
-def _shutdown(client: KazooClient) -> None:
-    """Close the session (the server drops any ephemeral left) and free the threads."""
-    try:
-        client.stop()
-    finally:
-        client.close()

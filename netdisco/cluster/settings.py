@@ -24,9 +24,25 @@ from netdisco.values import check_keys, convert, field_types
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: the keys an engine's ``[zookeeper]`` table may hold
-ENGINE_KEYS = ("hosts", "root", "session_timeout", "digest_env", "digest_file", "audit_interval")
+ENGINE_KEYS = (
+    "hosts",
+    "root",
+    "session_timeout",
+    "digest_env",
+    "digest_file",
+    "audit_interval",
+    "tombstone_max_age",
+)
 #: the keys a monitor's ``[zookeeper]`` table may hold
-MONITOR_KEYS = ("hosts", "root", "session_timeout", "resync_interval")
+MONITOR_KEYS = (
+    "hosts",
+    "root",
+    "session_timeout",
+    "resync_interval",
+    "digest_env",
+    "digest_file",
+    "tombstone_max_age",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +76,7 @@ class ZooKeeperSettings:
     digest_file: str | None = None
     audit_interval: float = 5.0  # engine: how often it re-checks its node anyway
     resync_interval: float = 30.0  # monitor: full re-read, in case a watch was missed
+    tombstone_max_age: float = 86400.0  # leave tombstones older than this are deleted
 
     @classmethod
     def from_mapping(
@@ -173,4 +190,4 @@ def _hosts(value: Any, key: str) -> str:
 
 
 _TYPES = field_types(ZooKeeperSettings)
-_DURATIONS = ("session_timeout", "audit_interval", "resync_interval")
+_DURATIONS = ("session_timeout", "audit_interval", "resync_interval", "tombstone_max_age")

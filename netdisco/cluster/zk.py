@@ -89,3 +89,14 @@ class Bridge:
     def add_listener(self, callback: Callable[[KazooState], None]) -> None:
         """Register ``callback`` for every connection-state change."""
         self.client.add_listener(self.state_listener(callback))
+
+
+def close_client(client: KazooClient) -> None:
+    """Close the session (the server drops our ephemerals) and free kazoo's threads.
+
+    Blocking: run it with ``asyncio.to_thread``.
+    """
+    try:
+        client.stop()
+    finally:
+        client.close()

@@ -18,6 +18,7 @@ import structlog
 
 from netdisco.crawl.pipelines import ItemStream
 from netdisco.crawl.request import Request
+from netdisco.crawl.settings import Settings
 from netdisco.crawl.stats import Stats
 from netdisco.exceptions import NetdiscoError
 from netdisco.frontiers import Frontier
@@ -33,16 +34,14 @@ class Acker:
         frontier: Frontier[Request],
         stream: ItemStream,
         stats: Stats,
-        *,
-        interval: float,
-        items: int,
+        settings: Settings,
         on_failure: Callable[[Exception], None],
     ) -> None:
         self.frontier = frontier
         self.stream = stream
         self.stats = stats
-        self.interval = interval
-        self.items = items
+        self.interval = settings.flush_interval
+        self.items = settings.flush_items
         self._on_failure = on_failure
         self._pending: list[Request] = []
         self._wake = asyncio.Event()

@@ -70,6 +70,7 @@ class RequestCodec:
 def encode(request: Request, spider: Spider) -> str:
     """The request as JSON; callbacks by method name. ``RequestNotShareable`` if it cannot."""
     data = {name: getattr(request, name) for name in _PLAIN}
+    data["render"] = request.render
     data["body"] = None if request.body is None else base64.b64encode(request.body).decode()
     data["fingerprint"] = request.fingerprint.hex()
     data["callback"] = _method_name(request.callback, spider, request.url)
@@ -90,4 +91,5 @@ def decode(raw: bytes | str, spider: Spider) -> Request:
         fingerprint=bytes.fromhex(data["fingerprint"]),
         callback=_resolve(spider, data["callback"]),
         errback=_resolve(spider, data["errback"]),
+        render=data.get("render", False),  # absent in requests queued by older versions
     )

@@ -21,6 +21,7 @@ from netdisco.crawl import settings as settings_module
 from netdisco.crawl.acks import Acker, return_parked
 from netdisco.crawl.codec import RequestCodec
 from netdisco.crawl.downloader import Downloader, Parking
+from netdisco.crawl.feeds import feed_pipelines
 from netdisco.crawl.lifecycle import ALLOWED, TERMINAL, PushResult, SpiderState
 from netdisco.crawl.pipelines import ItemStream, Pipeline
 from netdisco.crawl.request import Request
@@ -29,7 +30,14 @@ from netdisco.crawl.scraper import Scraper
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
 from netdisco.crawl.stats import Stats
-from netdisco.crawl.upkeep import admit_in_batches, close_frontier, release, report_progress
+from netdisco.crawl.upkeep import (
+    admit_in_batches,
+    close_frontier,
+    persist,
+    release,
+    report_failure,
+    report_progress,
+)
 from netdisco.exceptions import (
     DownloadFailed,
     FrontierFailed,
@@ -57,7 +65,8 @@ def frontier_for(settings: Settings, spider: Spider, owner: str | None) -> Front
 
 
 class Crawler:
-    """Runs one spider; see the module docstring."""
+    """Runs one spider; see the module docstring. ``engine`` names the engine in feed
+    paths (``{engine}``; the host name if None)."""
 
     def __init__(
         self,
@@ -67,6 +76,7 @@ class Crawler:
         pipelines: Sequence[Pipeline] = (),
         frontier: Frontier[Request] | None = None,
         owner: str | None = None,
+        engine: str | None = None,
     ) -> None:
         self.spider = spider
         self.name = spider.name
@@ -75,23 +85,24 @@ class Crawler:
         self.state = SpiderState.IDLE
         self.started_at: float | None = None
         self.frontier: Frontier[Request] = frontier or frontier_for(self.settings, spider, owner)
-        self.scope = Scope(spider.allowed_domains, self.settings.allow, self.settings.deny)
+        s = self.settings
+        self.scope = Scope(spider.allowed_domains, s.allow, s.deny, s.host_cache_size)
         self.scheduler = Scheduler(self.settings, self.scope, self.frontier, self.stats)
-        self.downloader = Downloader(self.settings, self.stats, self.scope.reason)
+        self.downloader = Downloader(
+            self.settings, self.stats, self.scope.reason, spider=spider, claim=self.scheduler.claim
+        )
         self.parking = Parking(self.downloader, 4 * self.settings.concurrency)
         self.stream = ItemStream(self.stats, self.settings.item_buffer)
         self.scraper = Scraper(self._admit, self.stream, self.stats)
-        self.acks = Acker(
-            self.frontier,
-            self.stream,
-            self.stats,
-            interval=self.settings.flush_interval,
-            items=self.settings.flush_items,
-            on_failure=self._fail,
-        )
+        self.acks = Acker(self.frontier, self.stream, self.stats, self.settings, self._fail)
         self.failure: Exception | None = None  # why the crawl must end failed
-        self._pipelines = [*pipelines, *spider.pipelines()]
+        self.feeds = feed_pipelines(self.settings.feeds, spider=self.name, engine=engine)
+        self._pipelines = [*pipelines, *spider.pipelines(), *self.feeds]
         self._listeners: list[Callable[[Crawler], None]] = []
+        self._init_run_state()
+
+    def _init_run_state(self) -> None:
+        """What the workers share while the crawl runs; logs carry the spider's name."""
         self._unpaused = asyncio.Event()
         self._work = asyncio.Event()
         self._idle_workers = 0
@@ -136,8 +147,14 @@ class Crawler:
         try:
             if isinstance(self.frontier, Connected):
                 await self.frontier.open()  # an unreachable Redis fails here, clearly
+            for feed in self.feeds:
+                feed.prepare()  # an unwritable feed fails here, naming its path
+            if self.settings.render:
+                from netdisco.crawl.render import check_available  # Playwright is an extra
+
+                check_available(self.settings)
         except NetdiscoError as exc:  # terminal, so that whoever waits for it is told
-            self.stats.error(f"frontier: {exc}")
+            self.stats.error(f"start: {exc}")
             self._set_state(SpiderState.FAILED)
             raise
         finally:
@@ -245,17 +262,10 @@ class Crawler:
                 raise self.failure
             end = SpiderState.STOPPED if self._stopping else SpiderState.FINISHED
         except Exception as exc:  # reported as the spider's failure
-            self._report_failure(exc)
+            report_failure(self.stats, exc)
         finally:
             progress.cancel()
             await self._close(end)
-
-    def _report_failure(self, exc: Exception) -> None:
-        """One error line: a frontier's failure says all (no traceback), others are bugs."""
-        clear = isinstance(exc, FrontierFailed)
-        error = str(exc) if clear else repr(exc)
-        self.stats.error(f"spider failed: {error}")
-        log.error("spider_failed", error=error, exc_info=None if clear else exc)
 
     def _fail(self, exc: Exception) -> None:
         """End the crawl failed: the frontier or the acknowledgements cannot go on."""
@@ -271,24 +281,13 @@ class Crawler:
         await self.downloader.close()
         await return_parked(self.frontier, self.parking.drain(), max(limit, 1.0))
         if end is SpiderState.FINISHED and self.failure is not None:
-            self._report_failure(self.failure)
+            report_failure(self.stats, self.failure)
             end = SpiderState.FAILED
-        if isinstance(self.frontier, Persistent):
-            end = await self._persist(self.frontier, end)
+        if not await persist(self.frontier, self.stats, end is SpiderState.FINISHED):
+            end = SpiderState.FAILED
         self._set_state(end)
         log.info("spider_closed", state=end.value, **self.stats.as_dict())
         await close_frontier(self.frontier, self.stats)
-
-    async def _persist(self, frontier: Persistent, end: SpiderState) -> SpiderState:
-        """Store the totals and, if it ran to its end, that the crawl finished."""
-        frontier.store_stats(self.stats.totals())
-        if end is SpiderState.FINISHED:
-            try:
-                await frontier.mark_finished()
-            except FrontierFailed as exc:
-                self._report_failure(exc)
-                return SpiderState.FAILED
-        return end
 
     async def _seed(self) -> None:
         try:

@@ -2,7 +2,9 @@
 
 One aiohttp session for the spider. Per host: a concurrency cap and a delay that
 gates when a request may *start*. Redirects are followed by hand so that every
-hop is re-checked against scope and robots.txt, and loops are caught.
+hop is re-checked against scope, the seen set and robots.txt, and loops are caught.
+Each hop goes through the downloader middleware chain (``crawl.middleware``) to a
+download handler: aiohttp (``transport.py``), or Chromium for rendered requests.
 """
 
 from __future__ import annotations
@@ -11,44 +13,83 @@ import asyncio
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
+import structlog
 
+from netdisco.crawl.lru import LRU
+from netdisco.crawl.middleware import Chain, DownloadHandler, build_middlewares
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.robots import RobotsCache
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.stats import Stats
-from netdisco.crawl.urls import canonical_url, check_url
+from netdisco.crawl.transport import AiohttpHandler
+from netdisco.crawl.urls import canonical_url, check_url, origin
 from netdisco.exceptions import (
+    BrowserCrashed,
     DownloadFailed,
+    DuplicateRedirect,
     HttpStatusError,
     InvalidURL,
     OutOfScope,
-    ResponseTooLarge,
     RobotsDenied,
     TooManyRedirects,
 )
 
+if TYPE_CHECKING:
+    from netdisco.crawl.render import RenderingHandler
+    from netdisco.crawl.spider import Spider
+
+log = structlog.get_logger(__name__)
+
 RETRY_STATUSES = frozenset({408, 429, *range(500, 600)})
+#: credentials that must not follow a redirect to another origin (as requests, curl, browsers)
+CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 #: network failures worth another try; DNS failures are not (the name will not appear)
-RETRY_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError)
+RETRY_ERRORS = (
+    aiohttp.ClientConnectionError,
+    aiohttp.ClientPayloadError,
+    TimeoutError,
+    BrowserCrashed,
+)
 
 ScopeCheck = Callable[[str, str], "str | None"]
+#: marks a redirect target seen; False if it was already (fetched or queued)
+Claim = Callable[[Request], Awaitable[bool]]
 
 
 class HostSlot:
     """Politeness for one host: how many requests at once, and when the next may start."""
 
-    __slots__ = ("next_start", "semaphore")
+    __slots__ = ("next_start", "semaphore", "users")
 
     def __init__(self, concurrency: int) -> None:
         self.semaphore = asyncio.Semaphore(concurrency)
         self.next_start = 0.0
+        self.users = 0  # requests holding or waiting for the semaphore
+
+    async def __aenter__(self) -> None:
+        self.users += 1
+        try:
+            await self.semaphore.acquire()
+        except BaseException:
+            self.users -= 1
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.semaphore.release()
+        self.users -= 1
+
+    def idle(self) -> bool:
+        """Nobody uses it and its delay has run out: forgetting it changes nothing."""
+        return self.users == 0 and self.next_start <= time.monotonic()
 
     async def wait_turn(self, delay: float) -> None:
         """Sleep until this host's next start time, and book the one after it."""
@@ -76,9 +117,10 @@ class Parking:
         self._count = 0
 
     def park(self, request: Request) -> bool:
-        """Set ``request`` aside if its host is busy (and there is room); say if it was."""
+        """Set ``request`` aside if its host is busy or its robots.txt unreachable (and
+        there is room); say if it was."""
         host = urlsplit(request.url).netloc
-        if self._count >= self.limit or not self.downloader.busy(host):
+        if self._count >= self.limit or not self.downloader.busy(host, request.url):
             return False
         self._hosts.setdefault(host, deque()).append(request)
         self._count += 1
@@ -89,7 +131,7 @@ class Parking:
         if not self._count:
             return None
         for host, waiting in self._hosts.items():
-            if not self.downloader.busy(host):
+            if not self.downloader.busy(host, waiting[0].url):
                 request = waiting.popleft()
                 if not waiting:
                     del self._hosts[host]
@@ -100,6 +142,11 @@ class Parking:
     def drain(self) -> list[Request]:
         """Every parked request (to hand back to the frontier on close)."""
         requests = [r for waiting in self._hosts.values() for r in waiting]
+        robots = self.downloader.robots
+        if robots is not None:  # handed back while their robots.txt did not answer
+            self.downloader.stats.robots_deferred += sum(
+                robots.unreachable(r.url) for r in requests
+            )
         self._hosts.clear()
         self._count = 0
         return requests
@@ -123,16 +170,31 @@ def retry_after(headers: Mapping[str, str], cap: float) -> float | None:
 class Downloader:
     """Fetches requests under global and per-host limits; see the module docstring."""
 
-    def __init__(self, settings: Settings, stats: Stats, scope: ScopeCheck) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        stats: Stats,
+        scope: ScopeCheck,
+        *,
+        spider: Spider,
+        claim: Claim | None = None,
+    ) -> None:
+        """``claim`` marks redirect targets seen (the crawler's scheduler does, in the frontier)."""
         self.settings = settings
         self.stats = stats
         self.scope = scope
-        self._slots: dict[str, HostSlot] = {}
+        self.spider = spider
+        self.middlewares = build_middlewares(settings, spider)
+        self.claim = claim
+        self._slots: LRU[str, HostSlot] = LRU(settings.host_cache_size, HostSlot.idle)
         self._session: aiohttp.ClientSession | None = None
+        self._http: AiohttpHandler | None = None
+        self.renderer: RenderingHandler | None = None
+        self.chain = Chain(self.middlewares, spider, self._transfer)
         self.robots: RobotsCache | None = None
 
     async def open(self) -> None:
-        """Create the session (inside the running loop)."""
+        """Create the session (inside the running loop); start Chromium if ``render`` is set."""
         s = self.settings
         connector = aiohttp.TCPConnector(limit=s.concurrency, limit_per_host=0, ttl_dns_cache=300)
         self._session = aiohttp.ClientSession(
@@ -141,11 +203,28 @@ class Downloader:
             headers={"User-Agent": s.user_agent},
             cookie_jar=aiohttp.DummyCookieJar(),
         )
+        self._http = AiohttpHandler(self._session, s)
         if s.obey_robots:
-            self.robots = RobotsCache(self._session, s.user_agent, s.timeout)
+            self.robots = RobotsCache(self._session, s)
+        log.info("downloader_chain", middlewares=self.chain.names, render=s.render)
+        if s.render:
+            await self._renderer().start()  # a missing browser fails the start, named
+
+    def _renderer(self) -> RenderingHandler:
+        """The browser handler, made on first use (Playwright is an optional extra)."""
+        if self.renderer is None:
+            from netdisco.crawl.render import RenderingHandler
+
+            assert self._http is not None, "Downloader.open() was not awaited"
+            self.renderer = RenderingHandler(self._http, self.settings, self.stats)
+        return self.renderer
 
     async def close(self) -> None:
-        """Close the session and its connections."""
+        """Stop the browser, close the session and its connections."""
+        if self.renderer is not None:
+            await self.renderer.close()
+        if self.robots is not None:
+            await self.robots.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -153,10 +232,11 @@ class Downloader:
     async def fetch(self, request: Request) -> Response:
         """Download ``request`` with retries; raise a ``RequestError`` when it cannot be had."""
         s = self.settings
+        claimed: set[str] = set()  # redirect targets this request claimed (kept over retries)
         while True:
             request.attempts += 1
             try:
-                response = await self._follow(request)
+                response = await self._follow(request, claimed)
             except RETRY_ERRORS as exc:
                 if request.attempts > s.retries or isinstance(exc, aiohttp.ClientConnectorDNSError):
                     raise DownloadFailed(_describe(exc), url=request.url) from exc
@@ -181,85 +261,114 @@ class Downloader:
         jittered: float = nominal * random.uniform(0.5, 1.5)
         return min(jittered, self.settings.retry_max_delay)
 
-    async def _follow(self, request: Request) -> Response:
-        """One attempt: the request and its redirect hops, each checked before it is made."""
-        url, method, body = request.url, request.method, request.body
+    async def _follow(self, request: Request, claimed: set[str]) -> Response:
+        """One attempt: the request and its redirect hops, each checked before it is made.
+
+        Each hop is a copy of the request (the middlewares may change it freely); the
+        response's ``request`` is the spider's own, its ``url`` the last hop's.
+        """
+        hop = replace(request, url=_defrag(request.url), headers=dict(request.headers))
         visited: set[str] = set()
-        for hop in range(self.settings.max_redirects + 1):
-            await self._check(url, hop, request.proxy or self.settings.proxy)
-            key = canonical_url(url)
+        home, left = origin(request.url), False
+        for count in range(self.settings.max_redirects + 1):
+            key = canonical_url(hop.url)
             if key in visited:
-                raise TooManyRedirects(f"redirect loop back to {url}", url=request.url)
+                raise TooManyRedirects(f"redirect loop back to {hop.url}", url=request.url)
             visited.add(key)
-            response = await self._get(request, url, method, body)
+            if count:
+                await self._check_redirect(request, hop, key, claimed)
+            await self._check_robots(hop)
+            response = await self.chain(hop)
             location = response.headers.get("Location")
             if response.status not in REDIRECT_STATUSES or not location:
+                response.request = request
                 return response
-            url = _join(url, location)
-            if response.status in (301, 302, 303) and method != "HEAD":
-                method, body = "GET", None
+            hop = redirect_request(request, hop, response.status, location)
+            left = left or origin(hop.url) != home
+            if left:  # credentials stay with their origin, and do not come back with it
+                hop.headers = _without_credentials(hop.headers)
         raise TooManyRedirects(
             f"more than {self.settings.max_redirects} redirects", url=request.url
         )
 
-    async def _check(self, url: str, hop: int, proxy: str | None) -> None:
-        """A redirect hop must be a valid URL in scope; every hop must pass robots.txt."""
-        if hop:
-            reason, host = check_url(url)
-            if reason is not None:
-                raise InvalidURL(f"redirect to {url!r}: {reason}", url=url)
-            reason = self.scope(url, host)
-            if reason is not None:
-                raise OutOfScope(f"redirect to {url}: {reason}", url=url)
-        if self.robots is not None and not await self.robots.allowed(url, proxy):
-            raise RobotsDenied("disallowed by robots.txt", url=url)
+    async def _check_redirect(
+        self, request: Request, hop: Request, key: str, claimed: set[str]
+    ) -> None:
+        """A redirect target must be a valid URL in scope, and not fetched or queued yet
+        (it is marked seen here, so that a link to it later is not fetched again)."""
+        reason, host = check_url(hop.url)
+        if reason is not None:
+            raise InvalidURL(f"redirect to {hop.url!r}: {reason}", url=hop.url)
+        reason = self.scope(hop.url, host)
+        if reason is not None:
+            raise OutOfScope(f"redirect to {hop.url}: {reason}", url=hop.url)
+        if self.claim is None or key in claimed:
+            return
+        claimed.add(key)
+        if not await self.claim(hop) and not request.dont_filter:
+            raise DuplicateRedirect(
+                f"redirect to {hop.url}, already fetched or queued", url=hop.url
+            )
 
-    def busy(self, host: str) -> bool:
-        """Whether ``host`` (a netloc) already has ``per_host_concurrency`` requests going."""
-        slot = self._slots.get(host)
+    async def _check_robots(self, hop: Request) -> None:
+        """robots.txt's answer; while it is unreachable the request waits, it does not fail."""
+        if self.robots is None:
+            return
+        try:
+            allowed = await self.robots.allowed(hop.url, hop.proxy or self.settings.proxy)
+        except asyncio.CancelledError:
+            if self.robots.unreachable(hop.url):  # the spider stops: handed back, and counted
+                self.stats.robots_deferred += 1
+            raise
+        if not allowed:
+            raise RobotsDenied("disallowed by robots.txt", url=hop.url)
+
+    def busy(self, host: str, url: str | None = None) -> bool:
+        """Whether ``host`` (a netloc) already has ``per_host_concurrency`` requests going,
+        or the robots.txt for ``url`` is unreachable (a request would only wait)."""
+        if url is not None and self.robots is not None and self.robots.unreachable(url):
+            return True
+        slot = self._slots.peek(host)
         return slot is not None and slot.semaphore.locked()
 
     def _slot(self, url: str) -> HostSlot:
         key = urlsplit(url).netloc
         slot = self._slots.get(key)
         if slot is None:
-            slot = self._slots[key] = HostSlot(self.settings.per_host_concurrency)
+            slot = self._slots.put(key, HostSlot(self.settings.per_host_concurrency))
         return slot
 
-    async def _get(self, request: Request, url: str, method: str, body: bytes | None) -> Response:
-        assert self._session is not None, "Downloader.open() was not awaited"
-        slot = self._slot(url)
-        async with slot.semaphore:
+    async def _transfer(self, request: Request) -> Response:
+        """The innermost step of the chain: politeness, then the handler (browser or aiohttp)."""
+        if self._http is None:
+            raise RuntimeError("Downloader.open() was not awaited")
+        handler: DownloadHandler = self._http
+        if request.render or self.settings.render:
+            handler = self._renderer()
+        slot = self._slot(request.url)
+        async with slot:
             await slot.wait_turn(self.settings.download_delay)
-            try:
-                async with self._session.request(
-                    method,
-                    url,
-                    headers=request.headers or None,
-                    data=body,
-                    proxy=request.proxy or self.settings.proxy,
-                    allow_redirects=False,
-                ) as resp:
-                    data = await self._read(resp, url)
-            except (aiohttp.InvalidURL, ValueError) as exc:
-                raise InvalidURL(f"cannot request {url!r}: {exc}", url=url) from exc
-        self.stats.bytes += len(data)
-        return Response(url, resp.status, resp.headers, data, request)
+            began = time.monotonic()
+            response = await handler.fetch(request)
+        self.stats.bytes += len(response.body)
+        self.stats.responded(response.status, time.monotonic() - began)
+        return response
 
-    async def _read(self, resp: aiohttp.ClientResponse, url: str) -> bytes:
-        """The body, or ResponseTooLarge as soon as it passes ``max_response_size``."""
-        limit = self.settings.max_response_size
-        length = resp.content_length
-        if limit and length is not None and length > limit:
-            raise ResponseTooLarge(f"Content-Length {length} > {limit} bytes", url=url)
-        if not limit or (length is not None and "Content-Encoding" not in resp.headers):
-            return await resp.read()
-        data = bytearray()
-        async for chunk in resp.content.iter_any():
-            data += chunk
-            if len(data) > limit:
-                raise ResponseTooLarge(f"body passed {limit} bytes", url=url)
-        return bytes(data)
+
+def redirect_request(request: Request, hop: Request, status: int, location: str) -> Request:
+    """The next hop of ``request``'s redirects: ``location`` resolved against the hop,
+    without fragment, as a fresh copy of the spider's request (301, 302 and 303 turn
+    into a GET without body, except for HEAD)."""
+    url = _defrag(_join(hop.url, location))
+    method, body = hop.method, hop.body
+    if status in (301, 302, 303) and method != "HEAD":
+        method, body = "GET", None
+    return replace(request, url=url, method=method, body=body, headers=dict(request.headers))
+
+
+def _defrag(url: str) -> str:
+    """The URL without its fragment (what is fetched, and what ``response.url`` is)."""
+    return url.partition("#")[0] if "#" in url else url
 
 
 def _join(base: str, location: str) -> str:
@@ -268,6 +377,11 @@ def _join(base: str, location: str) -> str:
         return urljoin(base, location)
     except ValueError as exc:
         raise InvalidURL(f"redirect to {location!r}: {exc}", url=base) from exc
+
+
+def _without_credentials(headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` without Authorization, Cookie and Proxy-Authorization."""
+    return {k: v for k, v in headers.items() if k.lower() not in CREDENTIAL_HEADERS}
 
 
 def _describe(exc: BaseException) -> str:

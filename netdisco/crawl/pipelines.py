@@ -46,6 +46,11 @@ def to_jsonable(item: Any) -> Any:
     return item
 
 
+def json_line(item: Any) -> str:
+    """One item as a UTF-8 JSON line (dataclasses as objects, the unknown as strings)."""
+    return json.dumps(to_jsonable(item), ensure_ascii=False, default=str) + "\n"
+
+
 class Pipeline:
     """Base class: override ``process`` (sync or async) and optionally ``operators``."""
 
@@ -73,7 +78,7 @@ class ConsolePipeline(Pipeline):
     """Prints each item as one JSON line on standard output."""
 
     def process(self, item: Any) -> None:
-        sys.stdout.write(json.dumps(to_jsonable(item), ensure_ascii=False, default=str) + "\n")
+        sys.stdout.write(json_line(item))
 
     async def flush(self) -> None:
         sys.stdout.flush()
@@ -109,15 +114,8 @@ class JsonLinesPipeline(Pipeline):
     def process(self, item: Any) -> None:
         assert self._file is not None, "JsonLinesPipeline.open() was not awaited"
         batch = item if isinstance(item, list) else (item,)
-        self._lines.extend(
-            json.dumps(to_jsonable(i), ensure_ascii=False, default=str) + "\n" for i in batch
-        )
-
-    async def flush(self) -> None:
-        if self._file is not None:
-            lines, self._lines = self._lines, []
-            self._file.write("".join(lines))
-            self._file.flush()
+        self._file.write("".join(json_line(i) for i in batch))
+        self._file.flush()
 
     async def close(self) -> None:
         if self._file is not None:
@@ -271,6 +269,7 @@ __all__ = [
     "JsonLinesPipeline",
     "Operator",
     "Pipeline",
+    "json_line",
     "reactivex",
     "to_jsonable",
 ]

@@ -21,7 +21,8 @@ class Request:
     """One HTTP request to make, and what to do with its response.
 
     ``depth`` and ``fingerprint`` are filled in by the scheduler; ``dont_filter``
-    skips the duplicate check (for pages that must be fetched again).
+    skips the duplicate check (for pages that must be fetched again); ``render``
+    fetches the page through headless Chromium (as the ``render`` setting does for all).
     """
 
     url: str
@@ -37,6 +38,7 @@ class Request:
     depth: int = 0
     fingerprint: bytes = b""
     attempts: int = 0
+    render: bool = False
 
     def __repr__(self) -> str:
         return f"<Request {self.method} {self.url}>"

@@ -57,9 +57,13 @@ class Response:
                 self.body
             )
             detect = None if declared else _detect
-            self.encoding, self._text = html_to_unicode(
-                content_type, self.body, auto_detect_fun=detect
-            )
+            try:
+                self.encoding, self._text = html_to_unicode(
+                    content_type, self.body, auto_detect_fun=detect
+                )
+            except UnicodeError:  # a declared codec that refuses to decode ("undefined")
+                self.encoding = _detect(self.body) or "utf-8"
+                self._text = self.body.decode(self.encoding, errors="replace")
         return self._text
 
     @property
@@ -123,7 +127,9 @@ class Response:
 def _has_link(url: str | Selector) -> bool:
     if not isinstance(url, Selector) or isinstance(url.root, str):
         return True
-    return "href" in url.attrib or "src" in url.attrib
+    # the element's own lookup, not parsel's ``attrib``: that copies every attribute, and
+    # lxml refuses to name one whose name holds a control character (``<a \x01>``)
+    return url.root.get("href") is not None or url.root.get("src") is not None
 
 
 def _href(selector: Selector) -> str:
@@ -132,7 +138,7 @@ def _href(selector: Selector) -> str:
     if isinstance(root, str):
         return root
     for attribute in ("href", "src"):
-        value = selector.attrib.get(attribute)
+        value = root.get(attribute)
         if value is not None:
             return str(value)
     raise ValueError(f"selector {selector!r} has no href or src")

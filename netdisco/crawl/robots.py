@@ -1,67 +1,132 @@
-"""robots.txt, fetched once per origin and cached (parsed by protego).
+"""robots.txt per origin, as RFC 9309 asks (parsed by protego).
 
-RFC 9309: a 4xx answer means no restrictions; a 5xx answer means the site is
-unreachable, so everything is disallowed. A network error is treated as "no
-robots.txt": the page fetch that follows will fail with the real reason.
+- 2xx: obeyed, and trusted for ``robots_max_age`` (at most 24 h), then fetched again.
+- 4xx: no restrictions.
+- 5xx or a timeout: the site is unreachable, so everything is disallowed. The
+  requests for it *wait* (they are neither failed nor denied) while robots.txt
+  is fetched again in the background after a backoff that doubles from
+  ``robots_backoff`` up to ``robots_max_backoff``, until it answers.
+- A connection error (refused, no such host) counts as "no robots.txt": the page
+  fetch that follows fails with the real reason, and a dead host cannot hold the
+  crawl open for ever.
+
+At most ``robots_cache_size`` origins are kept (least recently used go first).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import aiohttp
 import structlog
 from protego import Protego
 
+from netdisco.crawl.lru import LRU
+from netdisco.crawl.settings import Settings
+
 log = structlog.get_logger(__name__)
 
 #: RFC 9309 asks crawlers to parse at least 500 KiB
 MAX_ROBOTS_SIZE = 512 * 1024
 _ALLOW_ALL = Protego.parse("")
-_DENY_ALL = Protego.parse("User-agent: *\nDisallow: /")
+
+
+@dataclass(eq=False)
+class _Origin:
+    """What is known of one origin's robots.txt; ``rules`` None: no answer to go by."""
+
+    origin: str
+    proxy: str | None
+    rules: Protego | None = None
+    expires: float = 0.0
+    failures: int = 0
+    task: asyncio.Task[None] | None = None  # the fetch (and its retries) under way
+
+    def idle(self) -> bool:
+        return self.task is None
 
 
 class RobotsCache:
-    """One parsed robots.txt per origin; concurrent asks for one origin share one fetch."""
+    """One robots.txt per origin; concurrent asks for one origin share one fetch."""
 
-    def __init__(self, session: aiohttp.ClientSession, user_agent: str, timeout: float) -> None:
+    def __init__(self, session: aiohttp.ClientSession, settings: Settings) -> None:
         self.session = session
-        self.user_agent = user_agent
-        self.timeout = aiohttp.ClientTimeout(total=timeout)
-        self._rules: dict[str, asyncio.Future[Protego]] = {}
+        self.settings = settings
+        self.user_agent = settings.user_agent
+        self.timeout = aiohttp.ClientTimeout(total=settings.timeout)
+        self._origins: LRU[str, _Origin] = LRU(settings.robots_cache_size, _Origin.idle)
+        self.fetches = 0  # robots.txt requests made
 
-    @property
-    def fetches(self) -> int:
-        """How many robots.txt files were requested (one per origin)."""
-        return len(self._rules)
+    def __len__(self) -> int:
+        return len(self._origins)
+
+    def unreachable(self, url: str) -> bool:
+        """Whether ``url``'s robots.txt failed and has not answered since: its requests wait."""
+        entry = self._origins.peek(_origin(url))
+        return entry is not None and entry.rules is None and entry.failures > 0
 
     async def allowed(self, url: str, proxy: str | None = None) -> bool:
-        """Whether robots.txt lets us fetch ``url`` (fetched through ``proxy`` like the page)."""
-        parts = urlsplit(url)
-        origin = f"{parts.scheme}://{parts.netloc}"
-        rules = self._rules.get(origin)
-        if rules is None:
-            rules = asyncio.ensure_future(self._fetch(origin, proxy))
-            self._rules[origin] = rules
-        return bool((await rules).can_fetch(url, self.user_agent))
+        """Whether robots.txt lets us fetch ``url``; waits while it is unreachable."""
+        origin = _origin(url)
+        entry = self._origins.get(origin)
+        if entry is None:
+            entry = self._origins.put(origin, _Origin(origin, proxy))
+        if entry.task is None and time.monotonic() >= entry.expires:
+            entry.rules = None
+            entry.task = asyncio.create_task(self._until_answered(entry))
+        if entry.rules is None and entry.task is not None:
+            await asyncio.shield(entry.task)  # one fetch; a waiter's cancel is not its
+        assert entry.rules is not None
+        return bool(entry.rules.can_fetch(url, self.user_agent))
 
-    async def _fetch(self, origin: str, proxy: str | None) -> Protego:
-        url = origin + "/robots.txt"
+    async def close(self) -> None:
+        """Stop the background fetches (the spider is closing)."""
+        tasks = [e.task for key in list(self._origins) if (e := self._origins.peek(key)) and e.task]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _until_answered(self, entry: _Origin) -> None:
+        """Fetch until robots.txt answers, backing off while the site is unreachable."""
+        s = self.settings
+        try:
+            while (rules := await self._fetch(entry)) is None:
+                entry.failures += 1
+                delay = min(s.robots_backoff * 2 ** (entry.failures - 1), s.robots_max_backoff)
+                log.warning("robots_unreachable", origin=entry.origin, retry_in=delay)
+                await asyncio.sleep(delay)
+            entry.rules, entry.failures = rules, 0
+            entry.expires = time.monotonic() + s.robots_max_age
+        finally:
+            entry.task = None
+
+    async def _fetch(self, entry: _Origin) -> Protego | None:
+        """The parsed file, allow-all (4xx, no connection), or None (5xx, timeout)."""
+        url = entry.origin + "/robots.txt"
+        self.fetches += 1
         try:
             async with self.session.get(
-                url, timeout=self.timeout, allow_redirects=True, proxy=proxy
+                url, timeout=self.timeout, allow_redirects=True, proxy=entry.proxy
             ) as resp:
                 if resp.status >= 500:
-                    log.warning("robots_unavailable", url=url, status=resp.status)
-                    return _DENY_ALL
+                    return None
                 if resp.status >= 400:
                     return _ALLOW_ALL
                 body = await _read_up_to(resp, MAX_ROBOTS_SIZE)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:  # ValueError: a bad URL
+        except TimeoutError:
+            return None
+        except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a bad URL
             log.info("robots_fetch_failed", url=url, error=repr(exc))
             return _ALLOW_ALL
         return Protego.parse(body.decode("utf-8", errors="replace"))
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 async def _read_up_to(resp: aiohttp.ClientResponse, limit: int) -> bytes:

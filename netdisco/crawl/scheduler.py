@@ -11,11 +11,12 @@ import hashlib
 import re
 from collections.abc import Sequence
 
+from netdisco.crawl.lru import LRU
 from netdisco.crawl.request import Request
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.stats import Stats
 from netdisco.crawl.urls import canonical_url, check_url
-from netdisco.frontiers import Frontier
+from netdisco.frontiers import Claims, Frontier
 
 
 def fingerprint(request: Request) -> bytes:
@@ -29,13 +30,23 @@ def fingerprint(request: Request) -> bytes:
 
 
 class Scope:
-    """Which URLs a spider may fetch: its domains (and their subdomains) and patterns."""
+    """Which URLs a spider may fetch: its domains (and their subdomains) and patterns.
 
-    def __init__(self, domains: Sequence[str], allow: Sequence[str], deny: Sequence[str]) -> None:
+    Host decisions are cached for the ``cache_size`` most recent hosts: links name
+    millions of hosts in a long crawl, most of them rejected and never met again.
+    """
+
+    def __init__(
+        self,
+        domains: Sequence[str],
+        allow: Sequence[str],
+        deny: Sequence[str],
+        cache_size: int = 50_000,
+    ) -> None:
         self.domains = tuple(d.lower().lstrip(".") for d in domains)
         self.allow = [re.compile(p) for p in allow]
         self.deny = [re.compile(p) for p in deny]
-        self._hosts: dict[str, bool] = {}
+        self._hosts: LRU[str, bool] = LRU(cache_size)
 
     def _host_allowed(self, host: str) -> bool:
         allowed = self._hosts.get(host)
@@ -43,7 +54,7 @@ class Scope:
             allowed = not self.domains or any(
                 host == d or host.endswith("." + d) for d in self.domains
             )
-            self._hosts[host] = allowed
+            self._hosts.put(host, allowed)
         return allowed
 
     def reason(self, url: str, host: str) -> str | None:
@@ -105,3 +116,10 @@ class Scheduler:
             elif reason is None:
                 self.stats.scheduled += 1
         return reasons
+
+    async def claim(self, request: Request) -> bool:
+        """Mark a redirect target seen without queueing it; False if it was seen already."""
+        if not isinstance(self.frontier, Claims):
+            return True
+        request.fingerprint = fingerprint(request)
+        return (await self.frontier.claim([request]))[0]

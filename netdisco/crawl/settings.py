@@ -11,11 +11,12 @@ import dataclasses
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from netdisco._version import __version__
+from netdisco.crawl.feeds.spec import FeedSpec, parse_feeds
 from netdisco.exceptions import ConfigError
 from netdisco.values import convert, field_types, parse_strings
 
@@ -50,6 +51,34 @@ class Settings:
     state_dir: str | None = None
     flush_interval: float = 0.1
     flush_items: int = 1000
+    #: let ``POST .../requests`` push loopback, link-local and private-range URLs
+    allow_private_targets: bool = False
+    #: hosts whose scope decision and (idle) download slot are kept: about 0.5 KB each
+    host_cache_size: int = 50_000
+    #: origins whose parsed robots.txt is kept: about 3 KB each for a short file
+    robots_cache_size: int = 5_000
+    #: seconds a fetched robots.txt is trusted (RFC 9309: at most 24 h)
+    robots_max_age: float = 86_400.0
+    #: seconds a host with an unreachable robots.txt (5xx, timeout) waits before it is
+    #: asked again; doubled after every failure up to ``robots_max_backoff``
+    robots_backoff: float = 60.0
+    robots_max_backoff: float = 3_600.0
+    # downloader middleware (netdisco.crawl.middleware), in chain order
+    default_headers: tuple[str, ...] = ()  # "Name: value"
+    user_agents: tuple[str, ...] = ()
+    cookies: bool = False
+    proxies: tuple[str, ...] = ()
+    proxy_backoff: float = 30.0
+    middlewares: tuple[str, ...] = ()  # "module:Class" import paths
+    # rendering in headless Chromium (netdisco.crawl.render)
+    render: bool = False
+    render_concurrency: int = 4
+    render_wait: str = "load"  # "load", "domcontentloaded", "networkidle" or a CSS selector
+    render_timeout: float = 30.0
+    render_block: tuple[str, ...] = ("image", "font", "media")
+    chromium: str = "/usr/bin/chromium"
+    # where items go (netdisco.crawl.feeds); parsed by feeds.spec.parse_feeds
+    feeds: tuple[FeedSpec, ...] = ()
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -67,6 +96,13 @@ _POSITIVE = (
     "connect_timeout",
     "item_buffer",
     "flush_items",
+    "host_cache_size",
+    "robots_cache_size",
+    "robots_max_age",
+    "robots_backoff",
+    "robots_max_backoff",
+    "render_concurrency",
+    "render_timeout",
 )
 _NON_NEGATIVE = (
     "download_delay",
@@ -80,7 +116,11 @@ _NON_NEGATIVE = (
     "stop_deadline",
     "progress_interval",
     "flush_interval",
+    "proxy_backoff",
 )
+#: settings with structure of their own, parsed by their module
+_STRUCTURED: dict[str, Callable[[str, Any], Any]] = {"feeds": parse_feeds}
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
 def _validate(s: Settings) -> None:
@@ -97,6 +137,24 @@ def _validate(s: Settings) -> None:
         raise ConfigError(
             "state_dir", "applies to the standalone frontier; a Redis frontier keeps its state"
         )
+    _validate_middleware(s)
+    if not s.render_wait.strip():
+        raise ConfigError("render_wait", "expected load, networkidle or a CSS selector")
+
+
+def _validate_middleware(s: Settings) -> None:
+    for header in s.default_headers:
+        name, sep, _ = header.partition(":")
+        if not sep or not _HEADER_NAME.match(name.strip()):
+            raise ConfigError("default_headers", f"expected 'Name: value', got {header!r}")
+    for proxy in s.proxies:
+        if not proxy.startswith(("http://", "https://")):
+            raise ConfigError("proxies", f"expected an http:// or https:// URL, got {proxy!r}")
+    for path in s.middlewares:
+        if not path.strip() or not ("." in path or ":" in path):
+            raise ConfigError("middlewares", f"expected 'module:Class', got {path!r}")
+    if any(not agent.strip() for agent in s.user_agents):
+        raise ConfigError("user_agents", "an empty user agent")
 
 
 def _validate_numbers(s: Settings) -> None:
@@ -117,6 +175,8 @@ _TYPES = field_types(Settings)
 
 def _coerce(name: str, value: Any) -> Any:
     """Turn a TOML, CLI or environment value into the field's type, or say why not."""
+    if name in _STRUCTURED:
+        return _STRUCTURED[name](name, value)
     if _TYPES[name] == tuple[str, ...]:
         return parse_strings(name, value, split=_split_patterns)
     return convert(name, value, _TYPES[name])

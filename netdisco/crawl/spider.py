@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from netdisco.crawl.request import CallbackResult, Request
 
 if TYPE_CHECKING:
+    from netdisco.crawl.middleware import Middleware
     from netdisco.crawl.pipelines import Pipeline
     from netdisco.crawl.response import Response
 
@@ -41,4 +42,8 @@ class Spider:
 
     def pipelines(self) -> Sequence[Pipeline]:
         """Item pipelines this spider always uses (in addition to the engine's)."""
+        return ()
+
+    def middlewares(self) -> Sequence[Middleware]:
+        """Downloader middlewares of this spider, after those the settings enable."""
         return ()

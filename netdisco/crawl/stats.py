@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from typing import Any
 
-from netdisco.exceptions import InvalidURL, OutOfScope, RequestError, ResponseTooLarge, RobotsDenied
+from netdisco.exceptions import (
+    DuplicateRedirect,
+    InvalidURL,
+    MiddlewareError,
+    OutOfScope,
+    RequestError,
+    ResponseTooLarge,
+    RobotsDenied,
+)
 
 #: request outcomes, as counted in ``Stats.outcomes`` and Prometheus' ``outcome`` label
 OUTCOMES = (
@@ -68,6 +77,37 @@ class Rate:
         return total / span if span > 0 else 0.0
 
 
+#: upper bounds (seconds) of the download latency histogram's buckets; +Inf is implied
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Latency:
+    """A fixed-bucket histogram: one bisect and two additions per observation.
+
+    ``counts[i]`` counts the observations in bucket ``i`` alone (the last one is
+    +Inf); the exposition makes them cumulative at scrape time, not per request.
+    """
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        """Count one download that took ``seconds``."""
+        self.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.total += seconds
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """``(le, count)`` pairs as Prometheus wants them, ``+Inf`` last."""
+        pairs, running = [], 0
+        for bound, count in zip((*map(str, LATENCY_BUCKETS), "+Inf"), self.counts, strict=True):
+            running += count
+            pairs.append((bound, running))
+        return pairs
+
+
 class Stats:
     """What one spider did. ``outcomes`` feeds ``netdisco_requests_total{outcome}``."""
 
@@ -81,16 +121,26 @@ class Stats:
         self.invalid = 0
         self.robots_blocked = 0
         self.too_large = 0
+        self.robots_deferred = 0  # handed back at stop: their robots.txt never answered
         self.items = 0
         self.dropped_items = 0
         self.pipeline_errors = 0
         self.callback_errors = 0
+        self.middleware_errors = 0
+        self.render_timeouts = 0
         self.bytes = 0
         self.queue_size = 0
         self.seen = 0
         self.last_error: str | None = None
         self.started = time.monotonic()
         self.pages = Rate()
+        self.latency = Latency()  # every HTTP exchange: redirect hops and retries too
+        self.statuses: dict[int, int] = {}  # responses by HTTP status code, as exchanged
+
+    def responded(self, status: int, seconds: float) -> None:
+        """Count one HTTP response: its status code and how long it took."""
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+        self.latency.observe(seconds)
 
     def restart_clock(self) -> None:
         """Start the clocks (elapsed, pages/s) now: the crawl begins."""
@@ -112,17 +162,19 @@ class Stats:
             setattr(self, name, int(totals.get(name, 0)))
 
     def count_failure(self, exc: RequestError) -> None:
-        """Count a request that failed, by why."""
+        """Count a request that came to nothing under its outcome."""
         if isinstance(exc, RobotsDenied):
             self.robots_blocked += 1
         elif isinstance(exc, ResponseTooLarge):
             self.too_large += 1
-        elif isinstance(exc, OutOfScope):
+        elif isinstance(exc, OutOfScope | DuplicateRedirect):
             self.filtered += 1
         elif isinstance(exc, InvalidURL):
             self.invalid += 1
         else:
             self.failed += 1
+            if isinstance(exc, MiddlewareError):
+                self.middleware_errors += 1
 
     def error(self, message: str) -> None:
         """Remember the latest error for the status endpoint."""
@@ -139,6 +191,9 @@ class Stats:
             "dropped_items": self.dropped_items,
             "pipeline_errors": self.pipeline_errors,
             "callback_errors": self.callback_errors,
+            "robots_deferred": self.robots_deferred,
+            "middleware_errors": self.middleware_errors,
+            "render_timeouts": self.render_timeouts,
             "bytes": self.bytes,
             "queue_size": self.queue_size,
             "seen": self.seen,

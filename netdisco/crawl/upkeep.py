@@ -100,3 +100,26 @@ async def close_frontier(frontier: Frontier[Request], stats: Stats) -> None:
             await frontier.close()
         except Exception as exc:
             log.warning("frontier_close_failed", error=repr(exc))
+
+
+def report_failure(stats: Stats, exc: Exception) -> None:
+    """One error line: a frontier's failure says all (no traceback), others are bugs."""
+    clear = isinstance(exc, FrontierFailed)
+    error = str(exc) if clear else repr(exc)
+    stats.error(f"spider failed: {error}")
+    log.error("spider_failed", error=error, exc_info=None if clear else exc)
+
+
+async def persist(frontier: Frontier[Request], stats: Stats, finished: bool) -> bool:
+    """Store a persistent frontier's totals and whether the crawl finished; False when
+    the frontier cannot (the spider then ends failed)."""
+    if not isinstance(frontier, Persistent):
+        return True
+    frontier.store_stats(stats.totals())
+    if finished:
+        try:
+            await frontier.mark_finished()
+        except FrontierFailed as exc:
+            report_failure(stats, exc)
+            return False
+    return True

@@ -61,3 +61,15 @@ def _valid_host(host: str) -> bool:
     except UnicodeError:
         return False
     return True
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """``(scheme, host, port)`` with the default port filled in: what a browser calls the
+    URL's origin (credentials are kept within one)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    except ValueError:  # an invalid port: an origin of its own
+        port = -1
+    return scheme, (parts.hostname or "").rstrip("."), port

@@ -32,6 +32,7 @@ from netdisco.engine.replies import (
     json_response,
     read_json,
 )
+from netdisco.engine.targets import private_target
 
 log = structlog.get_logger(__name__)
 
@@ -198,7 +199,11 @@ def authorize(request: web.Request) -> ServedEngine:
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not given.strip():
         raise ApiError(401, "unauthorized", "control needs an 'Authorization: Bearer' token")
-    if not hmac.compare_digest(given.strip().encode(), token.encode()):
+    try:  # aiohttp keeps bytes that are not UTF-8 as lone surrogates, which cannot encode
+        offered = given.strip().encode()
+    except UnicodeEncodeError:
+        raise ApiError(401, "unauthorized", "the Authorization header is not UTF-8") from None
+    if not hmac.compare_digest(offered, token.encode()):
         raise ApiError(403, "forbidden", "the bearer token is not valid for this engine")
     return engine
 
@@ -237,12 +242,23 @@ async def push_requests(request: web.Request) -> web.Response:
     engine = authorize(request)
     crawler = engine.crawler(request.match_info["name"])
     urls = await _read_urls(request, engine.settings.max_body)
-    valid = [u for u in urls if isinstance(u, str)]
+    refused = _refused(crawler, urls)
+    valid = [u for u in urls if isinstance(u, str) and u not in refused]
     result = await engine.push(crawler.name, valid)
     rejected = [{"url": url, "reason": reason} for url, reason in result.rejected]
+    rejected += [{"url": url, "reason": reason} for url, reason in refused.items()]
     rejected += [{"url": u, "reason": "not a string"} for u in urls if not isinstance(u, str)]
     body = {"name": crawler.name, "accepted": len(result.accepted), "rejected": rejected}
     return json_response(body, 202)
+
+
+def _refused(crawler: Crawler, urls: list[Any]) -> dict[str, str]:
+    """The pushed URLs that point inside the engine's network, with the reason."""
+    if crawler.settings.allow_private_targets:
+        return {}
+    domains = crawler.spider.allowed_domains
+    reasons = {u: private_target(u, domains) for u in urls if isinstance(u, str)}
+    return {url: reason for url, reason in reasons.items() if reason is not None}
 
 
 async def _read_urls(request: web.Request, max_body: int) -> list[Any]:

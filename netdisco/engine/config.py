@@ -10,7 +10,6 @@ that ``token_env`` names and is kept out of ``repr`` so it cannot leak into logs
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import socket
 from collections.abc import Mapping
@@ -23,6 +22,7 @@ from netdisco.crawl.settings import Settings
 from netdisco.engine.schedules import Schedule, parse_schedule
 from netdisco.exceptions import ConfigError
 from netdisco.values import check_keys, convert, field_types, read_toml
+from netdisco.values import is_loopback as is_loopback  # re-exported: callers import it here
 
 DEFAULT_PORT = 8715
 
@@ -55,19 +55,6 @@ class EngineSettings:
     def default_id(self, port: int) -> str:
         """A stable id for engines that set none: host name and port survive restarts."""
         return self.id or f"{socket.gethostname()}-{port}"
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` binds only to this machine (control without a token is safe there)."""
-    if host == "localhost":
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped.is_loopback  # a dual-stack socket's ::ffff:127.0.0.1
-    return address.is_loopback
 
 
 def check_exposure(s: EngineSettings) -> None:

@@ -238,7 +238,8 @@ class SpiderEngine:
         self.started_at = time.time()
         try:
             if self.settings.http:
-                await self._start_http()
+                self._http = self._front_factory(self)
+                self.port = await self._http.start(self.settings.host, self.settings.port)
             if self._registry_factory is not None:
                 self.registry = self._registry_factory(self.id, self.describe)
                 await self.registry.start()
@@ -301,10 +302,6 @@ class SpiderEngine:
 
     # -- internals -------------------------------------------------------------------
 
-    async def _start_http(self) -> None:
-        self._http = self._front_factory(self)
-        self.port = await self._http.start(self.settings.host, self.settings.port)
-
     async def _shutdown(self, deadline: float | None) -> None:
         self.state = EngineState.STOPPING
         log.info("engine_stopping", engine=self.id)
@@ -350,7 +347,9 @@ class SpiderEngine:
     def _new_crawler(
         self, spider: Spider, settings: Settings | None, pipelines: Sequence[Pipeline]
     ) -> Crawler:
-        crawler = Crawler(spider, settings, pipelines=pipelines, owner=self.incarnation)
+        crawler = Crawler(
+            spider, settings, pipelines=pipelines, owner=self.incarnation, engine=self.id
+        )
         crawler.add_listener(self._on_spider_changed)
         self._crawlers[crawler.name] = crawler
         return crawler

@@ -1,7 +1,8 @@
 """Prometheus metrics for one engine, read from the crawlers' stats at scrape time.
 
-Nothing is counted per request here: a custom collector walks the live crawlers
-when ``/metrics`` is scraped, so the crawl pays nothing for being observable, and
+Nothing is counted per request here: the crawl bumps plain integers (and a
+fixed-bucket latency histogram) in its stats, a custom collector walks the live
+crawlers when ``/metrics`` is scraped, so the crawl pays next to nothing, and
 every engine gets its own ``CollectorRegistry`` so two engines can share a process.
 """
 
@@ -11,7 +12,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from netdisco._version import __version__
@@ -25,6 +31,21 @@ class ObservedStats(Protocol):
 
     @property
     def outcomes(self) -> Mapping[str, int]: ...
+
+    @property
+    def latency(self) -> ObservedLatency: ...
+
+    @property
+    def statuses(self) -> Mapping[int, int]: ...
+
+
+class ObservedLatency(Protocol):
+    """A download latency histogram (``crawl.stats.Latency``)."""
+
+    @property
+    def total(self) -> float: ...
+
+    def cumulative(self) -> list[tuple[str, int]]: ...
 
 
 class ObservedSpider(Protocol):
@@ -53,6 +74,8 @@ class ObservedEngine(Protocol):
 
     def crawlers(self) -> Iterable[ObservedSpider]: ...
 
+    def spider_status(self, name: str) -> dict[str, Any]: ...
+
 
 # status() key -> (metric name, help); counters get "_total" from prometheus_client.
 _COUNTERS = (
@@ -75,8 +98,12 @@ class EngineCollector(Collector):
         self._engine = engine
 
     def collect(self) -> Iterator[Metric]:
-        spiders = [(c.name, c.status(), dict(c.stats.outcomes)) for c in self._engine.crawlers()]
+        crawlers = list(self._engine.crawlers())
+        spiders = [(c.name, self._engine.spider_status(c.name), dict(c.stats.outcomes))
+                   for c in crawlers]  # fmt: skip
         yield from self._engine_families()
+        yield from _downloads(crawlers)
+        yield from _schedules(spiders)
         requests = CounterMetricFamily(
             "netdisco_requests", "Finished requests by outcome.", labels=("spider", "outcome")
         )
@@ -112,6 +139,38 @@ class EngineCollector(Collector):
                 "1 while the engine's ZooKeeper registration is healthy.",
                 value=1.0 if healthy else 0.0,
             )
+
+
+def _downloads(crawlers: list[ObservedSpider]) -> Iterator[Metric]:
+    """The latency histogram and the responses by status code, per spider."""
+    latency = HistogramMetricFamily(
+        "netdisco_download_duration_seconds",
+        "Time from sending a request to having its body (every redirect hop and retry).",
+        labels=("spider",),
+    )
+    codes = CounterMetricFamily(
+        "netdisco_responses", "HTTP responses by status code.", labels=("spider", "code")
+    )
+    for crawler in crawlers:
+        histogram = crawler.stats.latency
+        latency.add_metric((crawler.name,), histogram.cumulative(), histogram.total)
+        for code, count in sorted(crawler.stats.statuses.items()):
+            codes.add_metric((crawler.name, str(code)), count)
+    yield latency
+    yield codes
+
+
+def _schedules(spiders: list[tuple[str, dict[str, Any], dict[str, int]]]) -> Iterator[Metric]:
+    """When each scheduled spider runs next (unscheduled spiders have no sample)."""
+    next_run = GaugeMetricFamily(
+        "netdisco_schedule_next_run_timestamp_seconds",
+        "When the spider's next scheduled run starts, seconds since the epoch.",
+        labels=("spider",),
+    )
+    for name, status, _ in spiders:
+        if isinstance(status.get("next_run"), int | float):
+            next_run.add_metric((name,), float(status["next_run"]))
+    yield next_run
 
 
 def _per_spider(

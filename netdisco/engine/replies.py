@@ -136,5 +136,5 @@ async def read_json(request: web.Request, max_body: int) -> Any:
         ) from None
     try:
         return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None

@@ -11,10 +11,11 @@ below the crawl: it queues anything with a fingerprint and a priority
 
 from __future__ import annotations
 
-from netdisco.frontiers.base import Codec, Connected, Frontier, Persistent, Queued, R
+from netdisco.frontiers.base import Claims, Codec, Connected, Frontier, Persistent, Queued, R
 from netdisco.frontiers.memory import MemoryFrontier
 
 __all__ = [
+    "Claims",
     "Codec",
     "Connected",
     "Frontier",

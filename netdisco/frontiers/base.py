@@ -102,3 +102,12 @@ class Persistent(Protocol):
     async def mark_finished(self) -> None:
         """Record, durably, that the crawl ran to its end."""
         ...
+
+
+@runtime_checkable
+class Claims(Protocol):
+    """A frontier that can mark fingerprints seen without queueing them (redirect targets)."""
+
+    async def claim(self, requests: Sequence[Queued]) -> list[bool]:
+        """Mark each request's fingerprint seen; say for each whether it was new."""
+        ...

@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Generic
 
-from netdisco.frontiers.base import R
+from netdisco.frontiers.base import Queued, R
 
 
 class MemoryFrontier(Generic[R]):
@@ -28,6 +28,14 @@ class MemoryFrontier(Generic[R]):
                 heapq.heappush(self._heap, (-request.priority, next(self._order), request))
             added.append(new)
         return added
+
+    async def claim(self, requests: Sequence[Queued]) -> list[bool]:
+        claimed = []
+        for request in requests:
+            new = request.fingerprint not in self._seen
+            self._seen.add(request.fingerprint)
+            claimed.append(new)
+        return claimed
 
     async def take(self) -> R | None:
         if not self._heap:

@@ -135,8 +135,10 @@ def engines(zk_hosts: str) -> Iterator[Callable[..., FakeEngine]]:
     """In-process fake engines (sync kazoo; call them through ``asyncio.to_thread``)."""
     made: list[FakeEngine] = []
 
-    def make(engine_id: str, root: str = "/netdiscovery", timeout: float = 1.0) -> FakeEngine:
-        engine = FakeEngine(zk_hosts, root, engine_id, timeout)
+    def make(
+        engine_id: str, root: str = "/netdiscovery", timeout: float = 1.0, *, legacy: bool = False
+    ) -> FakeEngine:
+        engine = FakeEngine(zk_hosts, root, engine_id, timeout, legacy=legacy)
         made.append(engine)
         return engine
 
@@ -181,6 +183,16 @@ def engine_processes() -> Iterator[Callable[..., EngineProcess]]:
     yield make
     for engine in made:
         engine.stop()
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[str]:
+    """The engine tests' 200-page site on loopback, for real engines the monitor watches."""
+    from tests.netdisco.engine_site import start_site
+
+    runner, base = await start_site()
+    yield base
+    await runner.cleanup()
 
 
 def with_grace(config: MonitorConfig, grace: float) -> MonitorConfig:

@@ -1,9 +1,12 @@
 """Fake engines for the monitor's tests and benchmark: plain kazoo clients.
 
-They write exactly what real engines write (``netdisco.cluster.contract``): an
-ephemeral ``<root>/<engine_id>`` with UTF-8 JSON, ``state: leaving`` written
-just before a graceful delete. Used in-process (sync, call through
-``asyncio.to_thread``) or as a subprocess::
+They write exactly what real engines write (``docs/architecture.md``, "The znode
+contract"): an ephemeral ``<root>/<engine_id>`` with an ``EnginePayload``, and a
+graceful leave built by the same function as the registry's
+(``netdisco.cluster.tombstones.leave_transaction``: ``leaving`` write, tombstone,
+versioned delete). ``legacy=True`` plays an engine of contract 1 (no
+tombstone). Used in-process (sync, call through ``asyncio.to_thread``) or as a
+subprocess::
 
     python -m tests.monitor.fake_engines serve HOSTS ROOT ENGINE_ID [--timeout S]
     python -m tests.monitor.fake_engines churn HOSTS ROOT PREFIX --engines N --ops K
@@ -32,10 +35,15 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
+from netdisco.cluster.contract import CONTRACT, tombstone_root
+from netdisco.cluster.tombstones import leave_transaction
+
 _TALLY_LOCK = threading.Lock()
 
 
-def engine_data(engine_id: str, state: str = "running", **extra: Any) -> bytes:
+def engine_data(
+    engine_id: str, state: str = "running", *, legacy: bool = False, **extra: Any
+) -> bytes:
     """The znode data of an engine, as the registration contract fixes it."""
     data = {
         "id": engine_id,
@@ -48,6 +56,7 @@ def engine_data(engine_id: str, state: str = "running", **extra: Any) -> bytes:
         "started_at": time.time(),
         "spiders": [{"name": "quotes", "state": "running"}],
         "state": state,
+        **({} if legacy else {"contract": CONTRACT}),
         **extra,
     }
     return json.dumps(data).encode()
@@ -63,10 +72,15 @@ class FakeEngine:
         engine_id: str,
         timeout: float = 1.0,
         client: KazooClient | None = None,
+        *,
+        legacy: bool = False,
     ) -> None:
         """``client``: share a session with other fake engines (the churn benchmark)."""
+        self.root = root
         self.path = f"{root.rstrip('/')}/{engine_id}"
         self.engine_id = engine_id
+        self.legacy = legacy
+        self.node: tuple[int, int] = (0, 0)  # czxid, version of our node
         self.shared = client is not None
         self.client = client or KazooClient(hosts=hosts, timeout=timeout)
         if not self.shared:
@@ -74,27 +88,37 @@ class FakeEngine:
         self.data = b""
 
     def join(self, **extra: Any) -> int:
-        """Create the node; return its czxid."""
-        self.data = engine_data(self.engine_id, **extra)
-        self.client.create(self.path, self.data, ephemeral=True, makepath=True)
-        return int(self.client.exists(self.path).czxid)
+        """Create the node (and the tombstone root, as the registry does); return its czxid."""
+        self.data = engine_data(self.engine_id, legacy=self.legacy, **extra)
+        if not self.legacy and not self.client.exists(tombstone_root(self.root)):
+            self.client.ensure_path(tombstone_root(self.root))
+        _, stat = self.client.create(
+            self.path, self.data, ephemeral=True, makepath=True, include_data=True
+        )
+        self.node = (stat.czxid, stat.version)
+        return int(stat.czxid)
 
     def update(self, **extra: Any) -> None:
-        self.data = engine_data(self.engine_id, **extra)
-        self.client.set(self.path, self.data)
+        self.data = engine_data(self.engine_id, legacy=self.legacy, **extra)
+        stat = self.client.set(self.path, self.data)
+        self.node = (self.node[0], stat.version)
 
-    def leave(self, pipelined: bool = False) -> None:
-        """Graceful: write ``state: leaving``, then delete (both sent at once if pipelined)."""
+    def leave(self) -> None:
+        """Graceful, as the registry leaves (contract 1: ``leaving`` write and delete only)."""
         data = json.loads(self.data)
         data["state"] = "leaving"
-        if pipelined:  # as netdisco's registry does: one round trip, applied in order
-            written = self.client.set_async(self.path, json.dumps(data).encode())
-            deleted = self.client.delete_async(self.path)
-            written.get(timeout=10)
-            deleted.get(timeout=10)
-            return
-        self.client.set(self.path, json.dumps(data).encode())
-        self.client.delete(self.path)
+        leaving = json.dumps(data).encode()
+        if self.legacy:
+            transaction = self.client.transaction()
+            transaction.set_data(self.path, leaving)
+            transaction.delete(self.path)
+        else:
+            transaction = leave_transaction(
+                self.client, self.root, self.engine_id, self.node, leaving
+            )
+        for result in transaction.commit():
+            if isinstance(result, Exception):
+                raise result
 
     def vanish(self) -> None:
         """Delete without writing ``leaving``: looks like a loss to the monitor."""
@@ -123,6 +147,7 @@ def _churn_one(
     rng: random.Random,
     tally: dict[str, int],
     graceful_only: bool = False,
+    pause: float = 0.01,
 ) -> None:
     """Random joins, leaves, restarts (unless graceful_only) and updates; counts them.
 
@@ -148,7 +173,7 @@ def _churn_one(
                 counts.update(creates=1, deletes=1)
             else:
                 engine.update(tick=rng.random())
-            time.sleep(rng.random() * 0.01)
+            time.sleep(rng.random() * pause)
     except KazooException:
         counts["errors"] += 1
     with _TALLY_LOCK:
@@ -171,7 +196,14 @@ def _churn(args: argparse.Namespace) -> None:
     threads = [
         threading.Thread(
             target=_churn_one,
-            args=(e, args.ops, random.Random(f"{args.prefix}{i}"), tally, args.graceful_only),
+            args=(
+                e,
+                args.ops,
+                random.Random(f"{args.prefix}{i}"),
+                tally,
+                args.graceful_only,
+                args.pause,
+            ),
         )
         for i, e in enumerate(engines)
     ]
@@ -208,6 +240,7 @@ def main() -> None:
     churn.add_argument("--timeout", type=float, default=10.0)
     churn.add_argument("--per-client", type=int, default=1, help="engines sharing a session")
     churn.add_argument("--graceful-only", action="store_true", help="no delete without leaving")
+    churn.add_argument("--pause", type=float, default=0.01, help="at most this long between ops")
     args = parser.parse_args()
     {"serve": _serve, "churn": _churn}[args.mode](args)
 

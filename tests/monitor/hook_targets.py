@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from monitor.events import Event
 
@@ -23,3 +24,8 @@ async def never_returns(event: Event) -> None:
 
 
 NOT_CALLABLE = 42
+
+
+def hangs_forever(event: Event) -> None:
+    """A sync hook that never returns (its thread is a daemon, so the test can end)."""
+    threading.Event().wait()

@@ -14,6 +14,7 @@ from netdisco.cluster.membership import (
     View,
     assemble,
     diff,
+    gone,
     parse_data,
     view_from_json,
     view_to_json,
@@ -32,6 +33,7 @@ class Model:
     root_czxid: int = 1
     nodes: dict[str, tuple[int, int, str]] = field(default_factory=dict)  # czxid, mzxid, state
     changes: int = 0  # creates + deletes so far
+    tombstones: set[tuple[str, int]] = field(default_factory=set)  # (name, czxid) that left
 
     def apply(self, op: str, name: str) -> bool:
         """Apply one op if it is valid now; False if it is not."""
@@ -39,8 +41,10 @@ class Model:
         if op == "create" and not present:
             self.zxid += 1
             self.nodes[name] = (self.zxid, self.zxid, "running")
-        elif op == "delete" and present:
-            self.zxid += 1
+        elif op in ("delete", "leave") and present:
+            self.zxid += 2 if op == "leave" else 1  # a leave: one transaction, three zxids
+            if op == "leave":
+                self.tombstones.add((name, self.nodes[name][0]))
             del self.nodes[name]
         elif op in ("update", "leaving") and present:
             self.zxid += 1
@@ -54,42 +58,50 @@ class Model:
         self.changes += 1
         return True
 
-    def look(self) -> View:
+    def look(self) -> tuple[View, Tombs]:
+        """The view a listing gives, and the tombstones a read behind it finds."""
         members = {
             name: Member(name=name, czxid=c, session=1, mzxid=m, data={"state": s})
             for name, (c, m, s) in self.nodes.items()
         }
         parent = Parent(czxid=self.root_czxid, cversion=self.cversion, pzxid=self.pzxid)
-        return View(members=members, parent=parent)
+        return View(members=members, parent=parent), frozenset(self.tombstones)
 
 
-OPS = [(op, name) for op in ("create", "delete", "update", "leaving") for name in NAMES]
+OPS = [(op, name) for op in ("create", "delete", "leave", "update", "leaving") for name in NAMES]
 
 
-def expected_type(old: Member | None, new: Member | None) -> EventType | None:
-    """The specification of one name's event, written independently of the diff's code."""
+Tombs = frozenset[tuple[str, int]]
+
+
+def expected(old: Member | None, new: Member | None, tombs: Tombs) -> tuple[EventType | None, bool]:
+    """The specification of one name's event (and whether the gone node left)."""
     if old is None:
-        return None if new is None else EventType.ENGINE_JOINED
+        return (EventType.ENGINE_JOINED if new is not None else None), False
+    left = old.data["state"] == "leaving" or (old.name, old.czxid) in tombs
     if new is None:
-        return EventType.ENGINE_LEFT if old.data["state"] == "leaving" else EventType.ENGINE_LOST
+        return (EventType.ENGINE_LEFT if left else EventType.ENGINE_LOST), left
     if old.czxid != new.czxid:
-        return EventType.ENGINE_RESTARTED
+        return EventType.ENGINE_RESTARTED, left
     if old.mzxid != new.mzxid and new.data["state"] != "leaving":
-        return EventType.ENGINE_UPDATED
-    return None
+        return EventType.ENGINE_UPDATED, False
+    return None, False
 
 
-def check_step(prev: View, cur: View, true_changes: int) -> None:
-    result = diff(prev, cur)
-    by_name = {c.name: c.type for c in result.changes if c.type is not EventType.CLUSTER_EMPTY}
+def check_step(prev: View, cur: View, tombs: Tombs, true_changes: int) -> None:
+    left = {(m.name, m.czxid) for m in gone(prev, cur)} & tombs
+    result = diff(prev, cur, left)
+    by_name = {c.name: c for c in result.changes if c.type is not EventType.CLUSTER_EMPTY}
     for name in NAMES:
-        assert by_name.get(name) == expected_type(prev.members.get(name), cur.members.get(name))
+        change = by_name.get(name)
+        got: tuple[EventType | None, bool] = (change.type, change.left) if change else (None, False)
+        assert got == expected(prev.members.get(name), cur.members.get(name), tombs)
     empty = [c for c in result.changes if c.type is EventType.CLUSTER_EMPTY]
     assert len(empty) == (1 if prev.members and not cur.members else 0)
     observed = sum(
-        2 if t is EventType.ENGINE_RESTARTED else 1
-        for t in by_name.values()
-        if t is not EventType.ENGINE_UPDATED
+        2 if c.type is EventType.ENGINE_RESTARTED else 1
+        for c in by_name.values()
+        if c.type is not EventType.ENGINE_UPDATED
     )
     assert result.unobserved == true_changes - observed  # exact
 
@@ -99,7 +111,7 @@ def test_every_history_of_four_ops_and_every_choice_of_looks() -> None:
     histories = 0
     for ops in itertools.product(OPS, repeat=4):
         model = Model()
-        looks: list[tuple[View, int]] = [(model.look(), 0)]
+        looks: list[tuple[tuple[View, Tombs], int]] = [(model.look(), 0)]
         for op, name in ops:
             model.apply(op, name)
             looks.append((model.look(), model.changes))
@@ -107,8 +119,8 @@ def test_every_history_of_four_ops_and_every_choice_of_looks() -> None:
             seen = [looks[0]] + [look for look, keep in zip(looks[1:], mask, strict=True) if keep]
             if seen[-1] is not looks[-1]:
                 seen.append(looks[-1])  # the monitor always converges on the last state
-            for (prev, before), (cur, after) in itertools.pairwise(seen):
-                check_step(prev, cur, after - before)
+            for ((prev, _), before), ((cur, tombs), after) in itertools.pairwise(seen):
+                check_step(prev, cur, tombs, after - before)
         histories += 1
     assert histories == len(OPS) ** 4
 
@@ -116,10 +128,10 @@ def test_every_history_of_four_ops_and_every_choice_of_looks() -> None:
 def test_root_recreated_counts_old_deletes_and_new_creates() -> None:
     old = Model()
     old.apply("create", "a")
-    prev = old.look()
+    prev, _ = old.look()
     new = Model(zxid=50, root_czxid=40)
     new.apply("create", "b")
-    result = diff(prev, new.look())
+    result = diff(prev, new.look()[0])
     assert [(c.type, c.name) for c in result.changes] == [
         (EventType.ENGINE_LOST, "a"),
         (EventType.ENGINE_JOINED, "b"),
@@ -127,13 +139,22 @@ def test_root_recreated_counts_old_deletes_and_new_creates() -> None:
     assert result.unobserved == 0
 
 
-def test_departing_turns_a_loss_into_a_leave() -> None:
+def test_a_tombstone_turns_a_loss_into_a_leave_and_names_the_node() -> None:
     model = Model()
     model.apply("create", "a")
-    prev = model.look()
-    model.apply("delete", "a")
-    result = diff(prev, model.look(), departing=frozenset({"a"}))
-    assert [c.type for c in result.changes] == [EventType.ENGINE_LEFT, EventType.CLUSTER_EMPTY]
+    prev, _ = model.look()
+    model.apply("leave", "a")
+    cur, tombs = model.look()
+    assert [c.type for c in diff(prev, cur).changes] == [
+        EventType.ENGINE_LOST,
+        EventType.CLUSTER_EMPTY,
+    ]
+    assert [c.type for c in diff(prev, cur, tombs).changes] == [
+        EventType.ENGINE_LEFT,
+        EventType.CLUSTER_EMPTY,
+    ]
+    other_node = {("a", prev.members["a"].czxid + 1)}  # a tombstone of another node of "a"
+    assert diff(prev, cur, other_node).changes[0].type is EventType.ENGINE_LOST
 
 
 def _member(name: str, czxid: int, mzxid: int | None = None, since: float = 0.0) -> Member:

@@ -42,14 +42,14 @@ async def test_join_update_leave_each_reported_once(zk_hosts, start_monitor, eng
     assert monitor.watcher.members() == []
 
 
-async def test_pipelined_leave_is_left_and_vanish_is_lost(zk_hosts, start_monitor, engines):
-    """The leaving write and the delete sent together (as the engine does) still read as left."""
+async def test_leave_is_left_and_vanish_is_lost(zk_hosts, start_monitor, engines):
+    """A leave (one transaction, with its tombstone) reads as left; a bare delete as lost."""
     _, rec = await start_monitor(monitor_config(zk_hosts))
     for i in range(10):
         engine = await asyncio.to_thread(engines, f"p{i}")
         await asyncio.to_thread(engine.join)
         await eventually(partial(rec.of, "engine_joined", f"p{i}"))
-        await asyncio.to_thread(engine.leave, pipelined=bool(i % 2))
+        await asyncio.to_thread(engine.leave)
         await eventually(partial(rec.of, "engine_left", f"p{i}"))
         assert rec.types(f"p{i}") == ["engine_joined", "engine_left"]
     ghost = await asyncio.to_thread(engines, "ghost")
@@ -106,11 +106,10 @@ async def test_first_listing_is_a_baseline_and_state_file_reports_the_gap(
     second, rec2 = await start_monitor(config)
     await eventually(lambda: len(rec2.events) >= 2)
     await asyncio.sleep(0.3)
-    # "go" left while nobody watched: its deletion carries no trace of the leaving
-    # write, so the persisted "running" is all there is to go by: lost.
+    # "go" left while nobody watched: its tombstone says so.
     assert sorted((e.type.value, e.engine_id) for e in rec2.events) == [
         ("engine_joined", "new"),
-        ("engine_lost", "go"),
+        ("engine_left", "go"),
     ]
     assert [m.name for m in second.watcher.members()] == ["new", "stay"]
 

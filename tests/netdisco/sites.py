@@ -18,7 +18,7 @@ import importlib.util
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +86,22 @@ def html(title: str, *hrefs: str, body: str = "") -> web.Response:
     """A small HTML page with an <h1> and links."""
     text = f"<html><body><h1>{title}</h1>{body}{_links(hrefs)}</body></html>"
     return web.Response(text=text, content_type="text/html")
+
+
+def linking_app(
+    links: Callable[[str], Sequence[str]], record: Callable[[web.Request], None] | None = None
+) -> web.Application:
+    """Every GET path answers a page linking to ``links(path)``; ``record`` sees each
+    request first (and may raise an aiohttp HTTP exception: a redirect, an error)."""
+
+    async def page(request: web.Request) -> web.Response:
+        if record is not None:
+            record(request)
+        return html(request.path, *links(request.path))
+
+    app = web.Application()
+    app.router.add_get("/{path:.*}", page)
+    return app
 
 
 class Site:

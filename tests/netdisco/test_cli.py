@@ -82,7 +82,7 @@ async def test_config_env_and_s_precedence(site: Site, tmp_path: Path) -> None:
     config.write_text('max_pages = 5\nconcurrency = 1\nuser_agent = "cli-test/1"\n')
     out = tmp_path / "out.jsonl"
     env = _env(LOCAL_SITE_URL=site.url("/shop/p/0"), NETDISCO_MAX_PAGES="4")
-    args = ("crawl", CATALOGUE, "-o", str(out), "--config", str(config))
+    args = ("crawl", CATALOGUE, "-O", str(out), "--config", str(config))
     code, _, err = await run_cli(*args, "-s", "max_pages=3", env=env)
     assert code == 0, err
     assert len(_lines(out)) == 3  # -s beats the environment
@@ -172,12 +172,32 @@ async def test_sigterm_stops_gracefully(site: Site, tmp_path: Path) -> None:
     assert len(_lines(out)) == closed[0]["succeeded"] < 200
 
 
+BROKEN_PIPELINE = """
+from netdisco import Pipeline
+from tests.netdisco.sites import PageSpider
+
+class Broken(Pipeline):
+    async def open(self):
+        raise FileExistsError("the sink is gone")
+
+class BrokenSpider(PageSpider):
+    def pipelines(self):
+        return [Broken()]
+"""
+
+
 async def test_module_reference_and_a_failed_spider_exits_1(site: Site, tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    out = tmp_path / "file" / "items.jsonl"  # a path under a file: the pipeline cannot open
+    out = tmp_path / "file" / "items.jsonl"  # a feed under a file: refused at start, exit 2
     env = _env(LOCAL_SITE_URL=site.url("/shop/"), PYTHONPATH=str(ROOT))
     code, _, err = await run_cli(
         "--log-json", "crawl", "tests.netdisco.sites:PageSpider", "-o", str(out), env=env
+    )
+    assert code == 2
+    assert f"feed {str(out)!r} cannot be written: {out.parent} is not a directory" in err
+    (tmp_path / "broken.py").write_text(BROKEN_PIPELINE)
+    code, _, err = await run_cli(
+        "--log-json", "crawl", f"{tmp_path}/broken.py:BrokenSpider", env=env
     )
     assert code == 1
     failed = [json.loads(line) for line in err.splitlines() if '"spider_failed"' in line]

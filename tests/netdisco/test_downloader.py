@@ -172,13 +172,6 @@ async def test_robots_can_be_ignored(site: Site) -> None:
     assert site.count("/robots.txt") == 0
 
 
-async def test_robots_5xx_disallows_everything(site: Site) -> None:
-    site.robots_status = 503
-    crawler, items = await crawl(seeds(site.url("/tree/0")))
-    assert (crawler.stats.robots_blocked, items) == (1, [])
-    assert site.paths("/tree/") == []
-
-
 async def test_robots_4xx_allows_everything(site: Site) -> None:
     site.robots_status = 404
     crawler, _ = await crawl(seeds(site.url("/private/a")))

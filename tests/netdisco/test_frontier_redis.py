@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import uuid
 from collections import Counter
@@ -11,7 +10,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from kazoo.client import KazooClient
 from redis import asyncio as aioredis
 
 from netdisco import Request, Settings
@@ -31,6 +29,7 @@ from netdisco.frontiers.redis import (
 from netdisco.frontiers.redis.leases import Keys, recover_owner
 from netdisco.frontiers.redis.recovery import LeaseRecovery
 from netdisco.testing import RedisServer, eventually, free_port
+from tests.monitor.fake_engines import FakeEngine
 from tests.netdisco.redis_support import SiteSpider, make_request
 
 Factory = Callable[..., RedisFrontier[Request]]
@@ -131,8 +130,10 @@ async def test_request_round_trip_resolves_callbacks_by_name(spider: SiteSpider)
         depth=2,
         fingerprint=b"\x01" * 16,
         attempts=1,
+        render=True,
     )
     copy = decode(encode(request, spider), spider)
+    assert copy.render
     assert (copy.url, copy.method, copy.headers, copy.body) == (
         request.url,
         "POST",
@@ -282,6 +283,23 @@ async def test_bloom_mode_dedups_and_counts(frontier: Factory, spider: SiteSpide
     assert await a.counts() == (60, 0, 60)
 
 
+@pytest.mark.parametrize("seen", ["exact", "bloom"])
+async def test_claim_marks_seen_without_queueing(
+    frontier: Factory, spider: SiteSpider, redis_url: str, seen: str
+):
+    """Redirect targets: claimed by one engine, seen by every other, queued by none."""
+    a, b = (
+        frontier("a", url=f"{redis_url}&seen={seen}"),
+        frontier("b", url=f"{redis_url}&seen={seen}"),
+    )
+    await a.add(requests_for(spider, 2))
+    targets = [make_request(spider, "http://127.0.0.1:1/p1.html"), *requests_for(spider, 4)[2:]]
+    assert await a.claim(targets) == [False, True, True]
+    assert await b.claim(targets[1:]) == [False, False]
+    assert await b.add(targets) == [False, False, False]
+    assert await a.counts() == (2, 0, 4)
+
+
 async def test_unreachable_redis_is_a_clear_error_at_start(spider: SiteSpider):
     url = f"redis://user:s3cret@127.0.0.1:{free_port()}/0"
     f = RedisFrontier(RedisOptions.from_url(url), spider.name, RequestCodec(spider))
@@ -327,12 +345,10 @@ def test_options_from_url_and_frontier_for(spider: SiteSpider):
     assert made.owner == "x"
 
 
-def _fake_engine(zk_hosts: str, name: str, incarnation: str) -> KazooClient:
-    client = KazooClient(hosts=zk_hosts)
-    client.start(timeout=15)
-    data = json.dumps({"id": name, "incarnation": incarnation, "state": "running"}).encode()
-    client.create(f"/netdiscovery/{name}", data, ephemeral=True, makepath=True)
-    return client
+def _fake_engine(zk_hosts: str, name: str, incarnation: str) -> FakeEngine:
+    engine = FakeEngine(zk_hosts, "/netdiscovery", name, 2.0)
+    engine.join(incarnation=incarnation)
+    return engine
 
 
 async def test_lost_engine_leases_return_graceful_ones_stay(
@@ -351,11 +367,10 @@ async def test_lost_engine_leases_return_graceful_ones_stay(
     await watcher.start()
     try:
         await eventually(lambda: _watching(watcher, 2))
-        leaving_data = json.dumps({"incarnation": "inc-leaving", "state": "leaving"}).encode()
-        await asyncio.to_thread(clients[1].set, "/netdiscovery/leaving", leaving_data)
-        await asyncio.to_thread(clients[1].delete, "/netdiscovery/leaving")
-        await asyncio.to_thread(clients[0].stop)  # session closed: the node just vanishes
+        await asyncio.to_thread(clients[1].leave)  # as the registry leaves: with a tombstone
+        await asyncio.to_thread(clients[0].client.stop)  # session closed: the node vanishes
         await eventually(lambda: _queued_is(lost, 7, trigger=_nothing))
+        await eventually(lambda: _watching(watcher, 0))
         assert [(r.engine_id, r.returned) for r in watcher.recoveries] == [
             ("lost", {spider.name: 3})
         ]
@@ -363,12 +378,38 @@ async def test_lost_engine_leases_return_graceful_ones_stay(
     finally:
         await watcher.stop()
         for client in clients:
-            await asyncio.to_thread(client.stop)
             await asyncio.to_thread(client.close)
 
 
+async def test_crash_and_re_register_under_the_same_id_between_two_listings(
+    frontier: Factory, spider: SiteSpider, zk_hosts: str
+):
+    """The name never leaves the listing; the node (czxid) does: the old leases go back."""
+    old = frontier("inc-old")
+    await old.add(requests_for(spider, 6))
+    for _ in range(2):
+        assert await old.take() is not None
+    zk = ZooKeeperSettings(hosts=zk_hosts, session_timeout=2.0)
+    first = await asyncio.to_thread(_fake_engine, zk_hosts, "e1", "inc-old")
+    second = await asyncio.to_thread(FakeEngine, zk_hosts, "/netdiscovery", "e1", 2.0)
+    watcher = LeaseRecovery(zk, old.options.url, prefix=old.options.prefix, incarnation="me")
+    await watcher.start()
+    try:
+        await eventually(lambda: _watching(watcher, 1))
+        # On the loop's own thread: the recovery cannot list between the two.
+        first.client.stop()  # the crash: its session ends, the node goes, no tombstone
+        second.join(incarnation="inc-new")  # the same id again, at once
+        await eventually(lambda: _queued_is(old, 6, trigger=_nothing))
+        assert [(r.engine_id, r.incarnation) for r in watcher.recoveries] == [("e1", "inc-old")]
+        assert watcher.view.members["e1"].payload.incarnation == "inc-new"
+    finally:
+        await watcher.stop()
+        for engine in (first, second):
+            await asyncio.to_thread(engine.close)
+
+
 async def _watching(watcher: LeaseRecovery, count: int) -> bool:
-    return len(watcher._members) == count
+    return len(watcher.view.members) == count
 
 
 async def _nothing() -> None:

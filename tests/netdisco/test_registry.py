@@ -19,10 +19,12 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import Permissions
 
+from netdisco.cluster.contract import CONTRACT, tombstone_path, tombstone_root
 from netdisco.cluster.registry import Registration, ZooKeeperSettings
 from netdisco.cluster.zk import _mark_kazoo_thread, wait_result
 from netdisco.exceptions import ConfigError, RegistrationError
 from netdisco.testing import ZooKeeperServer, eventually
+from tests.faults.proxy import DelayProxy
 
 from .registry_support import Describe, Guard, hijack_session, read_node
 
@@ -131,7 +133,7 @@ async def test_register_data_and_deregister(
 
     node = await read_node(observer, PATH)
     assert node is not None
-    assert node.data == {**describe.data, "state": "running"}
+    assert node.data == {**describe.data, "state": "running", "contract": CONTRACT}
     status = registration.status()
     assert status["state"] == "registered"
     assert status["path"] == PATH
@@ -147,6 +149,11 @@ async def test_register_data_and_deregister(
     assert registration.status()["state"] == "stopped"
     assert [name for name, _ in guard.calls].count("transaction") == 1
     await eventually(lambda: seen == ["CHANGED"], "the data watch fired for the leaving write")
+    tomb = await read_node(observer, tombstone_path("/netdiscovery", "engine-1", node.czxid))
+    assert tomb is not None, "the leave left its tombstone, in the same transaction"
+    assert tomb.owner == 0  # persistent: it outlives the session
+    assert tomb.data["state"] == "leaving"
+    assert tomb.data["incarnation"] == describe.data["incarnation"]
 
 
 async def test_start_twice_is_refused(zk_hosts: str, make: Make) -> None:
@@ -372,12 +379,27 @@ async def _read_once(hosts: str, path: str) -> Any:
 SECRET = "s3cret-Pw"
 
 
-async def test_digest_acl_protects_the_node(
-    zk_hosts: str, observer: KazooClient, make: Make, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+async def digest(zk_hosts: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
+    """The digest variable set; afterwards the protected nodes are removed as their owner.
+
+    Request it before ``make``: its teardown must follow the registrations' stop.
+    """
     monkeypatch.setenv("NETDISCO_TEST_ZK_DIGEST", f"engines:{SECRET}")
+    yield "NETDISCO_TEST_ZK_DIGEST"
+    owner = await _client(zk_hosts, auth_data=[("digest", f"engines:{SECRET}")])
+    try:
+        for root in (tombstone_root("/netdiscovery"), "/netdiscovery"):
+            await asyncio.to_thread(owner.delete, root, recursive=True)
+    finally:
+        await _close(owner)
+
+
+async def test_digest_acl_protects_the_node(
+    zk_hosts: str, digest: str, observer: KazooClient, make: Make
+) -> None:
     with structlog.testing.capture_logs() as logs:
-        registration = await make(zk_hosts, digest_env="NETDISCO_TEST_ZK_DIGEST")
+        registration = await make(zk_hosts, digest_env=digest)
         await _registered(registration)
 
     node = await read_node(observer, PATH)  # anyone may read
@@ -393,12 +415,88 @@ async def test_digest_acl_protects_the_node(
     finally:
         await _close(wrong)
 
-    acls, _ = await wait_result(observer.get_acls_async(PATH))
-    perms = {(acl.id.scheme, acl.perms) for acl in acls}
-    assert perms == {("world", Permissions.READ), ("digest", Permissions.ALL)}
+    for path in (PATH, "/netdiscovery", tombstone_root("/netdiscovery")):
+        acls, _ = await wait_result(observer.get_acls_async(path))
+        perms = {(acl.id.scheme, acl.perms) for acl in acls}
+        assert perms == {("world", Permissions.READ), ("digest", Permissions.ALL)}, path
     shown = json.dumps([node.data, registration.status(), logs], default=str)
     assert SECRET not in shown
+    assert registration.status()["warnings"] == []
 
+
+async def test_protected_roots_refuse_the_unauthenticated_and_serve_the_engine(
+    zk_hosts: str, digest: str, observer: KazooClient, make: Make
+) -> None:
+    """ZooKeeper checks create and delete on the parent: the roots' ACLs are what protect."""
+    registration = await make(zk_hosts, digest_env=digest)
+    await _registered(registration)
+    node = await read_node(observer, PATH)
+    assert node is not None
+    tombs = tombstone_root("/netdiscovery")
+    attempts = [
+        observer.create_async("/netdiscovery/fake", b"{}", ephemeral=True),
+        observer.create_async(f"{tombs}/engine-1@{node.czxid:x}", b"{}"),
+        observer.set_async("/netdiscovery", b"x"),
+        observer.set_async(tombs, b"x"),
+        observer.delete_async(PATH),
+    ]
+    for attempt in attempts:
+        with pytest.raises(NoAuthError):
+            await wait_result(attempt)
+    other = await make(zk_hosts, "engine-2", digest_env=digest)
+    await _registered(other)  # an authenticated engine may still create under the root
+    await other.stop()  # ... and leave: delete, and a tombstone under the tombstone root
+    assert await wait_result(observer.get_children_async(tombs)) != []
+    assert await read_node(observer, "/netdiscovery/engine-2") is None
+
+
+async def test_an_open_root_is_reported_when_a_digest_is_configured(
+    zk_hosts: str, digest: str, observer: KazooClient, make: Make
+) -> None:
+    await wait_result(observer.create_async("/netdiscovery", b""))  # open to the world
+    with structlog.testing.capture_logs() as logs:
+        registration = await make(zk_hosts, digest_env=digest)
+        await _registered(registration)
+        await eventually(lambda: registration.status()["warnings"], "warning in the status")
+    assert "/netdiscovery" in registration.status()["warnings"][0]
+    assert any(entry["event"] == "zk root acl open" for entry in logs)
+
+
+async def test_stop_while_the_node_is_being_created_still_leaves(
+    zk_server: ZooKeeperServer, zk_hosts: str, observer: KazooClient, make: Make, guard: Guard
+) -> None:
+    """Stopped with its create in flight, the engine waits for it and leaves (tombstone)."""
+    chroot = zk_hosts[len(zk_server.hosts) :]
+    for root in ("/netdiscovery", tombstone_root("/netdiscovery")):  # so the first create lands
+        await wait_result(observer.create_async(root, b""))
+    proxy = DelayProxy(zk_server.host, zk_server.port, delay=0.15).start()
+    try:
+        registration = await make(proxy.hosts + chroot)
+        await eventually(lambda: guard.count("create_async", PATH) >= 1, "create sent")
+        await registration.stop()
+    finally:
+        await asyncio.to_thread(proxy.stop)
+    assert registration.status()["registrations"] == 1, "the create landed"
+    assert await read_node(observer, PATH) is None
+    tombs = await wait_result(observer.get_children_async(tombstone_root("/netdiscovery")))
+    assert [t.split("@")[0] for t in tombs] == ["engine-1"], "left, not lost"
+
+
+async def test_own_tombstones_past_their_age_are_deleted_at_start(
+    zk_hosts: str, observer: KazooClient, make: Make
+) -> None:
+    base = tombstone_root("/netdiscovery")
+    for name in ("engine-1@a", "engine-1@b", "engine-2@c"):
+        await wait_result(observer.create_async(f"{base}/{name}", b"{}", makepath=True))
+    await asyncio.sleep(0.2)
+    registration = await make(zk_hosts, tombstone_max_age=0.1)
+    await _registered(registration)
+
+    async def swept() -> bool:
+        children = await wait_result(observer.get_children_async(base))
+        return bool(children == ["engine-2@c"])
+
+    await eventually(swept, "engine-1's old tombstones deleted, engine-2's kept")
 
 # -- construction and the guard (no server) ------------------------------------------
 

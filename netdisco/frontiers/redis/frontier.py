@@ -16,7 +16,7 @@ from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from netdisco.exceptions import CrawlLost, FrontierUnavailable, RequestNotShareable
-from netdisco.frontiers.base import Codec, R
+from netdisco.frontiers.base import Codec, Queued, R
 from netdisco.frontiers.redis.leases import (
     Keys,
     renew_leases,
@@ -25,7 +25,7 @@ from netdisco.frontiers.redis.leases import (
 )
 from netdisco.frontiers.redis.leases import sweep_expired as sweep_leases
 from netdisco.frontiers.redis.options import RedisOptions, bloom_offsets, redact
-from netdisco.frontiers.redis.scripts import ADD_LUA, DONE_LUA, LOST, TAKE_LUA
+from netdisco.frontiers.redis.scripts import ADD_LUA, CLAIM_LUA, DONE_LUA, LOST, TAKE_LUA
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -66,6 +66,7 @@ class RedisFrontier(Generic[R]):
             options.url, socket_connect_timeout=2.0, socket_timeout=10.0, protocol=2
         )  # RESP2: works with every Redis 5+ server, and pub/sub on its own connection
         self._add = self._redis.register_script(ADD_LUA)
+        self._claim = self._redis.register_script(CLAIM_LUA)
         self._take = self._redis.register_script(TAKE_LUA)
         self._done = self._redis.register_script(DONE_LUA)
         self._bloom = options.bloom_size() if options.seen == "bloom" else None
@@ -179,6 +180,16 @@ class RedisFrontier(Generic[R]):
             self._remember(requests[index].fingerprint for index in sent)
         return added
 
+    async def claim(self, requests: Sequence[Queued]) -> list[bool]:
+        """Mark fingerprints seen without queueing (redirect targets); say which were new."""
+        if not self._opened:
+            await self.open()
+        args = [self.options.seen, *(self._seen_key(request) for request in requests)]
+        keys = [self.keys.seen, self.keys.seen_count]
+        result = await self._call(lambda: self._claim(keys=keys, args=args))
+        self._remember(request.fingerprint for request in requests)
+        return [bool(flag) for flag in result]
+
     def _remember(self, fingerprints: Iterable[bytes]) -> None:
         """Fingerprints Redis now holds; bounded, and forgotten after an outage."""
         if len(self._known) > KNOWN_MAX:
@@ -251,7 +262,7 @@ class RedisFrontier(Generic[R]):
 
     # -- internals ---------------------------------------------------------------------
 
-    def _seen_key(self, request: R) -> str | bytes:
+    def _seen_key(self, request: Queued) -> str | bytes:
         if self._bloom is None:
             return request.fingerprint
         return bloom_offsets(request.fingerprint, *self._bloom)

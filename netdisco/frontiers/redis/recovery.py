@@ -18,20 +18,22 @@ took it (``netdisco.frontiers.redis``). Three paths return leases to the queue:
    silence, not the length of a download.
 3. **Graceful stop**: the frontier hands its own leases back when closed.
 
-A graceful leaver is recognised as the monitor does: its last data said
-``leaving``, or it was written just before it was deleted (the registration
-writes ``leaving`` and deletes at once). Misjudging only costs a duplicate fetch:
-requests are at-least-once.
+Which engines were lost is decided exactly as the monitor decides it, with the
+same pure functions of ``netdisco.cluster``: members are nodes ``(name, czxid)``
+(``membership.assemble``/``diff``), so an engine that crashed and re-registered
+under the same id between two listings is a restart whose old incarnation was
+lost, and its leases go back at once; a node that is gone left gracefully only
+if its tombstone exists (``tombstones.who_left``, read right behind the listing
+that lacks it). Misjudging could only cost a duplicate fetch: requests are
+at-least-once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 from kazoo.client import KazooClient
@@ -41,8 +43,12 @@ from kazoo.retry import KazooRetry
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 
+from netdisco.cluster.contract import EventType as MemberEvent
+from netdisco.cluster.legacy import LeaveTimes
+from netdisco.cluster.membership import Member, Parent, View, assemble, diff, gone, member_of
 from netdisco.cluster.settings import ZooKeeperSettings
-from netdisco.cluster.zk import Bridge, wait_result
+from netdisco.cluster.tombstones import who_left
+from netdisco.cluster.zk import Bridge, close_client, wait_result
 from netdisco.frontiers.redis.leases import DEFAULT_PREFIX, recover_owner
 
 log = structlog.get_logger(__name__)
@@ -74,19 +80,17 @@ class LeaseRecovery:
         *,
         prefix: str = DEFAULT_PREFIX,
         incarnation: str | None = None,
-        leave_window: float = 0.5,
         resync: float = 5.0,
     ) -> None:
         self.settings = zookeeper
         self.prefix = prefix
         self.incarnation = incarnation
-        self.leave_window = leave_window
         self.resync = resync
         self.recoveries: list[Recovery] = []
+        self.view = View()  # the engines as of the last listing, as the monitor keeps them
         self._redis: aioredis.Redis = aioredis.Redis.from_url(redis_url, protocol=2)
         self._client: KazooClient | None = None
-        self._members: dict[str, dict[str, Any]] = {}
-        self._written: dict[str, float] = {}
+        self._times = LeaveTimes()  # for engines of contract 1 only
         self._dirty: set[str] = set()
         self._full = True
         self._wake = asyncio.Event()
@@ -115,7 +119,7 @@ class LeaseRecovery:
             await asyncio.gather(self._task, return_exceptions=True)
         client, self._client = self._client, None
         if client is not None:
-            await asyncio.to_thread(_close, client)
+            await asyncio.to_thread(close_client, client)
         await self._redis.aclose()
 
     def _on_state(self, state: KazooState) -> None:
@@ -126,8 +130,11 @@ class LeaseRecovery:
     def _on_watch(self, event: WatchedEvent) -> None:
         name = event.path.rsplit("/", 1)[-1]
         if event.type == EventType.CHANGED:
-            self._written[name] = time.monotonic()
-            self._dirty.add(name)
+            self._times.changed(name)
+        elif event.type == EventType.DELETED:
+            self._times.gone(name)
+        if event.type in (EventType.CHANGED, EventType.DELETED):
+            self._dirty.add(name)  # look again: it may be another node under the same name
         self._wake.set()
 
     async def _run(self) -> None:
@@ -153,36 +160,45 @@ class LeaseRecovery:
     async def _reconcile(self, client: KazooClient) -> None:
         full, self._full = self._full, False
         dirty, self._dirty = self._dirty, set()
-        root = self.settings.root
+        prev, root = self.view, self.settings.root
+        self._times.listing_sent = time.monotonic()
         try:
-            children = await wait_result(client.get_children_async(root, watch=self._watch))
+            children, stat = await wait_result(
+                client.get_children_async(root, watch=self._watch, include_data=True)
+            )
+            parent = Parent(czxid=stat.czxid, cversion=stat.cversion, pzxid=stat.pzxid)
         except NoNodeError:  # no engine registered yet: be told when the root appears
             await wait_result(client.exists_async(root, watch=self._watch))
-            children = []
-        for name in self._members.keys() - set(children):
-            await self._removed(name, self._members.pop(name))
-        for name in children:
-            if full or name in dirty or name not in self._members:
-                data = await self._read(client, f"{root}/{name}")
-                if data is not None:
-                    self._members[name] = data
+            children, parent = [], Parent(czxid=0, cversion=0, pzxid=0)
+        listed_at = time.monotonic()
+        wanted = [n for n in children if full or n in dirty or n not in prev.members]
+        reads = await asyncio.gather(*(self._read(client, n) for n in wanted))
+        view, retry = assemble(prev, children, dict(zip(wanted, reads, strict=True)), parent,
+                               time.time())  # fmt: skip
+        if retry:  # changed after the listing: look again at once
+            self._dirty |= retry
+            self._wake.set()
+        departing = self._times.departing(prev, view, listed_at)
+        left = await who_left(client, root, gone(prev, view), departing)
+        self.view = view
+        self._times.forget(prev, view, listed_at)
+        for change in diff(prev, view, left).changes:
+            lost = _lost_incarnation(change.type, change.member, change.previous, change.left)
+            if lost is not None and lost != self.incarnation:
+                await self._removed(change.name, lost)
 
-    async def _read(self, client: KazooClient, path: str) -> dict[str, Any] | None:
+    async def _read(self, client: KazooClient, name: str) -> Member | None:
         try:
-            raw, _ = await wait_result(client.get_async(path, watch=self._watch))
+            raw, stat = await wait_result(
+                client.get_async(f"{self.settings.root}/{name}", watch=self._watch)
+            )
         except NoNodeError:
+            self._times.gone(name, first=True)
             return None  # the next listing reports it gone
-        return parse_node_data(raw)
+        return member_of(name, raw, stat)
 
-    async def _removed(self, name: str, data: dict[str, Any]) -> None:
-        written = self._written.pop(name, None)
-        left = data.get("state") == "leaving" or (
-            written is not None and time.monotonic() - written <= self.leave_window
-        )
-        incarnation = data.get("incarnation")
-        log.info("registry_engine_gone", engine_id=name, left=left, incarnation=incarnation)
-        if left or not isinstance(incarnation, str) or incarnation == self.incarnation:
-            return
+    async def _removed(self, name: str, incarnation: str) -> None:
+        log.info("registry_engine_lost", engine_id=name, incarnation=incarnation)
         seen_at = time.monotonic()
         returned = await self._recover(incarnation)
         recovery = Recovery(name, incarnation, returned, time.monotonic() - seen_at)
@@ -206,20 +222,18 @@ class LeaseRecovery:
         return {}
 
 
-def parse_node_data(raw: bytes | None) -> dict[str, Any]:
-    """An engine's node data as a dict; unreadable data counts as empty."""
-    try:
-        value = json.loads((raw or b"").decode())
-    except (UnicodeDecodeError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _close(client: KazooClient) -> None:
-    try:
-        client.stop()
-    finally:
-        client.close()
+def _lost_incarnation(
+    kind: MemberEvent, member: Member, previous: Member | None, left: bool
+) -> str | None:
+    """The incarnation whose leases a change frees: a lost node's, or a restarted
+    engine's old one when that node was lost and the new node is another incarnation
+    (an engine re-registering after its session expired keeps its leases)."""
+    if kind is MemberEvent.ENGINE_LOST:
+        return member.payload.incarnation
+    if kind is MemberEvent.ENGINE_RESTARTED and previous is not None and not left:
+        old = previous.payload.incarnation
+        return old if old != member.payload.incarnation else None
+    return None
 
 
 def lease_recovery(frontier: str, zookeeper: ZooKeeperSettings, incarnation: str) -> LeaseRecovery:

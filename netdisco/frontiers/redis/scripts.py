@@ -21,6 +21,20 @@ def _fenced(key: int, arg: int) -> str:
     )
 
 
+#: marks one seen key (a fingerprint, or Bloom offsets) in the seen set: true if it was new
+MARK_SEEN_LUA = """
+local function mark_seen(mode, key, seen, seen_count)
+  if mode == 'bloom' then
+    local new = false
+    for off in string.gmatch(key, '%d+') do
+      if redis.call('SETBIT', seen, off, 1) == 0 then new = true end
+    end
+    if new then redis.call('INCR', seen_count) end
+    return new
+  end
+  return redis.call('SADD', seen, key) == 1
+end
+"""
 #: KEYS seen, seen_count, queue, payload, seq, epoch; ARGV mode, channel, epoch, nonce,
 #: then per request: seen key (fingerprint or Bloom offsets), dont_filter, priority,
 #: JSON -> 1/0 each. Publishing what was added wakes the engines whose workers wait.
@@ -28,19 +42,12 @@ def _fenced(key: int, arg: int) -> str:
 #: so that an id is never reused, even when Redis rolled back the sequence (AOF).
 ADD_LUA = (
     _fenced(6, 3)
+    + MARK_SEEN_LUA
     + """
 local out = {}
 local added = 0
 for i = 5, #ARGV, 4 do
-  local new = false
-  if ARGV[1] == 'bloom' then
-    for off in string.gmatch(ARGV[i], '%d+') do
-      if redis.call('SETBIT', KEYS[1], off, 1) == 0 then new = true end
-    end
-    if new then redis.call('INCR', KEYS[2]) end
-  else
-    new = redis.call('SADD', KEYS[1], ARGV[i]) == 1
-  end
+  local new = mark_seen(ARGV[1], ARGV[i], KEYS[1], KEYS[2])
   if new or ARGV[i + 1] == '1' then
     local id = string.format('%015d-%s', redis.call('INCR', KEYS[5]), ARGV[4])
     redis.call('HSET', KEYS[4], id, ARGV[i + 3])
@@ -52,6 +59,18 @@ for i = 5, #ARGV, 4 do
   end
 end
 if added > 0 then redis.call('PUBLISH', ARGV[2], added) end
+return out
+"""
+)
+#: KEYS seen, seen_count; ARGV mode, then seen keys -> 1/0 each (was it new). Marks
+#: redirect targets seen without queueing them.
+CLAIM_LUA = (
+    MARK_SEEN_LUA
+    + """
+local out = {}
+for i = 2, #ARGV do
+  out[#out + 1] = mark_seen(ARGV[1], ARGV[i], KEYS[1], KEYS[2]) and 1 or 0
+end
 return out
 """
 )

@@ -1,0 +1,114 @@
+"""Pause, resume and stop spiders through the monitor, so the browser never holds the
+engines' token.
+
+``POST /netdiscovery/monitor/engines/{id}/spiders/{name}/{action}`` is checked here
+(the monitor's own token, or a loopback socket when it has none; a browser's
+cross-site POST is refused by its ``Origin``), then sent to the ``status_url`` the
+engine advertised in ZooKeeper, with the engines' token and a timeout, so an
+engine that is gone gives a clear error instead of a hung button.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import aiohttp
+import structlog
+
+from monitor.settings import ControlSettings
+from monitor.status import spiders_url
+from netdisco.cluster.membership import Member
+from netdisco.exceptions import ControlRefused
+from netdisco.values import is_loopback
+
+log = structlog.get_logger(__name__)
+
+ACTIONS = ("pause", "resume", "stop")
+
+
+def check_caller(
+    settings: ControlSettings | None, headers: Any, host: str, socket_host: str | None
+) -> None:
+    """Let a control request in, or raise ``ControlRefused`` saying why.
+
+    ``host`` is the request's Host; ``socket_host`` the address it arrived on.
+    """
+    if settings is None:
+        raise ControlRefused(
+            403, "control_disabled", "control is off: the monitor has no [control]"
+        )
+    origin = headers.get("Origin")
+    if origin is not None and urlsplit(origin).netloc != host:
+        raise ControlRefused(
+            403, "cross_origin", f"control from another site ({origin}) is refused"
+        )
+    if settings.token is None:
+        if socket_host is None or not is_loopback(socket_host):
+            raise ControlRefused(
+                403, "control_needs_token", "control without a token is served on loopback only"
+            )
+        if not is_loopback(urlsplit(f"//{host}").hostname or ""):
+            raise ControlRefused(
+                403, "bad_host", f"control is answered for loopback names, not {host!r}"
+            )
+        return
+    scheme, _, given = headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        raise ControlRefused(401, "unauthorized", "control needs an 'Authorization: Bearer' token")
+    if not hmac.compare_digest(given.strip().encode(), settings.token.encode()):
+        raise ControlRefused(403, "forbidden", "the bearer token is not valid for this monitor")
+
+
+class Control:
+    """Sends one spider action to one engine of the view and returns its answer."""
+
+    def __init__(self, settings: ControlSettings | None, members: Callable[[], list[Member]]):
+        self.settings = settings
+        self.members = members
+        self._session: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def _url(self, engine_id: str, spider: str, action: str) -> str:
+        member = next((m for m in self.members() if m.name == engine_id), None)
+        if member is None:
+            raise ControlRefused(404, "unknown_engine", f"no engine {engine_id!r} in the cluster")
+        base = spiders_url(member.payload.status_url or "")
+        if base is None:
+            raise ControlRefused(
+                502, "engine_unreachable", f"engine {engine_id!r} advertises no HTTP status URL"
+            )
+        return f"{base}/{quote(spider, safe='')}/{action}"
+
+    async def act(self, engine_id: str, spider: str, action: str) -> tuple[int, Any]:
+        """The engine's status and JSON answer; ``ControlRefused`` if it could not be asked."""
+        assert self.settings is not None
+        url = self._url(engine_id, spider, action)
+        token = self.settings.engine_token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        if self._session is None:
+            timeout = aiohttp.ClientTimeout(total=self.settings.timeout)
+            self._session = aiohttp.ClientSession(timeout=timeout)
+        try:
+            async with self._session.post(url, headers=headers) as resp:
+                body = await resp.json(content_type=None)
+                status = resp.status
+        except TimeoutError:
+            wait = self.settings.timeout
+            raise ControlRefused(
+                504, "engine_timeout", f"engine {engine_id!r} did not answer within {wait} s"
+            ) from None
+        except (aiohttp.ClientError, ValueError) as exc:
+            reason = f"engine {engine_id!r} cannot be reached: {type(exc).__name__}"
+            raise ControlRefused(502, "engine_unreachable", reason) from None
+        if status in (401, 403):
+            message = body.get("error", {}).get("message") if isinstance(body, dict) else None
+            reason = f"engine {engine_id!r} refused the monitor: {message or status}"
+            raise ControlRefused(502, "engine_refused", reason)
+        log.info("spider_control", engine_id=engine_id, spider=spider, action=action, status=status)
+        return status, body

@@ -1,0 +1,84 @@
+"""The one ACL policy of the cluster, shared by engines and the monitor.
+
+Without a digest identity everything is ZooKeeper's default (open). With one
+(``digest_env``/``digest_file``, the same ``user:password`` for engines and a
+monitor that manages tombstones), the root, the tombstone root, every engine
+node and every tombstone get: world may read, the identity may do everything.
+ZooKeeper checks create and delete on the *parent*, so the roots' ACLs are
+what keeps an unauthenticated client from faking or deleting an engine node;
+a root that already exists with an open ACL protects nothing, and both the
+engine and ``netdisco-monitor check`` say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import structlog
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.security import ACL, Permissions
+
+from netdisco.cluster.contract import tombstone_root
+from netdisco.cluster.settings import DigestCredentials, ZooKeeperSettings
+from netdisco.cluster.tombstones import Sweeper
+from netdisco.cluster.zk import wait_result
+
+log = structlog.get_logger(__name__)
+
+#: What the world must not be allowed on a protected root.
+_CHANGE = Permissions.CREATE | Permissions.DELETE | Permissions.WRITE | Permissions.ADMIN
+
+
+def cluster_acl(credentials: DigestCredentials | None) -> list[ACL] | None:
+    """The ACL of every node we create; None: ZooKeeper's default (open to all)."""
+    return None if credentials is None else credentials.node_acl()
+
+
+def world_may_change(acls: Iterable[Any]) -> bool:
+    """Whether anyone, unauthenticated, may create, delete or write under these ACLs."""
+    return any(
+        acl.id.scheme == "world" and acl.id.id == "anyone" and acl.perms & _CHANGE for acl in acls
+    )
+
+
+async def open_roots(client: KazooClient, root: str) -> list[str]:
+    """The roots (engines', tombstones') that exist with an ACL open to changes."""
+    found = []
+    for path in (root, tombstone_root(root)):
+        try:
+            acls, _ = await wait_result(client.get_acls_async(path))
+        except NoNodeError:
+            continue
+        if world_may_change(acls):
+            found.append(path)
+    return found
+
+
+def open_root_warning(paths: Iterable[str]) -> str:
+    """The one sentence both the engine and the monitor log for an open root."""
+    return (
+        f"ZooKeeper ACL of {', '.join(paths)} lets anyone create or delete engine nodes "
+        "although a digest is configured: set it to world:anyone:r plus the digest "
+        "identity (setAcl), or delete the empty root so it is re-created protected"
+    )
+
+
+async def housekeep(client: KazooClient, settings: ZooKeeperSettings, engine_id: str) -> list[str]:
+    """An engine's checks at start: its own old tombstones go, an open root is reported.
+
+    Returns the warnings (for the engine's status); never raises a ZooKeeper error.
+    """
+    warnings = []
+    try:
+        digest = bool(settings.digest_env or settings.digest_file)
+        if digest and (found := await open_roots(client, settings.root)):
+            warnings.append(open_root_warning(found))
+            log.warning("zk root acl open", engine_id=engine_id, detail=warnings[-1])
+        sweeper = Sweeper(settings.root, settings.tombstone_max_age, engine_id)
+        if deleted := await sweeper.sweep(client):
+            log.info("zk old tombstones deleted", engine_id=engine_id, count=deleted)
+    except KazooException as exc:
+        log.warning("zk housekeeping failed", engine_id=engine_id, error=type(exc).__name__)
+    return warnings

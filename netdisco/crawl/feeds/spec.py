@@ -1,0 +1,133 @@
+"""What a feed is (``FeedSpec``) and how the ``feeds`` setting and ``-o``/``-O`` name one.
+
+In TOML, ``feeds`` is a table of URI -> options, as Scrapy's ``FEEDS``::
+
+    [spiders.settings.feeds."out/{spider}-{engine}.csv"]
+    fields = ["url", "title"]
+    overwrite = true
+
+On the command line (``-s feeds=...``) or in ``NETDISCO_FEEDS`` it is the same
+table as JSON. A URI is a file path (``file://`` optional), ``-`` or ``stdout:``
+for standard output, or ``sqlite:///PATH`` (also any path ending ``.db``,
+``.sqlite``, ``.sqlite3``) for a SQLite table per spider.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
+
+from netdisco.exceptions import ConfigError
+
+FORMATS = ("jsonl", "json", "csv", "sqlite")
+PLACEHOLDERS = ("spider", "engine", "time")
+_BY_SUFFIX = {
+    ".jsonl": "jsonl",
+    ".jl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".csv": "csv",
+    ".db": "sqlite",
+    ".sqlite": "sqlite",
+    ".sqlite3": "sqlite",
+}
+_OPTIONS = ("format", "overwrite", "fields")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FeedSpec:
+    """One feed: where (a URI template), in which format, append or overwrite, which fields."""
+
+    uri: str
+    format: str
+    overwrite: bool = False
+    fields: tuple[str, ...] = ()
+
+    @property
+    def stdout(self) -> bool:
+        """Whether the feed is standard output."""
+        return self.uri in ("-", "stdout:")
+
+    @property
+    def path(self) -> str:
+        """The file path template (the URI without its scheme)."""
+        return self.uri.removeprefix("sqlite://").removeprefix("file://")
+
+
+def make_spec(key: str, uri: str, options: Mapping[str, Any]) -> FeedSpec:
+    """A validated FeedSpec; errors name ``key``."""
+    unknown = set(options) - set(_OPTIONS)
+    if unknown:
+        raise ConfigError(f"{key}.{sorted(unknown)[0]}", f"unknown option (known: {_OPTIONS})")
+    _check_template(key, uri)
+    kind = options.get("format") or _guess_format(key, uri)
+    if kind not in FORMATS:
+        raise ConfigError(f"{key}.format", f"expected one of {FORMATS}, got {kind!r}")
+    overwrite = options.get("overwrite", False)
+    if not isinstance(overwrite, bool):
+        raise ConfigError(f"{key}.overwrite", f"expected true or false, got {overwrite!r}")
+    fields = options.get("fields", ())
+    if isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
+        raise ConfigError(f"{key}.fields", f"expected a list of names, got {fields!r}")
+    spec = FeedSpec(uri=uri, format=kind, overwrite=overwrite, fields=tuple(fields))
+    if spec.format == "json" and not spec.overwrite and not spec.stdout:
+        raise ConfigError(key, "a JSON array cannot be appended to: use jsonl, or overwrite")
+    if spec.format == "sqlite" and spec.stdout:
+        raise ConfigError(key, "standard output cannot hold a SQLite table")
+    return spec
+
+
+def _guess_format(key: str, uri: str) -> str:
+    if uri in ("-", "stdout:"):
+        return "jsonl"
+    if uri.startswith("sqlite://"):
+        return "sqlite"
+    kind = _BY_SUFFIX.get(PurePath(uri).suffix.lower())
+    if kind is None:
+        raise ConfigError(f"{key}.format", f"cannot tell the format of {uri!r}: name one")
+    return kind
+
+
+def _check_template(key: str, uri: str) -> None:
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(uri) if name is not None]
+    except ValueError as exc:
+        raise ConfigError(key, f"bad template {uri!r}: {exc}") from exc
+    for name in names:
+        if name not in PLACEHOLDERS:
+            raise ConfigError(key, f"unknown placeholder {{{name}}} (known: {PLACEHOLDERS})")
+
+
+def parse_feeds(key: str, value: Any) -> tuple[FeedSpec, ...]:
+    """The ``feeds`` setting: a table of URI -> options (or its JSON text), or specs."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise ConfigError(key, f"expected a JSON object of URI -> options: {exc}") from None
+    if isinstance(value, tuple | list) and all(isinstance(v, FeedSpec) for v in value):
+        return tuple(value)
+    if not isinstance(value, Mapping):
+        raise ConfigError(key, f"expected a table of URI -> options, got {value!r}")
+    specs = []
+    for uri, options in value.items():
+        if not isinstance(options, Mapping):
+            raise ConfigError(f"{key}.{uri}", f"expected a table of options, got {options!r}")
+        specs.append(make_spec(f"{key}.{uri}", uri, options))
+    return tuple(specs)
+
+
+def cli_feed(argument: str, *, overwrite: bool) -> FeedSpec:
+    """``-o``/``-O`` ``URI[:FORMAT]`` (``-o items.txt:jsonl``); ``-`` is standard output."""
+    uri, sep, kind = argument.rpartition(":")
+    if not sep or kind not in FORMATS:
+        uri, kind = argument, ""
+    flag = "-O" if overwrite else "-o"
+    options: dict[str, Any] = {"overwrite": overwrite}
+    if kind:
+        options["format"] = kind
+    return make_spec(f"{flag} {argument}", uri, options)

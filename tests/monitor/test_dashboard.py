@@ -1,0 +1,136 @@
+"""The dashboard in headless Chromium, steering a real engine through the monitor.
+
+The screenshot in the README (docs/dashboard.png) is taken by this test: run it with
+``NETDISCO_SCREENSHOT=docs/dashboard.png`` to refresh that file; otherwise the picture
+goes to the test's temporary directory, so a test run never changes the checkout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netdisco.testing import eventually, free_port
+from tests.monitor.service_support import MONITOR_TOKEN, real_engine, steering
+from tests.monitor.test_http import CHROMIUM, Page, chromium
+
+ROW = "table[data-engine='{engine}'] tr[data-spider='{spider}']"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.timeout(180),  # Chromium's first start on a loaded machine
+    pytest.mark.skipif(
+        not CHROMIUM.exists(), reason="/usr/bin/chromium absent (make test installs it)"
+    ),
+]
+
+
+async def devtools(page: Page, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """One DevTools call on the page's websocket; its result."""
+    msg_id = next(page.ids)
+    await page.ws.send_json({"id": msg_id, "method": method, "params": params})
+    while True:
+        reply = await page.ws.receive_json()
+        if reply.get("id") == msg_id:
+            return dict(reply["result"])
+
+
+async def shows(page: Page, expression: str, what: str) -> Any:
+    """Wait until ``expression`` is truthy in the page; its value."""
+
+    async def check() -> Any:
+        return await page.eval(expression)
+
+    return await eventually(check, what=what)
+
+
+def row(engine: str, spider: str, css: str = "") -> str:
+    selector = ROW.format(engine=engine, spider=spider) + (f" {css}" if css else "")
+    return f"document.querySelector({json.dumps(selector)})"
+
+
+async def screenshot(page: Page, path: Path) -> None:
+    """The whole page at 1280 px wide, as a PNG."""
+    height = await page.eval("document.documentElement.scrollHeight")
+    metrics = {"width": 1280, "height": int(height), "deviceScaleFactor": 1, "mobile": False}
+    await devtools(page, "Emulation.setDeviceMetricsOverride", metrics)
+    shot = await devtools(page, "Page.captureScreenshot", {"format": "png"})
+    await asyncio.to_thread(path.write_bytes, base64.b64decode(shot["data"]))
+
+
+async def test_a_click_pauses_a_spider_on_a_real_engine(
+    zk_hosts: str, start_monitor: Any, engines: Any, site: str, tmp_path: Path
+) -> None:
+    shot = Path(os.environ.get("NETDISCO_SCREENSHOT") or tmp_path / "dashboard.png")
+    engine = await real_engine(zk_hosts, site)
+    try:
+        monitor, _ = await start_monitor(steering(zk_hosts))
+        gone = await asyncio.to_thread(engines, "crawler-gone")
+        dead = f"http://127.0.0.1:{free_port()}/netdiscovery/engine"
+        await asyncio.to_thread(gone.join, status_url=dead)
+        async with chromium(f"{monitor.http.url}/?interval=300", tmp_path / "profile") as page:
+            state = row("crawler-1", "slowtree", ".state")
+            await shows(page, f"{state}?.textContent === 'running'", "the running spider")
+            chart = row("crawler-1", "slowtree", "svg.chart")
+            await shows(page, f"Number({chart}?.dataset.samples) >= 5", "five samples in the chart")
+            points = await page.eval(f"{chart}.querySelector('polyline').getAttribute('points')")
+            assert len(points.split()) >= 5
+            assert "hourly" in await page.eval("document.getElementById('next-runs').textContent")
+            assert await page.eval(f"{row('crawler-1', 'hourly', '.rate')}.textContent") == "-"
+
+            token = "document.getElementById('token')"
+            await page.eval(f"{token}.value = {json.dumps(MONITOR_TOKEN)}; "
+                            f"{token}.dispatchEvent(new Event('change'))")  # fmt: skip
+            await page.eval(f"{row('crawler-1', 'slowtree', 'button[data-action=pause]')}.click()")
+            await eventually(lambda: engine.crawler("slowtree").state == "paused", what="paused")
+            await shows(page, f"{row('crawler-1', 'slowtree', '.state')}.textContent === 'paused'",
+                        "the page shows it paused")  # fmt: skip
+            message = "document.getElementById('control-msg').textContent"
+            assert await page.eval(message) == "crawler-1/slowtree pause: now paused"
+            await shows(page, f"{row('crawler-1', 'slowtree', '.rate')}.textContent === '-'",
+                        "no rate once paused")  # fmt: skip
+            await screenshot(page, shot)
+
+            await _a_gone_engine_is_a_clear_error(page)
+            await _filters_narrow_the_event_log(
+                page, await asyncio.to_thread(engines, "crawler-brief")
+            )
+    finally:
+        await engine.stop(deadline=1)
+    assert (await asyncio.to_thread(shot.read_bytes)).startswith(b"\x89PNG")
+
+
+async def _a_gone_engine_is_a_clear_error(page: Page) -> None:
+    await page.eval(f"{row('crawler-gone', 'quotes', 'button[data-action=stop]')}.click()")
+    error = await shows(page, "document.querySelector('#control-msg.error')?.textContent",
+                        "the error of a gone engine")  # fmt: skip
+    assert error.startswith("crawler-gone/quotes stop failed (502): engine 'crawler-gone'")
+    assert "cannot be reached" in error
+
+
+def _choose(select: str, value: str) -> str:
+    element = f"document.getElementById({json.dumps(select)})"
+    return f"{element}.value = {json.dumps(value)}; {element}.dispatchEvent(new Event('change'))"
+
+
+async def _filters_narrow_the_event_log(page: Page, brief: Any) -> None:
+    events = (
+        "[...document.querySelectorAll('#events li')]"
+        ".map(li => li.textContent.split(' ').slice(1).join(' '))"
+    )
+    await asyncio.to_thread(brief.join)
+    await shows(page, f"{events}.includes('engine_joined crawler-brief')", "the brief join")
+    await asyncio.to_thread(brief.leave)  # through the registry's own leave transaction
+    gone = "l => l === 'engine_left crawler-brief'"
+    last = await shows(page, f"{events}.find({gone})", "the brief engine's departure in the log")
+    await page.eval(_choose("event-engine", "crawler-gone"))
+    assert await page.eval(events) == ["engine_joined crawler-gone"]
+    await page.eval(_choose("event-engine", ""))
+    await page.eval(_choose("event-type", last.split()[0]))
+    assert await page.eval(events) == [last]

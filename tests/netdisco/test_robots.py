@@ -1,0 +1,110 @@
+"""robots.txt as RFC 9309 asks, against real servers on loopback: an unreachable file
+holds its host's requests (they wait, then go, or are handed back at stop), a success
+is trusted for ``robots_max_age`` only. Backoffs are tiny here; the defaults are minutes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+from structlog.testing import capture_logs
+
+from netdisco import CallablePipeline, Crawler, Settings
+from netdisco.testing import eventually, serve
+from tests.netdisco.sites import FAST, Site, running_site, seeds
+
+QUICK = {**FAST, "robots_backoff": 0.05, "robots_max_backoff": 0.2, "progress_interval": 0}
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[Site]:
+    async with running_site() as served:
+        yield served
+
+
+def start(spider: Any, **settings: Any) -> tuple[Crawler, list[Any]]:
+    items: list[Any] = []
+    crawler = Crawler(
+        spider, Settings(**{**QUICK, **settings}), pipelines=[CallablePipeline(items.append)]
+    )
+    return crawler, items
+
+
+async def test_a_5xx_robots_holds_the_host_until_it_recovers(site: Site) -> None:
+    site.robots_status = 503
+    crawler, items = start(seeds(site.url("/tree/0")))
+    with capture_logs() as logs:
+        await crawler.start()
+        await eventually(lambda: site.count("/robots.txt") >= 5, "robots.txt asked again")
+        assert site.paths("/tree/") == []  # nothing fetched while robots.txt is unreachable
+        assert (crawler.stats.robots_blocked, crawler.stats.failed) == (0, 0)
+        assert crawler.state.value == "running"  # waiting, not finished
+        site.robots_status = 200
+        await asyncio.wait_for(crawler.wait(), 30)
+    assert crawler.state.value == "finished"
+    assert len(items) == site.tree_size
+    delays = [e["retry_in"] for e in logs if e["event"] == "robots_unreachable"]
+    assert delays[:4] == [0.05, 0.1, 0.2, 0.2]  # doubling, capped
+
+
+async def test_a_robots_timeout_is_unreachable_too() -> None:
+    state = {"hang": True}
+    done = asyncio.Event()
+
+    async def robots(request: web.Request) -> web.Response:
+        if state["hang"]:
+            await asyncio.wait([asyncio.ensure_future(done.wait())], timeout=30)
+        return web.Response(text="User-agent: *\nDisallow: /no\n")
+
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(text="<h1>yes</h1>", content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/robots.txt", robots)
+    app.router.add_get("/{tail:.*}", page)
+    async with serve(app) as base:
+        crawler, items = start(seeds(f"{base}/yes", f"{base}/no"), timeout=0.3)
+        await crawler.start()
+        await eventually(
+            lambda: crawler.downloader.robots and crawler.downloader.robots.fetches >= 2
+        )
+        assert items == []
+        state["hang"] = False
+        await asyncio.wait_for(crawler.wait(), 30)
+        done.set()
+    assert [item["title"] for item in items] == ["yes"]
+    assert crawler.stats.robots_blocked == 1
+
+
+async def test_requests_waiting_at_stop_are_handed_back_and_counted(site: Site) -> None:
+    site.robots_status = 500
+    urls = [site.url(f"/tree/{n}") for n in range(6)]
+    crawler, _ = start(seeds(*urls), concurrency=2, stop_deadline=0.2)
+    await crawler.start()
+    await eventually(lambda: site.count("/robots.txt") >= 2)
+    await eventually(lambda: crawler.stats.scheduled == 6)
+    assert await crawler.stop() == "stopped"
+    queued, leased, _ = await crawler.frontier.counts()
+    assert (queued, leased) == (6, 0)  # every request is back in the frontier
+    # the requests taken (two workers wait on robots.txt, the rest may be parked) are counted
+    assert 2 <= crawler.stats.robots_deferred <= 6
+    assert (crawler.stats.failed, crawler.stats.robots_blocked, crawler.stats.succeeded) == (
+        0,
+        0,
+        0,
+    )
+
+
+async def test_a_fetched_robots_is_trusted_for_max_age_only(site: Site) -> None:
+    urls = [site.url(f"/slow/{n}?s=0.1") for n in range(8)]
+    crawler, items = start(seeds(*urls), concurrency=1, robots_max_age=0.05)
+    await crawler.start()
+    await eventually(lambda: len(site.paths("/slow/")) >= 2)
+    site.robots = "User-agent: *\nDisallow: /slow/\n"
+    await asyncio.wait_for(crawler.wait(), 30)
+    assert site.count("/robots.txt") >= 3
+    assert crawler.stats.robots_blocked >= 1
+    assert len(items) + crawler.stats.robots_blocked == 8
