@@ -88,10 +88,10 @@ class JsonLinesPipeline(Pipeline):
     """Appends UTF-8 JSON lines to ``path``: one object per line (``overwrite``: truncate first).
 
     Appending is the default so that a resumed crawl keeps what earlier runs wrote.
-    Lines are held in memory until ``flush`` writes them to the operating system in one
-    write (they then survive ``kill -9``) and ``close`` also ``fsync``s (a power loss may
-    lose lines written since the last ``fsync``). A buffering operator upstream makes
-    ``process`` receive lists: each element is a line.
+    Each call's lines go to the operating system at once (they survive ``kill -9``, and
+    the crawler acknowledges a page only after its items were processed); ``close`` also
+    ``fsync``s (a power loss may lose lines written since). A buffering operator upstream
+    makes ``process`` receive lists: each element is a line.
     """
 
     def __init__(
@@ -101,7 +101,6 @@ class JsonLinesPipeline(Pipeline):
         self.operators = operators
         self.overwrite = overwrite
         self._file: IO[str] | None = None
-        self._lines: list[str] = []
 
     async def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -88,7 +88,7 @@ async def test_config_env_and_s_precedence(site: Site, tmp_path: Path) -> None:
     assert len(_lines(out)) == 3  # -s beats the environment
     code, _, err = await run_cli(*args, env=env)
     assert code == 0, err
-    assert len(_lines(out)) == 3 + 4  # the environment beats the file; -o appends
+    assert len(_lines(out)) == 4  # the environment beats the file
 
 
 async def test_bad_config_file_and_bad_spider(tmp_path: Path) -> None:
