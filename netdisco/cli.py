@@ -20,7 +20,7 @@ from netdisco.crawl.crawler import Crawler, SpiderState
 from netdisco.crawl.feeds import FeedSpec, cli_feed
 from netdisco.crawl.loader import load_spider
 from netdisco.crawl.settings import Settings
-from netdisco.exceptions import NetdiscoError
+from netdisco.exceptions import NetdiscoError, StateDirError
 from netdisco.values import read_toml
 
 log = structlog.get_logger(__name__)
@@ -75,6 +75,9 @@ async def _crawl(args: argparse.Namespace) -> int:
 
     install_signal_handlers(stop)
     await crawler.run()
+    if isinstance(crawler.failure, StateDirError):  # bad input, as at start: exit 2
+        print(f"netdisco: error: {crawler.failure}", file=sys.stderr)
+        return 2
     return 1 if crawler.state is SpiderState.FAILED else 0
 
 

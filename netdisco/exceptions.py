@@ -27,6 +27,9 @@ NetdiscoError
 ├── DuplicateSpider          a spider of that name already runs in the engine
 ├── RegistrationError        ZooKeeper registration cannot proceed
 ├── FrontierUnavailable      the shared frontier (Redis) cannot be reached
+├── FrontierFailed           the frontier cannot go on; the spider ends ``failed``
+│   ├── CrawlLost            Redis lost a shared crawl (restart without persistence, FLUSHALL)
+│   └── StateDirError        a ``state_dir`` that cannot be used (names the path)
 ├── RequestNotShareable      a request cannot be stored in a shared frontier (carries ``url``)
 └── DemoFailed               ``netdisco demo``: a step it shows did not happen in time
 """
@@ -127,6 +130,22 @@ class RegistrationError(NetdiscoError):
 
 class FrontierUnavailable(NetdiscoError):
     """The shared frontier (Redis) cannot be reached."""
+
+
+class FrontierFailed(NetdiscoError):
+    """The frontier cannot go on: the crawl must end ``failed``, never ``finished``."""
+
+
+class CrawlLost(FrontierFailed):
+    """Redis no longer holds the shared crawl this engine joined (its epoch key is gone)."""
+
+
+class StateDirError(FrontierFailed):
+    """A ``state_dir`` that cannot hold a crawl: a file, unwritable, full, foreign or in use."""
+
+    def __init__(self, path: object, message: str) -> None:
+        super().__init__(f"state_dir {str(path)!r}: {message}")
+        self.path = path
 
 
 class HttpStatusError(RequestError):

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import structlog
 from reactivex import Observable
 
 from netdisco.crawl import settings as settings_module
+from netdisco.crawl.acks import Acker, return_parked
 from netdisco.crawl.codec import RequestCodec
 from netdisco.crawl.downloader import Downloader, Parking
 from netdisco.crawl.feeds import feed_pipelines
@@ -29,8 +30,22 @@ from netdisco.crawl.scraper import Scraper
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
 from netdisco.crawl.stats import Stats
-from netdisco.exceptions import DownloadFailed, InvalidTransition, NetdiscoError, RequestError
-from netdisco.frontiers import Connected, Frontier, open_frontier
+from netdisco.crawl.upkeep import (
+    admit_in_batches,
+    close_frontier,
+    persist,
+    release,
+    report_failure,
+    report_progress,
+)
+from netdisco.exceptions import (
+    DownloadFailed,
+    FrontierFailed,
+    InvalidTransition,
+    NetdiscoError,
+    RequestError,
+)
+from netdisco.frontiers import Connected, Frontier, Persistent, open_frontier
 
 log = structlog.get_logger(__name__)
 __all__ = ["TERMINAL", "Crawler", "PushResult", "SpiderState", "frontier_for"]
@@ -42,7 +57,10 @@ POLL_INTERVAL = 0.25
 
 def frontier_for(settings: Settings, spider: Spider, owner: str | None) -> Frontier[Request]:
     """The frontier ``settings.frontier`` names; ``owner`` labels our leases in a shared one."""
-    return open_frontier(settings.frontier, spider.name, RequestCodec(spider), owner=owner)
+    codec = RequestCodec(spider)
+    return open_frontier(
+        settings.frontier, spider.name, codec, owner=owner, state_dir=settings.state_dir
+    )
 
 
 class Crawler:
@@ -75,6 +93,8 @@ class Crawler:
         self.parking = Parking(self.downloader, 4 * self.settings.concurrency)
         self.stream = ItemStream(self.stats, self.settings.item_buffer)
         self.scraper = Scraper(self._admit, self.stream, self.stats)
+        self.acks = Acker(self.frontier, self.stream, self.stats, self.settings, self._fail)
+        self.failure: Exception | None = None  # why the crawl must end failed
         self.feeds = feed_pipelines(self.settings.feeds, spider=self.name, engine=engine)
         self._pipelines = [*pipelines, *spider.pipelines(), *self.feeds]
         self._listeners: list[Callable[[Crawler], None]] = []
@@ -139,6 +159,8 @@ class Crawler:
             raise
         finally:
             self._opening = False
+        if isinstance(self.frontier, Persistent) and self._resume(self.frontier):
+            return
         self.started_at = time.time()
         self.stats.restart_clock()
         self._unpaused.set()
@@ -146,6 +168,14 @@ class Crawler:
         self._main = asyncio.create_task(
             self._run(), name=f"crawler:{self.name}", context=self._context
         )
+
+    def _resume(self, frontier: Persistent) -> bool:
+        """Carry on from a stored crawl; True when it already finished (nothing to do)."""
+        self.stats.restore(frontier.stored_stats())
+        if not frontier.finished:
+            return False
+        self._main = asyncio.create_task(self._close(SpiderState.FINISHED), context=self._context)
+        return True
 
     def pause(self) -> SpiderState:
         """Stop dispatching new requests; those in flight finish."""
@@ -214,60 +244,54 @@ class Crawler:
 
     # ----------------------------------------------------------------- the crawl
     async def _run(self) -> None:
-        progress = asyncio.create_task(self._progress())
+        progress = asyncio.create_task(
+            report_progress(self.frontier, self.stats, self.settings, self._fail)
+        )
+        end = SpiderState.FAILED
         try:
             await self.downloader.open()
             await self.stream.open(self._pipelines)
+            self.acks.start()
             seeding = asyncio.create_task(self._seed())
             self._workers = [
                 asyncio.create_task(self._worker()) for _ in range(self.settings.concurrency)
             ]
             await asyncio.gather(*self._workers, return_exceptions=True)
             seeding.cancel()
+            if self.failure is not None:
+                raise self.failure
             end = SpiderState.STOPPED if self._stopping else SpiderState.FINISHED
         except Exception as exc:  # reported as the spider's failure
-            self.stats.error(f"spider failed: {exc!r}")
-            log.error("spider_failed", error=repr(exc), exc_info=exc)
-            end = SpiderState.FAILED
+            report_failure(self.stats, exc)
         finally:
             progress.cancel()
-            await self._close()
-        self._set_state(end)
-        log.info("spider_closed", state=end.value, **self.stats.as_dict())
+            await self._close(end)
 
-    async def _close(self) -> None:
+    def _fail(self, exc: Exception) -> None:
+        """End the crawl failed: the frontier or the acknowledgements cannot go on."""
+        if self.failure is None:
+            self.failure = exc
+        self._finish()
+
+    async def _close(self, end: SpiderState) -> None:
+        """Acknowledge what is flushed, close pipelines and frontier, enter ``end``."""
+        limit = self.settings.stop_deadline if self._close_timeout is None else self._close_timeout
+        await self.acks.close(max(limit, 1.0))
         await self.stream.close(self._close_timeout)
         await self.downloader.close()
-        for request in self.parking.drain():
-            await self._release(request, requeue=True, bounded=True)
-        try:  # a shared frontier that is down must not keep the spider from closing
-            async with asyncio.timeout(1.0):
-                await self._refresh_counts()
-        except (TimeoutError, NetdiscoError) as exc:
-            log.warning("frontier_counts_unavailable", error=repr(exc))
-        if isinstance(self.frontier, Connected):
-            try:  # hands our leases back; what it cannot, the others' lease sweep will
-                await self.frontier.close()
-            except Exception as exc:
-                log.warning("frontier_close_failed", error=repr(exc))
-
-    async def _release(self, request: Request, *, requeue: bool, bounded: bool) -> None:
-        """End our lease on ``request``; ``bounded`` (closing): a frontier that is down gets 1 s.
-
-        Mid-crawl, a frontier that is down is waited for: the crawl pauses until it is back.
-        """
-        if not bounded:
-            await self.frontier.done(request, requeue=requeue)
-            return
-        try:
-            async with asyncio.timeout(1.0):
-                await self.frontier.done(request, requeue=requeue)
-        except (TimeoutError, NetdiscoError) as exc:
-            log.warning("lease_not_released", url=request.url, error=repr(exc))
+        await return_parked(self.frontier, self.parking.drain(), max(limit, 1.0))
+        if end is SpiderState.FINISHED and self.failure is not None:
+            report_failure(self.stats, self.failure)
+            end = SpiderState.FAILED
+        if not await persist(self.frontier, self.stats, end is SpiderState.FINISHED):
+            end = SpiderState.FAILED
+        self._set_state(end)
+        log.info("spider_closed", state=end.value, **self.stats.as_dict())
+        await close_frontier(self.frontier, self.stats)
 
     async def _seed(self) -> None:
         try:
-            await self._seed_from(self.spider.start())
+            await admit_in_batches(self.spider.start(), self._admit)
         except Exception as exc:  # a broken seed source: the seeds it gave still count
             self.stats.callback_errors += 1
             self.stats.error(f"start(): {exc!r}")
@@ -275,18 +299,6 @@ class Crawler:
         finally:
             self._seeding = False
             self._notify()
-
-    async def _seed_from(self, seeds: AsyncIterator[Request]) -> None:
-        batch: list[Request] = []
-        try:
-            async for request in seeds:
-                batch.append(request)
-                if len(batch) >= 100:
-                    await self._admit(batch)
-                    batch = []
-        finally:
-            if batch:
-                await self._admit(batch)
 
     async def _admit(self, requests: list[Request]) -> list[str | None]:
         reasons = await self.scheduler.admit(requests)
@@ -300,6 +312,12 @@ class Crawler:
             self._work = asyncio.Event()
 
     async def _worker(self) -> None:
+        try:
+            await self._work_loop()
+        except FrontierFailed as exc:
+            self._fail(exc)
+
+    async def _work_loop(self) -> None:
         while not (self._stopping or self._finished):
             if not self._unpaused.is_set():
                 await self._unpaused.wait()
@@ -363,7 +381,10 @@ class Crawler:
             finished = True
         finally:
             self.stats.in_flight -= 1
-            await self._release(request, requeue=not finished, bounded=self._stopping)
+            if finished:  # acknowledged once its items are flushed
+                self.acks.add(request)
+            else:
+                await release(self.frontier, request, requeue=True, bounded=self._stopping)
             self._notify()
 
     async def _failed(self, request: Request, exc: RequestError) -> None:
@@ -376,24 +397,3 @@ class Crawler:
             await self.scraper.run(
                 request.errback, request, exc, url=request.url, depth=request.depth + 1
             )
-
-    async def _refresh_counts(self) -> None:
-        queued, _, seen = await self.frontier.counts()
-        self.stats.queue_size, self.stats.seen = queued, seen
-
-    async def _progress(self) -> None:
-        """Refresh gauges twice a second; log a progress line every ``progress_interval``."""
-        last_line = time.monotonic()
-        while True:
-            await asyncio.sleep(0.5)
-            await self._refresh_counts()
-            interval = self.settings.progress_interval
-            if interval and time.monotonic() - last_line >= interval:
-                last_line = time.monotonic()
-                log.info(
-                    "progress",
-                    pages=self.stats.succeeded,
-                    pages_per_second=round(self.stats.pages.per_second(5), 1),
-                    queue=self.stats.queue_size,
-                    in_flight=self.stats.in_flight,
-                )

@@ -7,6 +7,12 @@ out in ``process``. ``DropItem`` ends an item's way through one pipeline.
 Backpressure: ``process`` may return an awaitable; the stream keeps at most
 ``item_buffer`` of them pending and makes the spider wait when it is full, so a
 slow pipeline slows the crawl instead of growing memory.
+
+Delivery: the crawler acknowledges a request to its frontier only after
+``ItemStream.flush`` (pending work awaited, then every pipeline's ``flush``), so an
+item of an acknowledged page is never lost to a crash (at-least-once). A pipeline that
+buffers must write its buffer out in ``flush``; items an operator holds back (e.g.
+``buffer_with_count``) are not covered until the operator emits them.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import asyncio
 import dataclasses
 import inspect
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -57,7 +64,11 @@ class Pipeline:
         """Acquire resources (files, connections) before the first item."""
 
     async def flush(self) -> None:
-        """Make what was processed so far durable (feeds write it out; others need not)."""
+        """Make what ``process`` received so far survive a crash of this process.
+
+        Awaited before the requests that yielded those items are acknowledged; the
+        crawler batches it (``flush_items``, ``flush_interval``), so it may be costly.
+        """
 
     async def close(self) -> None:
         """Flush and release resources after the last item."""
@@ -69,22 +80,35 @@ class ConsolePipeline(Pipeline):
     def process(self, item: Any) -> None:
         sys.stdout.write(json_line(item))
 
+    async def flush(self) -> None:
+        sys.stdout.flush()
+
 
 class JsonLinesPipeline(Pipeline):
-    """Writes UTF-8 JSON lines to ``path``: one object per line, flushed after every write
-    (a killed process loses none it wrote: its requests are already done) and closed on stop.
+    """Appends UTF-8 JSON lines to ``path``: one object per line (``overwrite``: truncate first).
 
-    A buffering operator upstream makes ``process`` receive lists: each element is a line.
+    Appending is the default so that a resumed crawl keeps what earlier runs wrote.
+    Each call's lines go to the operating system at once (they survive ``kill -9``, and
+    the crawler acknowledges a page only after its items were processed); ``close`` also
+    ``fsync``s (a power loss may lose lines written since). A buffering operator upstream
+    makes ``process`` receive lists: each element is a line.
     """
 
-    def __init__(self, path: str | Path, *, operators: Sequence[Operator] = ()) -> None:
+    def __init__(
+        self, path: str | Path, *, operators: Sequence[Operator] = (), overwrite: bool = False
+    ) -> None:
         self.path = Path(path)
         self.operators = operators
+        self.overwrite = overwrite
         self._file: IO[str] | None = None
 
     async def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("w", encoding="utf-8")
+        self._file = self.path.open("w" if self.overwrite else "a", encoding="utf-8")
+        if self._file.tell() and not _ends_with_newline(self.path):
+            # a line cut short by a crash: end it, so that the next line stays readable
+            log.warning("output_line_incomplete", path=str(self.path))
+            self._file.write("\n")
 
     def process(self, item: Any) -> None:
         assert self._file is not None, "JsonLinesPipeline.open() was not awaited"
@@ -94,9 +118,16 @@ class JsonLinesPipeline(Pipeline):
 
     async def close(self) -> None:
         if self._file is not None:
-            self._file.flush()
+            await self.flush()
+            os.fsync(self._file.fileno())
             self._file.close()
             self._file = None
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with path.open("rb") as file:
+        file.seek(-1, os.SEEK_END)
+        return file.read(1) == b"\n"
 
 
 class CallablePipeline(Pipeline):
@@ -199,14 +230,14 @@ class ItemStream:
         self._subject.on_next(item)
 
     async def flush(self) -> None:
-        """Wait for pending pipeline work, then flush every pipeline."""
+        """Await pending pipeline work, then every pipeline's ``flush``.
+
+        A flush that fails raises: the requests waiting for it must not be acknowledged.
+        """
         if self._pending:
             await asyncio.wait(set(self._pending))
         for pipeline in self._pipelines:
-            try:
-                await pipeline.flush()
-            except Exception as exc:  # flush the others all the same
-                self._failed(pipeline, exc)
+            await pipeline.flush()
 
     async def close(self, timeout: float | None = None) -> None:
         """Complete the stream (flushing buffers), await pending work, close pipelines.

@@ -16,6 +16,7 @@ import structlog
 from netdisco.crawl.pipelines import ItemStream
 from netdisco.crawl.request import CallbackResult, Request
 from netdisco.crawl.stats import Stats
+from netdisco.exceptions import FrontierFailed
 
 log = structlog.get_logger(__name__)
 Admit = Callable[[list[Request]], Awaitable[Any]]
@@ -50,6 +51,8 @@ class Scraper:
                     await self._route(value, requests, depth)
             elif result is not None:
                 await self._route(result, requests, depth)
+        except FrontierFailed:  # not the callback's fault: the crawl cannot go on
+            raise
         except Exception as exc:  # a spider's bug must not stop the crawl
             self.stats.callback_errors += 1
             self.stats.error(f"callback {getattr(callback, '__name__', callback)}: {exc!r}")

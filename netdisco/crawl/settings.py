@@ -48,6 +48,9 @@ class Settings:
     progress_interval: float = 5.0
     item_buffer: int = 256
     frontier: str = "memory"
+    state_dir: str | None = None
+    flush_interval: float = 0.1
+    flush_items: int = 1000
     #: let ``POST .../requests`` push loopback, link-local and private-range URLs
     allow_private_targets: bool = False
     #: hosts whose scope decision and (idle) download slot are kept: about 0.5 KB each
@@ -92,6 +95,7 @@ _POSITIVE = (
     "timeout",
     "connect_timeout",
     "item_buffer",
+    "flush_items",
     "host_cache_size",
     "robots_cache_size",
     "robots_max_age",
@@ -111,6 +115,7 @@ _NON_NEGATIVE = (
     "max_response_size",
     "stop_deadline",
     "progress_interval",
+    "flush_interval",
     "proxy_backoff",
 )
 #: settings with structure of their own, parsed by their module
@@ -128,6 +133,10 @@ def _validate(s: Settings) -> None:
                 raise ConfigError(name, f"invalid regular expression {pattern!r}: {exc}") from exc
     if not s.frontier.startswith(("memory", "redis://", "rediss://", "unix://")):
         raise ConfigError("frontier", f"expected 'memory' or a redis:// URL, got {s.frontier!r}")
+    if s.state_dir is not None and not s.frontier.startswith("memory"):
+        raise ConfigError(
+            "state_dir", "applies to the standalone frontier; a Redis frontier keeps its state"
+        )
     _validate_middleware(s)
     if not s.render_wait.strip():
         raise ConfigError("render_wait", "expected load, networkidle or a CSS selector")

@@ -26,6 +26,16 @@ OUTCOMES = (
     "robots_blocked",
     "too_large",
 )
+#: the counters a resumed crawl carries on from (``totals``, ``restore``)
+TOTALS = (
+    "scheduled",
+    *OUTCOMES,
+    "items",
+    "dropped_items",
+    "pipeline_errors",
+    "callback_errors",
+    "bytes",
+)
 
 
 class Rate:
@@ -141,6 +151,15 @@ class Stats:
     def outcomes(self) -> dict[str, int]:
         """Requests by outcome."""
         return {name: getattr(self, name) for name in OUTCOMES}
+
+    def totals(self) -> dict[str, int]:
+        """The running totals, as a persistent frontier stores them."""
+        return {name: getattr(self, name) for name in TOTALS}
+
+    def restore(self, totals: dict[str, int]) -> None:
+        """Carry on from the totals of an earlier run of the same crawl."""
+        for name in TOTALS:
+            setattr(self, name, int(totals.get(name, 0)))
 
     def count_failure(self, exc: RequestError) -> None:
         """Count a request that came to nothing under its outcome."""

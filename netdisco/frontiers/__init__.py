@@ -1,8 +1,10 @@
 """Frontiers: where one crawl's requests wait, in this process or shared by engines.
 
-``open_frontier`` turns a ``frontier`` setting into a frontier: ``memory`` (the
-default, :mod:`netdisco.frontiers.memory`) or a ``redis://`` URL
-(:mod:`netdisco.frontiers.redis`, several engines on one crawl). This layer sits
+``open_frontier`` turns the ``frontier`` and ``state_dir`` settings into a frontier:
+``memory`` (the default, :mod:`netdisco.frontiers.memory`), ``memory`` with a
+``state_dir`` (:mod:`netdisco.frontiers.sqlite`, a crawl that resumes after a stop or
+a crash) or a ``redis://`` URL (:mod:`netdisco.frontiers.redis`, several engines on
+one crawl). This layer sits
 below the crawl: it queues anything with a fingerprint and a priority
 (:class:`~netdisco.frontiers.base.Queued`) and never imports ``netdisco.crawl``.
 """
@@ -15,6 +17,7 @@ from netdisco.frontiers.base import (
     Connected,
     Frontier,
     HostReserving,
+    Persistent,
     Queued,
     R,
     SharedRobots,
@@ -28,15 +31,30 @@ __all__ = [
     "Frontier",
     "HostReserving",
     "MemoryFrontier",
+    "Persistent",
     "Queued",
     "SharedRobots",
     "open_frontier",
 ]
 
 
-def open_frontier(url: str, name: str, codec: Codec[R], *, owner: str | None = None) -> Frontier[R]:
-    """The frontier ``url`` names for the crawl ``name``; ``owner`` labels our leases."""
+def open_frontier(
+    url: str,
+    name: str,
+    codec: Codec[R],
+    *,
+    owner: str | None = None,
+    state_dir: str | None = None,
+) -> Frontier[R]:
+    """The frontier ``url`` names for the crawl ``name``; ``owner`` labels our leases.
+
+    ``state_dir`` keeps a standalone (``memory``) crawl in SQLite there, so it resumes.
+    """
     if url.startswith("memory"):
+        if state_dir:
+            from netdisco.frontiers.sqlite import SqliteFrontier
+
+            return SqliteFrontier(state_dir, name, codec)
         return MemoryFrontier()
     from netdisco.frontiers.redis.frontier import RedisFrontier  # redis-py only when asked
     from netdisco.frontiers.redis.hosts import HostQueueFrontier

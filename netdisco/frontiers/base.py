@@ -114,6 +114,32 @@ class Connected(Protocol):
 
 
 @runtime_checkable
+class Persistent(Protocol):
+    """A frontier that outlives the process (SQLite ``state_dir``): a rerun resumes it.
+
+    It remembers that its crawl finished, so that a rerun says so instead of crawling
+    again, and keeps the crawl's counters with its commits.
+    """
+
+    @property
+    def finished(self) -> bool:
+        """The crawl stored here ran to its end."""
+        ...
+
+    def stored_stats(self) -> dict[str, int]:
+        """The counters saved by the last run (empty for a new crawl)."""
+        ...
+
+    def store_stats(self, stats: dict[str, int]) -> None:
+        """Save ``stats`` with the next commit."""
+        ...
+
+    async def mark_finished(self) -> None:
+        """Record, durably, that the crawl ran to its end."""
+        ...
+
+
+@runtime_checkable
 class Claims(Protocol):
     """A frontier that can mark fingerprints seen without queueing them (redirect targets)."""
 

@@ -233,8 +233,8 @@ async def test_orphaned_lease_from_a_lost_reply_is_requeued(frontier: Factory, s
     k = a.keys
     client = aioredis.Redis.from_url(a.options.url)
     try:  # Redis leased it to "a", but "a" never saw the reply
-        keys = [k.queue, k.leases, k.owner, k.owned("a"), k.payload, k.take_token("t")]
-        await client.eval(TAKE_LUA, 6, *keys, "a", 30000, 1)
+        keys = [k.queue, k.leases, k.owner, k.owned("a"), k.payload, k.take_token("t"), k.epoch]
+        await client.eval(TAKE_LUA, 7, *keys, "a", 30000, 1, a.epoch)
     finally:
         await client.aclose()
     await a.beat()
@@ -247,11 +247,11 @@ async def test_a_retried_take_gets_the_same_request(frontier: Factory, spider: S
     a = frontier("a")
     await a.add(requests_for(spider, 2))
     k = a.keys
-    keys = [k.queue, k.leases, k.owner, k.owned("a"), k.payload, k.take_token("same")]
+    keys = [k.queue, k.leases, k.owner, k.owned("a"), k.payload, k.take_token("same"), k.epoch]
     client = aioredis.Redis.from_url(a.options.url)
     try:
-        first = await client.eval(TAKE_LUA, 6, *keys, "a", 30000, 1)
-        again = await client.eval(TAKE_LUA, 6, *keys, "a", 30000, 1)
+        first = await client.eval(TAKE_LUA, 7, *keys, "a", 30000, 1, a.epoch)
+        again = await client.eval(TAKE_LUA, 7, *keys, "a", 30000, 1, a.epoch)
     finally:
         await client.aclose()
     assert first == again

@@ -11,7 +11,7 @@ import pytest
 from netdisco import Crawler, Request, Settings
 from netdisco.crawl.codec import RequestCodec
 from netdisco.crawl.crawler import frontier_for
-from netdisco.exceptions import ConfigError
+from netdisco.exceptions import ConfigError, CrawlLost
 from netdisco.frontiers import HostReserving
 from netdisco.frontiers.redis import RedisFrontier, RedisOptions
 from netdisco.frontiers.redis.hosts import HostKeys, HostQueueFrontier
@@ -208,8 +208,12 @@ async def test_a_slow_host_holds_no_worker_across_engines(
     redis_url: str,
 ) -> None:
     slow, fast = hosts
-    settings = Settings(
-        frontier=redis_url, concurrency=2, per_host_concurrency=1, obey_robots=False
+    settings = Settings(  # a slot is freed by the ack, which waits for a pipeline flush
+        frontier=redis_url,
+        concurrency=2,
+        per_host_concurrency=1,
+        obey_robots=False,
+        flush_interval=0.01,
     )
     crawlers = [Crawler(TwoHosts(slow.base, fast.base), settings) for _ in range(2)]
     for crawler in crawlers:  # two engines on one crawl (the second's seeds are seen)
@@ -220,3 +224,17 @@ async def test_a_slow_host_holds_no_worker_across_engines(
     # one slow request at a time for the whole crawl; the fast pages did not wait for it
     second_slow = sorted(slow.arrivals.values())[1]
     assert max(fast.arrivals.values()) < second_slow
+
+
+async def test_every_host_script_refuses_a_lost_crawl(frontier: Factory, spider: SiteSpider):
+    a = frontier("a")
+    await a.add(on(spider, "one.test", "p0", "p1"))
+    taken = await a.take()
+    assert taken is not None
+    await a._redis.delete(a.keys.epoch)  # as after a restart without persistence
+    with pytest.raises(CrawlLost, match="lost the crawl"):
+        await a.take()
+    with pytest.raises(CrawlLost):
+        await a.add(on(spider, "one.test", "p2"))
+    with pytest.raises(CrawlLost):
+        await a.back_off(taken, 1.0)

@@ -71,12 +71,14 @@ async def test_json_lines_are_utf8_dataclasses_closed_on_stop(site: Site, tmp_pa
 
 
 async def test_json_lines_reach_the_file_before_close(tmp_path: Path) -> None:
-    """A SIGKILLed engine never closes its pipeline: what it wrote must already be in the file."""
+    """A SIGKILLed engine never closes its pipeline: what it flushed (the crawler flushes
+    before it acknowledges the requests that yielded the items) must be in the file."""
     out = tmp_path / "items.jsonl"
     pipeline = JsonLinesPipeline(out)
     await pipeline.open()
     pipeline.process({"url": "http://127.0.0.1/0"})
     pipeline.process([{"url": "http://127.0.0.1/1"}, {"url": "http://127.0.0.1/2"}])
+    await pipeline.flush()
     assert len(out.read_text().splitlines()) == 3
     await pipeline.close()
 

@@ -12,10 +12,10 @@ from typing import Any, Generic, TypeVar
 import structlog
 from redis import asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from netdisco.exceptions import FrontierUnavailable, RequestNotShareable
+from netdisco.exceptions import CrawlLost, FrontierUnavailable, RequestNotShareable
 from netdisco.frontiers.base import Codec, Queued, R
 from netdisco.frontiers.redis.leases import (
     Keys,
@@ -25,7 +25,7 @@ from netdisco.frontiers.redis.leases import (
 )
 from netdisco.frontiers.redis.leases import sweep_expired as sweep_leases
 from netdisco.frontiers.redis.options import RedisOptions, bloom_offsets, redact
-from netdisco.frontiers.redis.scripts import ADD_LUA, CLAIM_LUA, DONE_LUA, TAKE_LUA
+from netdisco.frontiers.redis.scripts import ADD_LUA, CLAIM_LUA, DONE_LUA, LOST, TAKE_LUA
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -85,6 +85,7 @@ class RedisFrontier(Generic[R]):
         self._open_lock = asyncio.Lock()
         self._down_since: float | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self.epoch = ""  # the crawl we joined: see open()
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -96,6 +97,7 @@ class RedisFrontier(Generic[R]):
             try:
                 await self._redis.ping()
                 await self._redis.sadd(spiders_key(self.options.prefix), self.name)
+                self.epoch = await self._join()
             except RedisError as exc:
                 raise FrontierUnavailable(
                     f"cannot reach Redis at {redact(self.options.url)}: {exc}"
@@ -103,7 +105,27 @@ class RedisFrontier(Generic[R]):
             self._opened = True
             self._heartbeat = asyncio.create_task(self._beat_forever(), name="frontier-heartbeat")
             self._listener = asyncio.create_task(self._listen(), name="frontier-listener")
-            log.info("frontier_opened", url=redact(self.options.url), owner=self.owner)
+            log.info(
+                "frontier_opened", url=redact(self.options.url), owner=self.owner, epoch=self.epoch
+            )
+
+    async def _join(self) -> str:
+        """The crawl's epoch, written by whichever engine creates the crawl first.
+
+        Every script checks it: a Redis that lost the crawl no longer holds it, and the
+        engines that joined before fail instead of reading an empty queue as the end.
+        """
+        await self._redis.set(self.keys.epoch, uuid.uuid4().hex, nx=True)
+        epoch = await self._redis.get(self.keys.epoch)
+        return epoch.decode() if isinstance(epoch, bytes) else str(epoch)
+
+    def _lost(self, found: str) -> CrawlLost:
+        what = "no crawl" if found in ("false", "None") else f"another crawl (epoch {found})"
+        return CrawlLost(
+            f"Redis at {redact(self.options.url)} lost the crawl of spider {self.name!r}: it "
+            f"holds {what} instead of epoch {self.epoch} (restarted without persistence, "
+            "FLUSHALL or failover to an empty replica); its queue, leases and seen set are gone"
+        )
 
     async def close(self, *, hand_back: bool = True) -> int:
         """Stop the heartbeat, hand our leases back (graceful stop), disconnect."""
@@ -161,8 +183,10 @@ class RedisFrontier(Generic[R]):
 
     def _add_entries(self, entries: list[str | bytes]) -> Awaitable[Any]:
         k = self.keys
-        keys = [k.seen, k.seen_count, k.queue, k.payload, k.seq]
-        return self._add(keys=keys, args=[self.options.seen, k.added_channel, *entries])
+        keys = [k.seen, k.seen_count, k.queue, k.payload, k.seq, k.epoch]
+        nonce = uuid.uuid4().hex[:8]  # makes this call's ids unique
+        args = [self.options.seen, k.added_channel, self.epoch, nonce, *entries]
+        return self._add(keys=keys, args=args)
 
     async def claim(self, requests: Sequence[Queued]) -> list[bool]:
         """Mark fingerprints seen without queueing (redirect targets); say which were new."""
@@ -230,11 +254,14 @@ class RedisFrontier(Generic[R]):
                     pipe.scard(self.keys.seen)
                 else:
                     pipe.get(self.keys.seen_count)
+                pipe.get(self.keys.epoch)
                 pipe.zcard(self.keys.queue)
                 self._count_queued(pipe)
                 return await pipe.execute()
 
-        leased, seen, *queued = await self._call(read)
+        leased, seen, epoch, *queued = await self._call(read)
+        if epoch is None or epoch.decode() != self.epoch:
+            raise self._lost(str(epoch if epoch is None else epoch.decode()))
         return sum(int(n or 0) for n in queued), int(leased), int(seen or 0)
 
     def _count_queued(self, pipe: Any) -> None:
@@ -268,14 +295,14 @@ class RedisFrontier(Generic[R]):
     async def _take_once(self) -> Any:
         k = self.keys
         token = k.take_token(uuid.uuid4().hex)  # the same for every retry of this take
-        keys = [k.queue, k.leases, k.owner, k.owned(self.owner), k.payload, token]
-        args: list[str | int] = [self.owner, self._ttl_ms, self.options.prefetch]
+        keys = [k.queue, k.leases, k.owner, k.owned(self.owner), k.payload, token, k.epoch]
+        args: list[str | int] = [self.owner, self._ttl_ms, self.options.prefetch, self.epoch]
         return await self._call(lambda: self._take(keys=keys, args=args))
 
     async def _release(self, rids: list[str], *, requeue: bool) -> None:
         k = self.keys
-        keys = [k.leases, k.owner, k.owned(self.owner), k.payload, k.queue]
-        args = [self.owner, "1" if requeue else "0", *rids]
+        keys = [k.leases, k.owner, k.owned(self.owner), k.payload, k.queue, k.epoch]
+        args = [self.owner, "1" if requeue else "0", self.epoch, *rids]
         await self._call(lambda: self._done(keys=keys, args=args))
 
     async def _flush(self) -> None:
@@ -283,16 +310,25 @@ class RedisFrontier(Generic[R]):
             batch, self._acks = self._acks, []
             try:
                 await self._release(batch, requeue=False)
+            except CrawlLost as exc:  # the next take or count reports it, once
+                log.debug("frontier_ack_failed", count=len(batch), error=str(exc))
             except Exception:  # not acked: the orphan check returns them (a duplicate)
                 log.exception("frontier_ack_failed", count=len(batch))
             self._unacked.difference_update(batch)
 
     async def _call(self, operation: Callable[[], Awaitable[T]]) -> T:
-        """One round trip; while Redis is unreachable, wait and try again (logged once)."""
+        """One round trip; while Redis is unreachable, wait and try again (logged once).
+
+        ``CrawlLost`` when a script finds that Redis no longer holds our crawl.
+        """
         delay = _RETRY_FIRST
         while True:
             try:
                 result = await operation()
+            except ResponseError as exc:
+                if str(exc).startswith(LOST):  # "NETDISCO_LOST <epoch found> [script: ...]"
+                    raise self._lost([*str(exc).split(), "?"][1]) from None
+                raise
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 if self._down_since is None:
                     self._down_since = time.monotonic()

@@ -24,7 +24,12 @@ token; ARGV key prefix, delay (us), slots per host, trace (1/0), channel, epoch.
 
 from __future__ import annotations
 
-HOST_PRELUDE = """
+from netdisco.frontiers.redis.scripts import MARK_SEEN_LUA, _fenced
+
+#: the crawl's epoch first (KEYS[11], ARGV[6]), as every script of the frontier
+HOST_PRELUDE = (
+    _fenced(11, 6)
+    + """
 local pre, delay, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local tracing, channel = ARGV[4] == '1', ARGV[5]
 local K_token = KEYS[12]
@@ -105,26 +110,19 @@ local function finish(owner, id, requeue, wait, body, credit)
   end
 end
 """
+)
 
 #: ARGV (after the prelude) mode, nonce (makes this call's ids unique, as ``ADD_LUA``),
 #: then per request: seen key, dont_filter, priority, host, JSON -> 1/0 each
 HOST_ADD_LUA = (
     HOST_PRELUDE
+    + MARK_SEEN_LUA
     + """
 local K_seen, K_seen_n, K_seq = KEYS[13], KEYS[14], KEYS[15]
-local function unseen(key)
-  if ARGV[7] ~= 'bloom' then return redis.call('SADD', K_seen, key) == 1 end
-  local fresh = false
-  for off in string.gmatch(key, '%d+') do
-    fresh = (redis.call('SETBIT', K_seen, off, 1) == 0) or fresh
-  end
-  if fresh then redis.call('INCR', K_seen_n) end
-  return fresh
-end
 local out, added = {}, 0
 for i = 9, #ARGV, 5 do
   out[#out + 1] = 0
-  if unseen(ARGV[i]) or ARGV[i + 1] == '1' then
+  if mark_seen(ARGV[7], ARGV[i], K_seen, K_seen_n) or ARGV[i + 1] == '1' then
     local id = string.format('%015d-%s', redis.call('INCR', K_seq), ARGV[8])
     redis.call('HSET', K_payload, id, ARGV[i + 4])
     enqueue(ARGV[i + 3], id, -tonumber(ARGV[i + 2]))

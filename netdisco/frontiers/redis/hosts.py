@@ -83,11 +83,6 @@ class HostKeys(Keys):
         return self._key(f"robots:{origin}")
 
     @property
-    def crawl_epoch(self) -> str:
-        """String: the crawl's epoch (scripts will check it, as the lease scripts do)."""
-        return self._key("epoch")
-
-    @property
     def trace(self) -> str:
         """List: ``start|end <us> <host> <id>`` per slot taken and released, if traced
         (an end's time is when the host's delay runs from)."""
@@ -249,11 +244,11 @@ class HostQueueFrontier(RedisFrontier[R]):
             k.owner,
             k.owned(self.owner),
             k.trace,
-            k.crawl_epoch,
+            k.epoch,
             token or k.take_token("-"),
         ]
 
     def _prelude(self) -> list[str | int]:
         trace = "1" if self.options.trace else "0"
         k = self.keys
-        return [k.host_prefix, self._delay_us, self._per_host, trace, k.added_channel, ""]
+        return [k.host_prefix, self._delay_us, self._per_host, trace, k.added_channel, self.epoch]

@@ -115,6 +115,11 @@ class Keys:
         return self._key("seq")
 
     @property
+    def epoch(self) -> str:
+        """String: a random id written when the crawl is created; every script checks it."""
+        return self._key("epoch")
+
+    @property
     def leases(self) -> str:
         """Sorted set: leased request id by deadline (ms, Redis clock)."""
         return self._key("leases")

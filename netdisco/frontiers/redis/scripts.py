@@ -8,6 +8,19 @@ from __future__ import annotations
 
 from netdisco.frontiers.redis.leases import NOW_LUA, REQUEUE_LUA
 
+#: the error a script answers when the crawl's epoch key is not the one the engine joined
+LOST = "NETDISCO_LOST"
+
+
+def _fenced(key: int, arg: int) -> str:
+    """Lua that refuses to run on a crawl other than ours: Redis lost it (restart without
+    persistence, FLUSHALL) or it was created anew. Checked before any write."""
+    return (
+        f"local epoch = redis.call('GET', KEYS[{key}])\n"
+        f"if epoch ~= ARGV[{arg}] then return redis.error_reply('{LOST} ' .. tostring(epoch)) end\n"
+    )
+
+
 #: marks one seen key (a fingerprint, or Bloom offsets) in the seen set: true if it was new
 MARK_SEEN_LUA = """
 local function mark_seen(mode, key, seen, seen_count)
@@ -22,18 +35,21 @@ local function mark_seen(mode, key, seen, seen_count)
   return redis.call('SADD', seen, key) == 1
 end
 """
-#: KEYS seen, seen_count, queue, payload, seq; ARGV mode, channel, then per request:
-#: seen key (fingerprint or Bloom offsets), dont_filter, priority, JSON -> 1/0 each.
-#: Publishing what was added wakes the engines whose workers wait for work.
+#: KEYS seen, seen_count, queue, payload, seq, epoch; ARGV mode, channel, epoch, nonce,
+#: then per request: seen key (fingerprint or Bloom offsets), dont_filter, priority,
+#: JSON -> 1/0 each. Publishing what was added wakes the engines whose workers wait.
+#: An id is the sequence number (FIFO within a priority) and the caller's random nonce,
+#: so that an id is never reused, even when Redis rolled back the sequence (AOF).
 ADD_LUA = (
-    MARK_SEEN_LUA
+    _fenced(6, 3)
+    + MARK_SEEN_LUA
     + """
 local out = {}
 local added = 0
-for i = 3, #ARGV, 4 do
+for i = 5, #ARGV, 4 do
   local new = mark_seen(ARGV[1], ARGV[i], KEYS[1], KEYS[2])
   if new or ARGV[i + 1] == '1' then
-    local id = string.format('%015d', redis.call('INCR', KEYS[5]))
+    local id = string.format('%015d-%s', redis.call('INCR', KEYS[5]), ARGV[4])
     redis.call('HSET', KEYS[4], id, ARGV[i + 3])
     redis.call('ZADD', KEYS[3], -tonumber(ARGV[i + 2]), id)
     out[#out + 1] = 1
@@ -58,12 +74,14 @@ end
 return out
 """
 )
-#: KEYS queue, leases, owner, owned, payload, take token; ARGV owner, ttl ms, count
+#: KEYS queue, leases, owner, owned, payload, take token, epoch; ARGV owner, ttl ms, count,
+#: epoch
 #: -> id, JSON, id, JSON... (up to count), or when none is queued the number leased.
 #: The token makes a retried take (its reply
 #: was lost with the connection) get the requests it already leased, not orphan them.
 TAKE_LUA = (
     NOW_LUA
+    + _fenced(7, 4)
     + """
 local ids = {}
 local prior = redis.call('GET', KEYS[6])
@@ -88,13 +106,14 @@ end
 return out
 """
 )
-#: KEYS leases, owner, owned, payload, queue; ARGV owner, requeue (1/0), ids...
+#: KEYS leases, owner, owned, payload, queue, epoch; ARGV owner, requeue (1/0), epoch, ids...
 #: A request requeued by recovery but finished by its old owner after all is
 #: taken out of the queue again, saving a duplicate fetch.
 DONE_LUA = (
     REQUEUE_LUA
+    + _fenced(6, 3)
     + """
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   local id = ARGV[i]
   if redis.call('HGET', KEYS[2], id) == ARGV[1] then
     redis.call('HDEL', KEYS[2], id)

@@ -1,0 +1,120 @@
+"""Acknowledgements: a request leaves the frontier only once its items are safe.
+
+A finished request is acknowledged (``frontier.done``) only after the items its
+callback yielded were handed to every pipeline and the pipelines flushed them
+(``ItemStream.flush``). So items are at-least-once with every frontier: a crash
+before the acknowledgement means the page is fetched again, never that its items
+are lost. Flushes are batched, one per ``flush_items`` items or ``flush_interval``
+seconds, and the workers do not wait for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from contextlib import suppress
+
+import structlog
+
+from netdisco.crawl.pipelines import ItemStream
+from netdisco.crawl.request import Request
+from netdisco.crawl.settings import Settings
+from netdisco.crawl.stats import Stats
+from netdisco.exceptions import NetdiscoError
+from netdisco.frontiers import Frontier
+
+log = structlog.get_logger(__name__)
+
+
+class Acker:
+    """Batches flush-then-acknowledge for the requests the workers finished."""
+
+    def __init__(
+        self,
+        frontier: Frontier[Request],
+        stream: ItemStream,
+        stats: Stats,
+        settings: Settings,
+        on_failure: Callable[[Exception], None],
+    ) -> None:
+        self.frontier = frontier
+        self.stream = stream
+        self.stats = stats
+        self.interval = settings.flush_interval
+        self.items = settings.flush_items
+        self._on_failure = on_failure
+        self._pending: list[Request] = []
+        self._wake = asyncio.Event()
+        self._full = asyncio.Event()
+        self._mark = 0  # stats.items at the last flush
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def pending(self) -> int:
+        """Requests finished and not yet acknowledged."""
+        return len(self._pending)
+
+    def start(self) -> None:
+        """Run the batching loop on the running event loop."""
+        self._task = asyncio.create_task(self._loop(), name="acks")
+
+    def add(self, request: Request) -> None:
+        """``request`` is finished: acknowledge it after the next flush."""
+        self._pending.append(request)
+        self._wake.set()
+        if self.stats.items - self._mark >= self.items:
+            self._full.set()
+
+    async def _loop(self) -> None:
+        try:
+            while not self._closing:
+                await self._wake.wait()
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._full.wait(), self.interval)
+                await self.flush()
+        except Exception as exc:  # the crawl cannot go on without its acknowledgements
+            self._on_failure(exc)
+
+    async def flush(self) -> None:
+        """Flush every pipeline, then acknowledge every request finished before it."""
+        batch, self._pending = self._pending, []
+        self._wake.clear()
+        self._full.clear()
+        self._mark = self.stats.items
+        if batch:
+            await self.stream.flush()
+            for request in batch:  # a frontier batches acks itself (Redis, SQLite)
+                await self.frontier.done(request)
+
+    async def close(self, timeout: float) -> None:
+        """Let a flush under way end, then flush and acknowledge the rest, within ``timeout``."""
+        self._closing = True
+        self._wake.set()
+        self._full.set()
+        try:
+            async with asyncio.timeout(timeout):
+                if self._task is not None:
+                    await asyncio.gather(self._task, return_exceptions=True)
+                await self.flush()
+        except TimeoutError:
+            log.warning("acks_not_flushed", pending=len(self._pending), timeout=timeout)
+        except Exception as exc:  # not acknowledged: fetched again next time, never lost
+            self._on_failure(exc)
+
+
+async def return_parked(
+    frontier: Frontier[Request], requests: Sequence[Request], deadline: float
+) -> None:
+    """Put requests held aside for busy hosts back, all at once, within one ``deadline``.
+
+    A frontier that is down (Redis) must not hold a stopping spider for a deadline
+    per request; what is not returned in time, the lease sweep of others returns.
+    """
+    if not requests:
+        return
+    try:
+        async with asyncio.timeout(deadline):
+            await asyncio.gather(*(frontier.done(r, requeue=True) for r in requests))
+    except (TimeoutError, NetdiscoError) as exc:
+        log.warning("parked_not_returned", count=len(requests), error=repr(exc))
