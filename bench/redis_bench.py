@@ -36,32 +36,11 @@ from urllib.parse import urlsplit
 
 import redis
 import structlog
+from pages import load_pages, serve_pages
 
 #: the crawl benchmark harness (bench/harness/)
 GEN_SITE = Path(__file__).resolve().parent / "harness" / "gen_site.py"
 HERE = Path(__file__).resolve()
-
-
-async def serve(root: str, port: int, delay: float, hosts: int) -> None:
-    """The slow site: every page from memory after ``delay`` seconds, on ``hosts`` addresses."""
-    from aiohttp import web
-
-    base = Path(root)
-    pages = {"/" + str(p.relative_to(base)): p.read_bytes() for p in base.rglob("*.html")}  # noqa: ASYNC240 - before serving
-
-    async def handle(request: web.BaseRequest) -> web.StreamResponse:
-        await asyncio.sleep(delay)
-        body = pages.get(request.path)
-        if body is None:
-            return web.Response(status=404)
-        return web.Response(body=body, content_type="text/html")
-
-    runner = web.ServerRunner(web.Server(handle), access_log=None)
-    await runner.setup()
-    for address in addresses(hosts):
-        await web.TCPSite(runner, address, port, backlog=4096).start()
-    print("serving", flush=True)
-    await asyncio.Event().wait()
 
 
 def addresses(hosts: int) -> list[str]:
@@ -277,7 +256,9 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "serve":
-        asyncio.run(serve(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])))
+        pages = load_pages(Path(sys.argv[2]))
+        hosts = addresses(int(sys.argv[5]))
+        asyncio.run(serve_pages(pages, int(sys.argv[3]), delay=float(sys.argv[4]), hosts=hosts))
     elif len(sys.argv) > 1 and sys.argv[1] == "engine":
         url, bases, concurrency, delay, per_host = sys.argv[2:7]
         asyncio.run(engine(url, bases, int(concurrency), float(delay), int(per_host)))

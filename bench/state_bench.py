@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from pages import load_pages, serve_pages
 
 from netdisco import Crawler, Response, Settings, Spider
 from netdisco.frontiers.sqlite import Store
@@ -67,24 +67,6 @@ async def crawl(base: str, state_dir: str | None, output: str) -> dict[str, Any]
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "state": crawler.state.value,
     }
-
-
-def load_site(root: Path) -> dict[str, bytes]:
-    return {"/" + str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*.html")}
-
-
-async def serve(pages: dict[str, bytes], port: int) -> None:
-
-    async def handle(request: web.BaseRequest) -> web.StreamResponse:
-        body = pages.get(request.path)
-        if body is None:
-            return web.Response(status=404)
-        return web.Response(body=body, content_type="text/html")
-
-    runner = web.ServerRunner(web.Server(handle), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port, backlog=4096).start()
-    await asyncio.Event().wait()
 
 
 def one_run(base: str, persistent: bool, work: Path) -> dict[str, Any]:
@@ -170,7 +152,7 @@ def main() -> None:
         print(json.dumps(asyncio.run(crawl(base, state, output))))
         return
     if sys.argv[1:2] == ["--serve"]:
-        asyncio.run(serve(load_site(Path(sys.argv[2])), int(sys.argv[3])))
+        asyncio.run(serve_pages(load_pages(Path(sys.argv[2])), int(sys.argv[3])))
         return
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--pages", type=int, default=20000)

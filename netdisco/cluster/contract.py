@@ -240,11 +240,3 @@ def tombstone_owner(name: str) -> tuple[str, int] | None:
         return engine_id, int(czxid, 16)
     except ValueError:
         return None
-
-
-def engine_id_of(root: str, path: str) -> str | None:
-    """The engine id a child path of ``root`` names, or None for any other path."""
-    prefix = root.rstrip("/") + "/"
-    if not path.startswith(prefix) or "/" in path[len(prefix) :]:
-        return None
-    return path[len(prefix) :] or None

@@ -18,6 +18,7 @@ from typing import Any
 from netdisco._version import __version__
 from netdisco.crawl.feeds.spec import FeedSpec, parse_feeds
 from netdisco.exceptions import ConfigError
+from netdisco.frontiers import is_shared
 from netdisco.values import convert, field_types, parse_strings
 
 DEFAULT_USER_AGENT = f"netdisco/{__version__} (+https://pypi.org/project/netdiscovery/)"
@@ -131,9 +132,9 @@ def _validate(s: Settings) -> None:
                 re.compile(pattern)
             except re.error as exc:
                 raise ConfigError(name, f"invalid regular expression {pattern!r}: {exc}") from exc
-    if not s.frontier.startswith(("memory", "redis://", "rediss://", "unix://")):
+    if not (s.frontier.startswith("memory") or is_shared(s.frontier)):
         raise ConfigError("frontier", f"expected 'memory' or a redis:// URL, got {s.frontier!r}")
-    if s.state_dir is not None and not s.frontier.startswith("memory"):
+    if s.state_dir is not None and is_shared(s.frontier):
         raise ConfigError(
             "state_dir", "applies to the standalone frontier; a Redis frontier keeps its state"
         )

@@ -127,12 +127,7 @@ class SpiderEngine:
             pid=os.getpid(),
             version=__version__,
             started_at=self.started_at,
-            spiders=tuple(
-                SpiderSummary(
-                    name=c.name, state=str(c.state), next_run=self._timetable.next_run(c.name)
-                )
-                for c in self._crawlers.values()
-            ),
+            spiders=tuple(self._node_entry(c) for c in self._crawlers.values()),
             state=NodeState.RUNNING,
         )
 

@@ -15,6 +15,7 @@ import structlog
 
 from netdisco.cluster.contract import EnginePayload
 from netdisco.engine.api import ServedEngine
+from netdisco.frontiers import is_shared
 
 log = structlog.get_logger(__name__)
 
@@ -91,7 +92,7 @@ def lease_keeper(frontier: str, zookeeper: ZooKeeperSettings, incarnation: str) 
 
 def run_claim(frontier: str, crawl: str, owner: str) -> Callable[[float], Awaitable[bool]] | None:
     """With a shared frontier: a claim so one engine of the cluster runs each tick."""
-    if not frontier.startswith(("redis://", "rediss://", "unix://")):
+    if not is_shared(frontier):
         return None
 
     async def claim(tick: float) -> bool:
@@ -116,7 +117,7 @@ class LeaseKeepers:
 
     async def ensure(self, frontier: str) -> None:
         """Watch for lost engines of ``frontier`` (with ZooKeeper and a shared frontier)."""
-        if self._zookeeper is None or frontier.startswith("memory") or frontier in self._keepers:
+        if self._zookeeper is None or not is_shared(frontier) or frontier in self._keepers:
             return
         keeper = lease_keeper(frontier, self._zookeeper, self._incarnation)
         self._keepers[frontier] = keeper

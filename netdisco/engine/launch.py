@@ -9,7 +9,7 @@ Everything is checked before anything starts, so a bad request starts nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from netdisco.crawl import settings as crawl_settings
@@ -31,7 +31,6 @@ class Launch:
     name: str
     settings: Settings
     schedule: Schedule | None = None
-    table: Mapping[str, Any] = field(default_factory=dict)
 
     def spider(self) -> type[Spider]:
         """The spider class, renamed when the request gave another name."""
@@ -79,9 +78,7 @@ def from_body(body: Any, allowed: Sequence[str]) -> Launch:
     if not isinstance(name, str) or not name or "/" in name:
         raise ConfigError("name", f"expected a spider name without '/', got {name!r}")
     settings = spider_settings(spider_class, table, "settings")
-    return Launch(
-        spider_class=spider_class, name=name, settings=settings, schedule=schedule, table=table
-    )
+    return Launch(spider_class=spider_class, name=name, settings=settings, schedule=schedule)
 
 
 def add_configured(engine: SpiderEngineLike, config: EngineConfig) -> None:

@@ -34,8 +34,18 @@ __all__ = [
     "Persistent",
     "Queued",
     "SharedRobots",
+    "is_shared",
     "open_frontier",
 ]
+
+
+#: URL schemes of frontiers that engines share (Redis, over TCP, TLS or a Unix socket)
+SHARED_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def is_shared(url: str) -> bool:
+    """Whether the frontier ``url`` names is one crawl shared by several engines."""
+    return url.startswith(SHARED_SCHEMES)
 
 
 def open_frontier(
@@ -50,7 +60,7 @@ def open_frontier(
 
     ``state_dir`` keeps a standalone (``memory``) crawl in SQLite there, so it resumes.
     """
-    if url.startswith("memory"):
+    if not is_shared(url):
         if state_dir:
             from netdisco.frontiers.sqlite import SqliteFrontier
 

@@ -173,3 +173,30 @@ def make_request(spider: SiteSpider, url: str, **kwargs: Any) -> Request:
 
 if __name__ == "__main__":
     run_engine(sys.argv[1:])
+
+
+_GEN_SPIDER = """
+from netdisco import Spider
+from netdisco.crawl.pipelines import JsonLinesPipeline
+
+class Gen(Spider):
+    name = "gensite"
+    allowed_domains = ["127.0.0.1"]
+    start_urls = ["{base}/index.html"]
+
+    def pipelines(self):
+        return [JsonLinesPipeline({output!r})] if {output!r} else []
+
+    def parse(self, response):
+        yield {{"url": response.url}}
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, callback=self.parse)
+"""
+
+
+def gen_spider_source(base: str, output: str | None = None) -> str:
+    """A spider file (class ``Gen``) that crawls the generated site at ``base``.
+
+    With ``output``, the spider itself writes its items there as JSON lines.
+    """
+    return _GEN_SPIDER.format(base=base, output=output or "")

@@ -19,21 +19,7 @@ import pytest
 
 from netdisco.testing import eventually, free_port
 from tests.netdisco.conftest import PAGES
-from tests.netdisco.redis_support import SiteServer
-
-SPIDER = """
-from netdisco import Spider
-
-class Gen(Spider):
-    name = "gensite"
-    allowed_domains = ["127.0.0.1"]
-    start_urls = ["{base}/index.html"]
-
-    def parse(self, response):
-        yield {{"url": response.url}}
-        for href in response.css("a::attr(href)").getall():
-            yield response.follow(href, callback=self.parse)
-"""
+from tests.netdisco.redis_support import SiteServer, gen_spider_source
 
 CONFIG = """
 [engine]
@@ -82,7 +68,7 @@ async def test_sigkill_halfway_loses_no_page(
     tmp_path: Path, counting_site: SiteServer, zk_hosts: str, redis_url: str
 ) -> None:
     spider = tmp_path / "gen_spider.py"
-    spider.write_text(SPIDER.format(base=counting_site.base))
+    spider.write_text(gen_spider_source(counting_site.base))
     first, _ = start_engine(tmp_path, "cli-a", spider, zk_hosts, redis_url)
     second, port = start_engine(tmp_path, "cli-b", spider, zk_hosts, redis_url)
     try:

@@ -20,25 +20,7 @@ from netdisco.frontiers.redis import RedisOptions
 from netdisco.frontiers.redis.leases import Keys
 from netdisco.testing import eventually, free_port
 from tests.netdisco.conftest import PAGES
-from tests.netdisco.redis_support import SiteServer
-
-SPIDER = """
-from netdisco import Spider
-from netdisco.crawl.pipelines import JsonLinesPipeline
-
-class Gen(Spider):
-    name = "gensite"
-    allowed_domains = ["127.0.0.1"]
-    start_urls = ["{base}/index.html"]
-
-    def pipelines(self):
-        return [JsonLinesPipeline({output!r})]
-
-    def parse(self, response):
-        yield {{"url": response.url}}
-        for href in response.css("a::attr(href)").getall():
-            yield response.follow(href, callback=self.parse)
-"""
+from tests.netdisco.redis_support import SiteServer, gen_spider_source
 
 CONFIG = """
 [engine]
@@ -85,7 +67,7 @@ async def test_engine_on_redis_killed_halfway_then_rerun_loses_no_item(
 ) -> None:
     output = tmp_path / "items.jl"
     spider = tmp_path / "gen_spider.py"
-    spider.write_text(SPIDER.format(base=counting_site.base, output=str(output)))
+    spider.write_text(gen_spider_source(counting_site.base, str(output)))
     port = free_port()
     config = tmp_path / "engine.toml"
     redis = f"{redis_url}&lease_ttl=2"

@@ -498,6 +498,7 @@ async def test_own_tombstones_past_their_age_are_deleted_at_start(
 
     await eventually(swept, "engine-1's old tombstones deleted, engine-2's kept")
 
+
 # -- construction and the guard (no server) ------------------------------------------
 
 

@@ -24,8 +24,7 @@ from netdisco.crawl.request import Request
 from netdisco.crawl.scheduler import fingerprint
 from netdisco.testing import eventually
 from tests.netdisco.conftest import PAGES
-from tests.netdisco.redis_support import SiteServer
-from tests.netdisco.test_distributed_cli import SPIDER  # the same generated-site spider
+from tests.netdisco.redis_support import SiteServer, gen_spider_source
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("NETDISCO_")}
 
@@ -72,7 +71,7 @@ def closed_totals(log: Path) -> dict[str, int]:
 @pytest.fixture
 def spider_file(tmp_path: Path, counting_site: SiteServer) -> str:
     path = tmp_path / "gen_spider.py"
-    path.write_text(SPIDER.format(base=counting_site.base))
+    path.write_text(gen_spider_source(counting_site.base))
     return f"{path}:Gen"
 
 
