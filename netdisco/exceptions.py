@@ -213,6 +213,10 @@ class BrowserCrashed(RenderError):
     """Chromium died while rendering; the pool restarts it and the request is retried."""
 
 
+class BrowserUnresponsive(NetdiscoError):
+    """A call to Chromium outlived its bound; the pool has dropped that browser."""
+
+
 class BrowserUnavailable(NetdiscoError):
     """Rendering was asked for, but Playwright or Chromium is missing (names which)."""
 

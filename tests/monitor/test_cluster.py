@@ -84,7 +84,10 @@ async def test_200_engines_churning_every_change_accounted_for(zk_hosts, start_m
         assert true_changes > 1000
         assert seen + monitor.watcher.unobserved_total == true_changes, (counts, true_changes)
         if mode:  # every delete was a leave with its tombstone: none may read as a loss
-            assert counts[EventType.ENGINE_LEFT] > 100, counts
+            # how many leaves the monitor sees one by one (rather than as a join and a
+            # leave it never observed) depends on the machine's load; some must be seen,
+            # or the next line would hold vacuously
+            assert counts[EventType.ENGINE_LEFT] >= 10, counts
             assert counts[EventType.ENGINE_LOST] == 0, counts
             restarts = [e for e in rec.events if e.type is EventType.ENGINE_RESTARTED]
             assert all(e.detail.get("previous_left") for e in restarts), restarts[:3]

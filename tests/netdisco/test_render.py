@@ -8,6 +8,7 @@ only loopback pages; images and fonts are never requested.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -159,6 +160,33 @@ async def test_a_selector_wait_and_a_chromium_crash_mid_crawl() -> None:
         for pid in browser_pids():
             os.kill(pid, signal.SIGKILL)
         await crawler.wait()
+    assert sorted(item["url"].removeprefix(url) for item in items) == ALL
+    renderer = crawler.downloader.renderer
+    assert renderer is not None
+    assert renderer.pool.restarts >= 1
+
+
+async def test_a_wedged_chromium_is_dropped_and_replaced() -> None:
+    """Chromium is stopped (SIGSTOP) after the first page, so it neither dies nor
+    answers: the calls to it time out, the pool drops it and launches another, and the
+    crawl still completes."""
+    hits: Counter[str] = Counter()
+    stopped: list[int] = []
+    async with serve(js_site(hits)) as url:
+        crawler = Crawler(JsPages(url), settings(render=True, render_timeout=4, retries=4))
+        items: list[Any] = []
+        crawler.items.subscribe(items.append)
+        await crawler.start()
+        try:
+            await eventually(lambda: items, "a first rendered page")
+            stopped = browser_pids()
+            for pid in stopped:
+                os.kill(pid, signal.SIGSTOP)
+            await crawler.wait()
+        finally:
+            for pid in stopped:  # Playwright kills a browser that will not close
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
     assert sorted(item["url"].removeprefix(url) for item in items) == ALL
     renderer = crawler.downloader.renderer
     assert renderer is not None

@@ -12,7 +12,7 @@ that are not HTML are returned as they came.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from multidict import CIMultiDict
 
@@ -22,7 +22,13 @@ from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.stats import Stats
-from netdisco.exceptions import BrowserCrashed, BrowserUnavailable, RenderError, RenderTimeout
+from netdisco.exceptions import (
+    BrowserCrashed,
+    BrowserUnavailable,
+    BrowserUnresponsive,
+    RenderError,
+    RenderTimeout,
+)
 
 if TYPE_CHECKING:
     from playwright.async_api import Page, Route
@@ -74,9 +80,12 @@ class RenderingHandler:
                 raise BrowserCrashed(f"no page: {reason}", url=document.url) from exc
             clean = False
             try:
-                html = await self._run(page, document)
+                # _run bounds its own waits; this bounds the calls that have no timeout
+                html = await self.pool.bounded(self._run(page, document), "rendering", grace=5.0)
                 clean = True
                 return html
+            except BrowserUnresponsive as exc:
+                raise BrowserCrashed(str(exc), url=document.url) from exc
             finally:
                 await self.pool.give_back(page, reuse=clean)
 
@@ -95,6 +104,8 @@ class RenderingHandler:
                 await page.wait_for_selector(s.render_wait, state="attached", timeout=left)
             return await page.content()
         except TimeoutError as exc:
+            if not await self.pool.responsive():  # not the page: the browser is wedged
+                raise BrowserCrashed("browser stopped answering", url=document.url) from exc
             self.stats.render_timeouts += 1
             raise RenderTimeout(
                 f"page did not reach {s.render_wait!r} within {s.render_timeout} s",
@@ -102,7 +113,7 @@ class RenderingHandler:
             ) from exc
         except Error as exc:
             reason = (exc.message or repr(exc)).splitlines()[0]  # the rest is Chromium's log
-            if not _connected(page):
+            if not self.pool.holds(page):
                 raise BrowserCrashed(f"browser died: {reason}", url=document.url) from exc
             raise RenderError(f"render failed: {reason}", url=document.url) from exc
 
@@ -123,8 +134,3 @@ class RenderingHandler:
             await route.abort("blockedbyclient")
         else:
             await route.continue_()
-
-
-def _connected(page: Any) -> bool:
-    browser = page.context.browser
-    return browser is not None and bool(browser.is_connected())

@@ -3,24 +3,30 @@
 Playwright drives the system's Chromium (``chromium`` setting, Debian's
 ``/usr/bin/chromium``) through ``executable_path``, so Playwright's own browser
 download is never needed. The flags keep Chromium from making any connection of
-its own (updates, sync, metrics). If the browser dies, the next page starts a new one.
+its own (updates, sync, metrics). If the browser dies, the next page starts a new one;
+if it stops answering (a call outlives ``render_timeout``), it is dropped and likewise
+replaced, so a wedged Chromium costs a retry, never a hung crawl.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
 from netdisco.crawl.settings import Settings
-from netdisco.exceptions import BrowserUnavailable
+from netdisco.exceptions import BrowserUnavailable, BrowserUnresponsive
 
 if TYPE_CHECKING:
     from playwright.async_api import Browser, BrowserContext, Page, Playwright
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
+#: seconds the browser process has to answer a probe after a page timed out
+PROBE_TIMEOUT = 5.0
 
 CHROMIUM_FLAGS = (
     "--headless",
@@ -91,18 +97,56 @@ class BrowserPool:
             page = self._idle.pop()
             if not page.is_closed() and page.context is context:
                 return page
-        return await context.new_page()
+        return await self.bounded(context.new_page(), "opening a page")
 
     async def give_back(self, page: Page, *, reuse: bool) -> None:
         """Keep ``page`` for the next document, or close it."""
         try:
             if reuse and self._browser is not None and self._browser.is_connected():
-                await page.unroute("**/*")
+                await self.bounded(page.unroute("**/*"), "unrouting a page")
                 self._idle.append(page)
             else:
-                await page.close()
+                await self.bounded(page.close(), "closing a page")
         except Exception as exc:  # a page of a crashed browser is gone already
             log.debug("page_dropped", error=repr(exc))
+
+    async def bounded(self, call: Awaitable[T], what: str, grace: float = 0.0) -> T:
+        """``call`` within ``render_timeout`` (+ ``grace``); past it the browser is taken
+        for wedged and dropped (the next page relaunches it), and BrowserUnresponsive says
+        what hung."""
+        limit = self.settings.render_timeout + grace
+        try:
+            return await asyncio.wait_for(call, limit)
+        except TimeoutError:
+            log.warning("browser_unresponsive", what=what, timeout=limit)
+            await self.discard()
+            raise BrowserUnresponsive(f"browser did not answer {what} within {limit} s") from None
+
+    def holds(self, page: Page) -> bool:
+        """Whether ``page`` belongs to the live browser (not to one that died or was dropped)."""
+        browser = self._browser
+        return page.context is self._context and browser is not None and browser.is_connected()
+
+    async def responsive(self) -> bool:
+        """Whether the browser process answers a call of its own (not a page's renderer,
+        which a page's script may legitimately keep busy); if not, it is dropped."""
+        context = self._context
+        if context is None:
+            return False
+        try:
+            await asyncio.wait_for(context.cookies(), PROBE_TIMEOUT)
+            return True
+        except Exception as exc:  # hung or gone: either way not a browser to keep
+            log.warning("browser_unresponsive", what="a probe", error=repr(exc))
+            await self.discard()
+            return False
+
+    async def discard(self) -> None:
+        """Drop the current browser, so the next page relaunches one."""
+        async with self._lock:
+            if self._browser is not None:
+                self.restarts += 1
+                await self._drop_browser()
 
     async def _launch(self) -> None:
         check_available(self.settings)
@@ -110,6 +154,8 @@ class BrowserPool:
             self.restarts += 1
             log.warning("browser_restarting", restarts=self.restarts)
             await self._drop_browser()
+        elif self.restarts:
+            log.warning("browser_restarting", restarts=self.restarts)
         if self._playwright is None:
             self._playwright = await _playwright()().start()
         assert self._playwright is not None
@@ -123,8 +169,8 @@ class BrowserPool:
         browser, self._browser, self._context = self._browser, None, None
         if browser is not None:
             try:
-                await browser.close()
-            except Exception as exc:  # a crashed browser may not close cleanly
+                await asyncio.wait_for(browser.close(), self.settings.render_timeout)
+            except Exception as exc:  # a crashed or wedged browser may not close cleanly
                 log.debug("browser_close_failed", error=repr(exc))
 
     async def close(self) -> None:
