@@ -102,17 +102,23 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
     settings = Settings(
         concurrency=64, per_host_concurrency=64, obey_robots=False, progress_interval=0
     )
-    engine = SpiderEngine(EngineSettings(port=args.engine_port, status_cache=args.status_cache))
+    engine = SpiderEngine(
+        EngineSettings(
+            port=args.engine_port, status_cache=args.status_cache, api_process=args.api_process
+        )
+    )
     crawler = engine.add_spider(bench_spider(args.start_url), settings)
     await engine.start()
     await asyncio.sleep(args.warmup)
     pages0, t0, cpu0 = crawler.stats.succeeded, time.monotonic(), time.process_time()
+    side0 = status_process_cpu(engine)
     wrk = None
     if args.wrk_connections:
         wrk = await run_wrk(args)
     else:
         await asyncio.sleep(args.window)
     pages1, t1, cpu1 = crawler.stats.succeeded, time.monotonic(), time.process_time()
+    side_cpu = status_process_cpu(engine) - side0
     await engine.wait()
     await engine.stop()
     return {
@@ -120,6 +126,7 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
         "window_pages_per_s": round((pages1 - pages0) / (t1 - t0), 1),
         "window_pages": pages1 - pages0,
         "window_cpu_s": round(cpu1 - cpu0, 2),
+        "status_process_cpu_s": round(side_cpu, 2),
         "pages_per_cpu_s": round((pages1 - pages0) / max(cpu1 - cpu0, 1e-9), 1),
         "total_pages": crawler.stats.succeeded,
         "failed": crawler.stats.failed,
@@ -128,10 +135,28 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+#: wrk's hook for a fixed pace: milliseconds each connection waits between requests
+WRK_DELAY = "function delay() return {ms} end\n"
+
+
+def status_process_cpu(engine: Any) -> float:
+    """CPU seconds used so far by the engine's status process (0 if it has none)."""
+    proc = getattr(getattr(engine, "_http", None), "_proc", None)
+    if proc is None:
+        return 0.0
+    fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def run_wrk(args: argparse.Namespace) -> dict[str, Any]:
     url = f"http://127.0.0.1:{args.engine_port}/netdiscovery/spiders"
+    pace: list[str] = []
+    if args.wrk_delay_ms:
+        script = Path(tempfile.mkdtemp()) / "pace.lua"
+        script.write_text(WRK_DELAY.format(ms=args.wrk_delay_ms))
+        pace = ["-s", str(script)]
     proc = await asyncio.create_subprocess_exec(
-        "wrk", "-t1", f"-c{args.wrk_connections}", f"-d{args.window}s", "--latency", url,
+        "wrk", "-t1", f"-c{args.wrk_connections}", f"-d{args.window}s", "--latency", *pace, url,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     out, _ = await proc.communicate()
@@ -193,7 +218,8 @@ def one_run(args: argparse.Namespace, start_url: str, connections: int) -> dict[
         sys.executable, __file__, "--child", "--start-url", start_url,
         "--engine-port", str(free_port()), "--wrk-connections", str(connections),
         "--window", str(args.window), "--warmup", str(args.warmup),
-        "--status-cache", str(args.status_cache),
+        "--status-cache", str(args.status_cache), "--wrk-delay-ms", str(args.wrk_delay_ms),
+        *(["--api-process"] if args.api_process else []),
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
@@ -273,6 +299,16 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of crawl before")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--status-cache", type=float, default=0.1, help="engine.status_cache")
+    parser.add_argument(
+        "--api-process", action="store_true", help="engine.api_process: serve from a child"
+    )
+    parser.add_argument(
+        "--wrk-delay-ms",
+        type=float,
+        default=0,
+        help="each wrk connection waits this long between requests (a fixed rate: "
+        "about connections * 1000 / (delay + latency) requests/s); 0 = flat out",
+    )
     args = parser.parse_args()
     if args.child:
         raise_open_files_limit()

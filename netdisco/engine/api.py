@@ -89,6 +89,29 @@ class ServedEngine(Protocol):
     def remove_spider(self, name: str) -> None: ...
 
 
+class Behind(Protocol):
+    """The status process an app is served behind (``netdisco.engine.sidecar``)."""
+
+    @property
+    def loopback(self) -> bool:
+        """Whether the address clients reach is a loopback one."""
+        ...
+
+    async def publish(self) -> int:
+        """Send the read routes' answers now; the number of that batch."""
+        ...
+
+
+@web.middleware
+async def _publishing(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """After a request that may change state, the status process gets the new answers
+    before the client gets this one (read-your-writes through the snapshot)."""
+    response = await handler(request)
+    if request.method != "GET":
+        response.headers["X-Netdisco-Seq"] = str(await request.app[BEHIND].publish())
+    return response
+
+
 class StatusCache:
     """The rendered ``/spiders`` body, reused for ``ttl`` seconds or until a change."""
 
@@ -115,14 +138,14 @@ class StatusCache:
 ENGINE = web.AppKey("engine", ServedEngine)
 CACHE = web.AppKey("spiders_cache", StatusCache)
 METRICS = web.AppKey("metrics", EngineMetrics)
+BEHIND = web.AppKey("behind", Behind)
 
 
 # -- read-only routes ----------------------------------------------------------------
 
 
-async def health(request: web.Request) -> web.Response:
+def health_body(engine: ServedEngine) -> tuple[int, dict[str, Any]]:
     """200 while running and registered (or standalone); 503 otherwise."""
-    engine = request.app[ENGINE]
     registered = engine.registry_healthy
     ok = engine.state == "running" and registered is not False
     counts: dict[str, int] = {}
@@ -136,7 +159,7 @@ async def health(request: web.Request) -> web.Response:
         "registry": _registry_state(engine),
         "spiders": counts,
     }
-    return json_response(body, 200 if ok else 503)
+    return (200 if ok else 503), body
 
 
 def _registry_state(engine: ServedEngine) -> str:
@@ -148,17 +171,26 @@ def _registry_state(engine: ServedEngine) -> str:
 _SUMMARY_KEYS = ("name", "state", "started_at", "succeeded", "failed", "items", "queue_size")
 
 
-async def engine_status(request: web.Request) -> web.Response:
+def engine_body(engine: ServedEngine) -> dict[str, Any]:
     """Identity, incarnation, registry state and spider summaries."""
-    engine = request.app[ENGINE]
     spiders = [engine.spider_status(c.name) for c in engine.crawlers()]
-    body = {
+    return {
         **engine.describe().to_dict(),
         "state": str(engine.state),
         "registry": None if engine.registry is None else engine.registry.status(),
         "spiders": [{key: s.get(key) for key in _SUMMARY_KEYS} for s in spiders],
     }
-    return json_response(body)
+
+
+async def health(request: web.Request) -> web.Response:
+    """``GET /netdiscovery/health``: see ``health_body``."""
+    status, body = health_body(request.app[ENGINE])
+    return json_response(body, status)
+
+
+async def engine_status(request: web.Request) -> web.Response:
+    """``GET /netdiscovery/engine``: see ``engine_body``."""
+    return json_response(engine_body(request.app[ENGINE]))
 
 
 async def spiders(request: web.Request) -> web.Response:
@@ -209,7 +241,11 @@ def authorize(request: web.Request) -> ServedEngine:
 
 
 def _served_on_loopback(request: web.Request) -> bool:
-    """Whether the socket this request arrived on is bound to a loopback address."""
+    """Whether the socket this request arrived on is bound to a loopback address (behind
+    the status process, whether the address that process listens on is)."""
+    behind = request.app.get(BEHIND)
+    if behind is not None:
+        return behind.loopback
     sockname = request.transport.get_extra_info("sockname") if request.transport else None
     if isinstance(sockname, str | bytes):
         return True  # a Unix socket: only this machine can reach it
@@ -290,9 +326,16 @@ async def delete_spider(request: web.Request) -> web.Response:
     return json_response({"name": name, "deleted": True})
 
 
-def create_app(engine: ServedEngine) -> web.Application:
-    """The endpoint's application; the routes of the README's "HTTP API" table."""
-    app = web.Application(middlewares=[errors_middleware], client_max_size=engine.settings.max_body)
+def create_app(engine: ServedEngine, *, behind: Behind | None = None) -> web.Application:
+    """The endpoint's application; the routes of the README's "HTTP API" table.
+
+    ``behind`` is the status process when the app is served behind it, on a private
+    Unix socket (``netdisco.engine.sidecar``).
+    """
+    middlewares = [errors_middleware] if behind is None else [_publishing, errors_middleware]
+    app = web.Application(middlewares=middlewares, client_max_size=engine.settings.max_body)
+    if behind is not None:
+        app[BEHIND] = behind
     cache = StatusCache(engine, engine.settings.status_cache)
     engine.add_listener(cache.clear)
     app[ENGINE] = engine

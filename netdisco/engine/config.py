@@ -41,6 +41,7 @@ class EngineSettings:
     control: bool = True  # accept POST control routes
     max_body: int = 1024 * 1024  # largest accepted request body, bytes
     status_cache: float = 0.1  # seconds a rendered /spiders answer may be reused
+    api_process: bool = False  # serve HTTP from a child process (polling costs the crawl nothing)
     stop_deadline: float | None = None  # None: each spider's own settings.stop_deadline
     spider_modules: tuple[str, ...] = ()  # modules POST /netdiscovery/spiders may load from
 

@@ -2,7 +2,7 @@
 
 Each spider runs in its own ``Crawler`` (data-flow steps 1-5, ``docs/architecture.md``);
 the engine is step 6: it owns the crawlers, serves them over HTTP through an
-``HttpFront`` (``netdisco.engine.api.HttpEndpoint`` by default) and keeps its
+``HttpFront`` (``netdisco.engine.sidecar.default_front``: in the loop or a child) and keeps its
 ZooKeeper node current through a ``Registry``. It lives in the caller's loop
 and keeps no global state, so an application can embed one, or two::
 
@@ -27,7 +27,6 @@ import structlog
 from netdisco._version import __version__
 from netdisco.cluster.contract import EnginePayload, NodeState, SpiderSummary
 from netdisco.crawl.crawler import TERMINAL, Crawler, PushResult, SpiderState
-from netdisco.engine.api import HttpEndpoint
 from netdisco.engine.config import EngineConfig, EngineSettings, check_exposure
 from netdisco.engine.hosted import (
     FrontFactory,
@@ -41,6 +40,7 @@ from netdisco.engine.hosted import (
 )
 from netdisco.engine.lifecycle import EngineState
 from netdisco.engine.schedules import ScheduledSpider, Timetable
+from netdisco.engine.sidecar import default_front
 from netdisco.exceptions import DuplicateSpider, InvalidTransition, UnknownSpider
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class SpiderEngine:
         *,
         zookeeper: Mapping[str, Any] | None = None,
         registry_factory: RegistryFactory | None = None,
-        http_front: FrontFactory = HttpEndpoint,
+        http_front: FrontFactory = default_front,
     ) -> None:
         self.settings = settings or EngineSettings()
         self._zookeeper = zookeeper_settings(zookeeper) if zookeeper is not None else None

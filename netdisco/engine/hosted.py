@@ -71,7 +71,7 @@ class HttpFront(Protocol):
         ...
 
 
-#: builds the HTTP front for an engine; ``HttpEndpoint`` is the default
+#: builds the HTTP front for an engine; ``sidecar.default_front`` is the default
 FrontFactory = Callable[[ServedEngine], HttpFront]
 
 

@@ -37,3 +37,32 @@ def test_public_control_without_token_is_refused(sockname: object) -> None:
     with pytest.raises(ApiError) as caught:
         authorize(control_request(sockname))  # type: ignore[arg-type]
     assert caught.value.status == 403
+
+
+class Behind:
+    """The status process as the app sees it: a loopback flag and a publish call."""
+
+    def __init__(self, loopback: bool) -> None:
+        self.loopback = loopback
+
+    async def publish(self) -> int:
+        return 0
+
+
+@pytest.mark.parametrize("loopback", [True, False])
+def test_behind_the_status_process_the_public_address_decides(loopback: bool) -> None:
+    """The app then listens on a private Unix socket; what counts is the address the
+    status process serves clients on, not that socket."""
+    engine = SpiderEngine(EngineSettings(port=0, token_env=None))
+    transport = mock.Mock()
+    transport.get_extra_info.return_value = "/tmp/netdisco-api-x/engine.sock"
+    app = create_app(engine, behind=Behind(loopback))
+    request = make_mocked_request(
+        "POST", "/netdiscovery/spiders/a/pause", app=app, transport=transport
+    )
+    if loopback:
+        assert authorize(request) is engine
+    else:
+        with pytest.raises(ApiError) as caught:
+            authorize(request)
+        assert caught.value.status == 403
