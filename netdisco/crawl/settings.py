@@ -148,8 +148,9 @@ def _validate(s: Settings) -> None:
     _validate_middleware(s)
     if s.recrawl not in RECRAWL:
         raise ConfigError("recrawl", f"expected always or conditional, got {s.recrawl!r}")
-    if s.age is not None and not (math.isfinite(s.age) and s.age > 0):
-        raise ConfigError("age", f"must be a positive duration, got {s.age!r}")
+    age = s.age
+    if age is not None and not (isinstance(age, int | float) and math.isfinite(age) and age > 0):
+        raise ConfigError("age", f"must be a positive duration in seconds, got {age!r}")
     if not s.render_wait.strip():
         raise ConfigError("render_wait", "expected load, networkidle or a CSS selector")
 
