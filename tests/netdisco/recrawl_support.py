@@ -8,6 +8,7 @@ everything, as a misbehaving server would.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections import Counter
 from collections.abc import Iterator
@@ -24,7 +25,8 @@ from netdisco import Response, Spider
 class ConditionalSite:
     """Serves ``pages`` (path -> HTML) from memory; counts requests at the server."""
 
-    def __init__(self, pages: dict[str, str] | None = None) -> None:
+    def __init__(self, pages: dict[str, str] | None = None, *, delay: float = 0.0) -> None:
+        self.delay = delay
         self.pages: dict[str, str] = {}
         self.changed: dict[str, datetime] = {}
         self.requests: Counter[str] = Counter()  # every request, by path
@@ -65,6 +67,8 @@ class ConditionalSite:
         self.headers.append((path, inm, ims))
         if inm is not None or ims is not None:
             self.conditional[path] += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
         if path.startswith("/liar/"):
             self.not_modified[path] += 1
             return web.Response(status=304)
