@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from netdisco import CallablePipeline, Crawler
 from netdisco.crawl.settings import from_mapping
@@ -57,7 +58,7 @@ async def test_scheduled_runs_on_a_state_dir_revisit_every_page(
     """``recrawl = "always"``: each tick fetches the site again (the seen set is per run);
     ``"conditional"``: each tick revalidates it."""
     other = await serve(dict(site.pages))
-    engine = SpiderEngine(EngineSettings(id="sched", port=0, http=False))
+    engine = SpiderEngine(EngineSettings(id="sched", port=0))
     plain = from_mapping({**QUIET, "state_dir": str(tmp_path / "plain")})
     cond = from_mapping({**QUIET, "state_dir": str(tmp_path / "cond"), "recrawl": "conditional"})
     engine.add_spider(Links(name="plain", start_urls=[f"{site.base}/"]), plain, schedule=EVERY)
@@ -70,12 +71,23 @@ async def test_scheduled_runs_on_a_state_dir_revisit_every_page(
         await eventually(lambda: min(other.not_modified.values(), default=0) >= 2, "revalidations")
         assert dict(other.full) == {"/": 1, "/a": 1, "/b": 1, "/c": 1}  # only the first run's
         assert engine.spider_status("cond")["runs"] >= 3
+
+        async def exported() -> bool:
+            url = f"http://127.0.0.1:{engine.port}/metrics"
+            async with aiohttp.ClientSession() as session, session.get(url) as response:
+                text = await response.text()
+            (family,) = [f for f in text_string_to_metric_families(text) if f.name == REQUESTS]
+            counts = {(s.labels["spider"], s.labels["outcome"]): s.value for s in family.samples}
+            return counts[("cond", "not_modified")] == 4  # a whole run's: every page unchanged
+
+        await eventually(exported, "not_modified in the metrics", timeout=30)
     finally:
         await engine.stop(deadline=1)
         await other.stop()
 
 
 EVERY = Schedule(every=0.5)
+REQUESTS = "netdisco_requests"
 
 
 # -- a resume is not a new run -------------------------------------------------------------
