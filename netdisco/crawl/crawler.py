@@ -24,7 +24,7 @@ from netdisco.crawl.downloader import Downloader, Parking
 from netdisco.crawl.feeds import feed_pipelines
 from netdisco.crawl.lifecycle import ALLOWED, TERMINAL, PushResult, SpiderState
 from netdisco.crawl.pipelines import ItemStream, Pipeline
-from netdisco.crawl.recrawl import PageFetcher, Revalidation, begin_run, wants_pages
+from netdisco.crawl.recrawl import PageFetcher, begin_run
 from netdisco.crawl.request import Request
 from netdisco.crawl.scheduler import Scheduler, Scope
 from netdisco.crawl.scraper import Scraper
@@ -81,19 +81,14 @@ class Crawler:
         self.frontier: Frontier[Request] = frontier or frontier_for(s, spider, owner)
         self.scope = Scope(spider.allowed_domains, s.allow, s.deny, s.host_cache_size)
         self.scheduler = Scheduler(self.settings, self.scope, self.frontier, self.stats)
-        revalidation = Revalidation()
-        self.downloader = Downloader(
-            s, self.stats, self.scope.reason, spider=spider, claim=self.scheduler.claim,
-            first=[revalidation] if s.recrawl == "conditional" else [],
-        )  # fmt: skip
-        self.parking = Parking(self.downloader, 4 * self.settings.concurrency)
         self.stream = ItemStream(self.stats, self.settings.item_buffer)
         self.scraper = Scraper(self._admit, self.stream, self.stats)
-        self.pages = page_store(self.frontier)  # kept across runs; begins them too
-        self.fetch = PageFetcher(
-            spider, s, self.stats, downloader=self.downloader, scraper=self.scraper,
-            store=self.pages if wants_pages(s) else None, revalidation=revalidation,
+        self.fetch = PageFetcher(spider, s, self.stats, self.scraper, page_store(self.frontier))
+        self.downloader = self.fetch.downloader = Downloader(
+            s, self.stats, self.scope.reason, spider=spider, claim=self.scheduler.claim,
+            first=self.fetch.middlewares(),
         )  # fmt: skip
+        self.parking = Parking(self.downloader, 4 * self.settings.concurrency)
         self.run_id: str | None = None  # a schedule's tick: a finished crawl begins it anew
         self.acks = Acker(self.frontier, self.stream, self.stats, self.settings, self._fail)
         self.failure: Exception | None = None  # why the crawl must end failed
@@ -161,7 +156,7 @@ class Crawler:
             raise
         finally:
             self._opening = False
-        await begin_run(self.frontier, self.pages, self.settings, self.run_id)
+        await begin_run(self.frontier, self.fetch.pages, self.settings, self.run_id)
         if isinstance(self.frontier, Persistent) and self._resume(self.frontier):
             return
         self.started_at = time.time()

@@ -135,34 +135,38 @@ def wants_pages(settings: Settings) -> bool:
 class PageFetcher:
     """Gets one page and runs its callback: fetched, revalidated, or followed from the store.
 
-    ``store`` None: every page is fetched, as without re-crawls (nothing is stored).
+    ``pages`` is the crawl's page store (None: the memory frontier); it is read and
+    written only when the settings ask for re-crawls, and begins runs in any case.
+    ``downloader`` is set by the crawler, which makes it with ``middlewares()``.
     """
 
     def __init__(
-        self,
-        spider: Spider,
-        settings: Settings,
-        stats: Stats,
-        *,
-        downloader: Downloader,
-        scraper: Scraper,
-        store: PageStore | None,
-        revalidation: Revalidation,
-    ) -> None:
+        self, spider: Spider, settings: Settings, stats: Stats, scraper: Scraper,
+        pages: PageStore | None,
+    ) -> None:  # fmt: skip
         self.spider = spider
         self.stats = stats
-        self.downloader = downloader
         self.scraper = scraper
-        self.store = store
-        self.revalidation = revalidation
+        self.pages = pages
+        self.store = pages if wants_pages(settings) else None
+        self.revalidation = Revalidation()
+        self.downloader: Downloader | None = None
         self.codec = RequestCodec(spider)
         self.conditional = settings.recrawl == "conditional"
         self.age = settings.age
 
+    def middlewares(self) -> list[Middleware]:
+        """Ours, first in the downloader's chain."""
+        return [self.revalidation] if self.conditional else []
+
+    async def _download(self, request: Request) -> Response:
+        assert self.downloader is not None, "PageFetcher.downloader was not set"
+        return await self.downloader.fetch(request)
+
     async def __call__(self, request: Request) -> None:
         """Process ``request``; a ``RequestError`` when it came to nothing."""
         if self.store is None:
-            await self._scrape(request, await self.downloader.fetch(request), None)
+            await self._scrape(request, await self._download(request), None)
             return
         page = await self._stored(request)
         if page is not None and self.age is not None and time.time() - page.fetched_at < self.age:
@@ -191,10 +195,10 @@ class PageFetcher:
 
     async def _fetch(self, request: Request, headers: dict[str, str]) -> Response:
         if not headers:
-            return await self.downloader.fetch(request)
+            return await self._download(request)
         self.revalidation.pending[request.fingerprint] = headers
         try:
-            return await self.downloader.fetch(request)
+            return await self._download(request)
         finally:
             self.revalidation.pending.pop(request.fingerprint, None)
 

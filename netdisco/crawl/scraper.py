@@ -39,12 +39,9 @@ class Scraper:
         depth: int = 0,
         keep: list[Request] | None = None,
     ) -> None:
-        """Call ``callback(*args)`` and route everything it produces.
-
-        Requests yielded without a depth (built by hand, not by ``follow``) get ``depth``,
-        so that ``depth_limit`` holds for them too. ``keep`` collects every request yielded
-        (the page store of re-crawls keeps a page's links).
-        """
+        """Call ``callback(*args)`` and route everything it produces; ``keep`` collects the
+        requests (a page's links, for re-crawls). Requests yielded without a depth (built
+        by hand, not by ``follow``) get ``depth``, so that ``depth_limit`` holds for them."""
         requests: list[Request] = []
         route = partial(self._route, requests=requests, depth=depth, keep=keep)
         try:
