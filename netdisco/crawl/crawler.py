@@ -144,6 +144,7 @@ class Crawler:
             self.downloader.defer_to(self.frontier)  # host queues in Redis hold politeness
             if isinstance(self.frontier, Connected):
                 await self.frontier.open()  # an unreachable Redis fails here, clearly
+            await begin_run(self.frontier, self.fetch.pages, self.settings, self.run_id)
             for feed in self.feeds:
                 feed.prepare()  # an unwritable feed fails here, naming its path
             if self.settings.render:
@@ -156,7 +157,6 @@ class Crawler:
             raise
         finally:
             self._opening = False
-        await begin_run(self.frontier, self.fetch.pages, self.settings, self.run_id)
         if isinstance(self.frontier, Persistent) and self._resume(self.frontier):
             return
         self.started_at = time.time()

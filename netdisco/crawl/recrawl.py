@@ -221,6 +221,7 @@ class PageFetcher:
                 url=response.url,
             )
         self.stats.not_modified += 1
+        self.stats.pages.add()  # a response all the same: pages/s does not drop to 0
         await self._follow_stored(request, page)
         depth = request.depth + 1
         await self.scraper.run(self.spider.on_not_modified, response, url=response.url, depth=depth)

@@ -171,9 +171,10 @@ class Store:
 
     def get_page(self, fingerprint: bytes) -> bytes | None:
         """The page record stored for ``fingerprint`` (uncommitted ones included)."""
-        try:
-            db = self._begin()
-            row = db.execute("SELECT record FROM pages WHERE fp = ?", (fingerprint,)).fetchone()
+        assert self._db is not None, "Store.open() was not called"
+        try:  # a read opens no transaction of its own; it sees ours, if one is open
+            query = self._db.execute("SELECT record FROM pages WHERE fp = ?", (fingerprint,))
+            row = query.fetchone()
         except sqlite3.Error as exc:
             raise self._failed(exc) from exc
         return None if row is None else bytes(row[0])
