@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from redis import asyncio as aioredis
 
 from netdisco import CallablePipeline, Crawler
 from netdisco.crawl.settings import from_mapping
@@ -25,6 +26,7 @@ from netdisco.engine import SpiderEngine, load_config
 from netdisco.engine.config import EngineSettings
 from netdisco.engine.schedules import Schedule
 from netdisco.exceptions import ConfigError
+from netdisco.frontiers.redis import RedisOptions
 from netdisco.testing import eventually
 from tests.netdisco.conftest import PAGES
 from tests.netdisco.redis_support import gen_spider_source
@@ -154,6 +156,13 @@ async def test_a_shared_crawl_revalidates_at_each_new_run(
     assert dict(site.full) == {"/c": 1, "/new": 1}
     assert sorted(i["url"].removeprefix(site.base) for i in items) == ["/c", "/new"]
     assert second.stats.not_modified == 3
+    options = RedisOptions.from_url(redis_url)
+    redis = aioredis.Redis.from_url(options.url)
+    try:  # the keys the README names, under the crawl's hash tag
+        assert await redis.hlen(f"{options.prefix}:{{links}}:pages") == 5
+        assert await redis.get(f"{options.prefix}:{{links}}:run") == b"tick-2"
+    finally:
+        await redis.aclose()
     site.reset_counts()
     joined = await shared_run(Links(start_urls=[f"{site.base}/"]), redis_url, "tick-2")
     assert not site.requests  # the same run, begun already by another engine: joined

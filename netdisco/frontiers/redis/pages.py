@@ -11,7 +11,6 @@ and its retries, so an outage pauses the crawl as it does for the queue.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from netdisco.frontiers.redis.frontier import RedisFrontier
@@ -26,19 +25,22 @@ return 1
 """
 
 
-@dataclass(frozen=True)
-class PageKeys(Keys):
-    """The keys of re-crawls, beside the frontier's (same prefix, same hash tag)."""
+class PageKeys:
+    """The keys of re-crawls, named by the frontier's own ``Keys`` (whatever its class), so
+    they share its prefix and hash tag however those are built."""
+
+    def __init__(self, keys: Keys) -> None:
+        self._keys = keys
 
     @property
     def pages(self) -> str:
         """Hash: fingerprint -> page record; kept across runs."""
-        return self._key("pages")
+        return self._keys._key("pages")
 
     @property
     def run(self) -> str:
         """String: the id of the crawl's current run."""
-        return self._key("run")
+        return self._keys._key("run")
 
 
 class RedisPages:
@@ -46,7 +48,7 @@ class RedisPages:
 
     def __init__(self, frontier: RedisFrontier[Any]) -> None:
         self.frontier = frontier
-        self.keys = PageKeys(frontier.options.prefix, frontier.name)
+        self.keys = PageKeys(frontier.keys)
         self._redis = frontier._redis  # one client per crawl, of whatever kind it is
         self._begin = self._redis.register_script(BEGIN_RUN_LUA)
 
