@@ -4,7 +4,9 @@
 ``frontier.sqlite`` (WAL journal) and ``lock``. Run the same crawl again on the same
 ``state_dir`` and it carries on: every request queued and not acknowledged, including
 those in flight when the process died, is queued again; the seen set keeps fetched
-pages from being fetched again.
+pages from being fetched again. It is also the crawl's page store (``PageStore``, for
+re-crawls): a finished crawl may begin a new run, which empties the seen set of the
+last one and keeps the pages (``begin_run``).
 
 Speed: the queue is also kept in memory (a heap, like the memory frontier), so a take
 costs no I/O; the seen set lives on disk, with a bounded cache of known fingerprints.
