@@ -14,6 +14,7 @@ NetdiscoError
 │   ├── RetryDeferred        a retry handed back to host queues, to wait out its back-off
 │   ├── HttpStatusError      the final response had a 4xx or 5xx status
 │   ├── DuplicateRedirect    a redirect to a page already fetched or queued
+│   ├── UnexpectedNotModified  a 304 for a page the page store does not hold
 │   ├── MiddlewareError      a downloader middleware raised
 │   │   └── MiddlewareTypeError   ... or returned the wrong type (also a TypeError)
 │   └── RenderError          the browser could not render the page
@@ -154,6 +155,10 @@ class HttpStatusError(RequestError):
     def __init__(self, message: str, *, url: str, status: int) -> None:
         super().__init__(message, url=url)
         self.status = status
+
+
+class UnexpectedNotModified(RequestError):
+    """HTTP 304 for a request the crawl did not make conditional: no stored page to reuse."""
 
 
 class DuplicateSpider(NetdiscoError):

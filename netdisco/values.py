@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
+import re
 import tomllib
 import types
 import typing
@@ -90,6 +91,31 @@ def parse_str(key: str, value: Any) -> str:
     if not isinstance(value, str):
         raise ConfigError(key, f"expected str, got {value!r}")
     return value
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+
+
+def parse_duration(key: str, value: Any) -> float:
+    """``"30m"``, ``"2h"``, ``"1d"``, ``"1.5s"`` or a number of seconds; never 0 or negative.
+
+    One parser for every duration a user writes (a schedule's ``every``, ``age``).
+    """
+    if isinstance(value, bool):
+        raise ConfigError(key, f"expected a duration like '30m', got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if match is None:
+            raise ConfigError(
+                key, f"expected a duration like '30s', '30m', '6h', '1d', got {value!r}"
+            )
+        seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    if not seconds > 0 or seconds == float("inf"):
+        raise ConfigError(key, f"must be a positive duration, got {value!r}")
+    return seconds
 
 
 def split_commas(text: str) -> list[str]:

@@ -12,8 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 from netdisco.crawl.request import Request
+from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
 from netdisco.exceptions import RequestNotShareable
+from netdisco.frontiers import Frontier, open_frontier
 
 
 def _method_name(function: Callable[..., Any] | None, spider: Spider, url: str) -> str | None:
@@ -92,4 +94,12 @@ def decode(raw: bytes | str, spider: Spider) -> Request:
         callback=_resolve(spider, data["callback"]),
         errback=_resolve(spider, data["errback"]),
         render=data.get("render", False),  # absent in requests queued by older versions
+    )
+
+
+def frontier_for(settings: Settings, spider: Spider, owner: str | None) -> Frontier[Request]:
+    """The frontier ``settings.frontier`` names; ``owner`` labels our leases in a shared one."""
+    codec = RequestCodec(spider)
+    return open_frontier(
+        settings.frontier, spider.name, codec, owner=owner, state_dir=settings.state_dir
     )

@@ -19,15 +19,16 @@ from reactivex import Observable
 
 from netdisco.crawl import settings as settings_module
 from netdisco.crawl.acks import Acker, return_parked
-from netdisco.crawl.codec import RequestCodec
+from netdisco.crawl.codec import frontier_for
 from netdisco.crawl.downloader import Downloader, Parking
 from netdisco.crawl.feeds import feed_pipelines
 from netdisco.crawl.lifecycle import ALLOWED, TERMINAL, PushResult, SpiderState
 from netdisco.crawl.pipelines import ItemStream, Pipeline
+from netdisco.crawl.recrawl import PageFetcher, begin_run
 from netdisco.crawl.request import Request
 from netdisco.crawl.scheduler import Scheduler, Scope
 from netdisco.crawl.scraper import Scraper
-from netdisco.crawl.settings import Settings
+from netdisco.crawl.settings import Settings, check_recrawl
 from netdisco.crawl.spider import Spider
 from netdisco.crawl.stats import Stats
 from netdisco.crawl.upkeep import (
@@ -45,7 +46,7 @@ from netdisco.exceptions import (
     NetdiscoError,
     RequestError,
 )
-from netdisco.frontiers import Connected, Frontier, Persistent, open_frontier
+from netdisco.frontiers import Connected, Frontier, Persistent, page_store
 
 log = structlog.get_logger(__name__)
 __all__ = ["TERMINAL", "Crawler", "PushResult", "SpiderState", "frontier_for"]
@@ -53,14 +54,6 @@ __all__ = ["TERMINAL", "Crawler", "PushResult", "SpiderState", "frontier_for"]
 
 #: how often a frontier that other engines share is polled for new work
 POLL_INTERVAL = 0.25
-
-
-def frontier_for(settings: Settings, spider: Spider, owner: str | None) -> Frontier[Request]:
-    """The frontier ``settings.frontier`` names; ``owner`` labels our leases in a shared one."""
-    codec = RequestCodec(spider)
-    return open_frontier(
-        settings.frontier, spider.name, codec, owner=owner, state_dir=settings.state_dir
-    )
 
 
 class Crawler:
@@ -83,16 +76,20 @@ class Crawler:
         self.stats = Stats()
         self.state = SpiderState.IDLE
         self.started_at: float | None = None
-        self.frontier: Frontier[Request] = frontier or frontier_for(self.settings, spider, owner)
         s = self.settings
+        check_recrawl(s)
+        self.frontier: Frontier[Request] = frontier or frontier_for(s, spider, owner)
         self.scope = Scope(spider.allowed_domains, s.allow, s.deny, s.host_cache_size)
         self.scheduler = Scheduler(self.settings, self.scope, self.frontier, self.stats)
-        self.downloader = Downloader(
-            self.settings, self.stats, self.scope.reason, spider=spider, claim=self.scheduler.claim
-        )
-        self.parking = Parking(self.downloader, 4 * self.settings.concurrency)
         self.stream = ItemStream(self.stats, self.settings.item_buffer)
         self.scraper = Scraper(self._admit, self.stream, self.stats)
+        self.fetch = PageFetcher(spider, s, self.stats, self.scraper, page_store(self.frontier))
+        self.downloader = self.fetch.downloader = Downloader(
+            s, self.stats, self.scope.reason, spider=spider, claim=self.scheduler.claim,
+            first=self.fetch.middlewares(),
+        )  # fmt: skip
+        self.parking = Parking(self.downloader, 4 * self.settings.concurrency)
+        self.run_id: str | None = None  # a schedule's tick: a finished crawl begins it anew
         self.acks = Acker(self.frontier, self.stream, self.stats, self.settings, self._fail)
         self.failure: Exception | None = None  # why the crawl must end failed
         self.feeds = feed_pipelines(self.settings.feeds, spider=self.name, engine=engine)
@@ -147,6 +144,7 @@ class Crawler:
             self.downloader.defer_to(self.frontier)  # host queues in Redis hold politeness
             if isinstance(self.frontier, Connected):
                 await self.frontier.open()  # an unreachable Redis fails here, clearly
+            await begin_run(self.frontier, self.fetch.pages, self.settings, self.run_id)
             for feed in self.feeds:
                 feed.prepare()  # an unwritable feed fails here, naming its path
             if self.settings.render:
@@ -365,19 +363,14 @@ class Crawler:
         finished = False
         try:
             try:
-                response = await self.downloader.fetch(request)
+                await self.fetch(request)  # downloaded (or not: re-crawls) and scraped
             except RequestError as exc:
                 await self._failed(request, exc)
+            except FrontierFailed:
+                raise
             except Exception as exc:  # an unforeseen failure costs one request, never a worker
                 log.error("download_error", url=request.url, error=repr(exc), exc_info=exc)
                 await self._failed(request, DownloadFailed(repr(exc), url=request.url))
-            else:
-                self.stats.succeeded += 1
-                self.stats.pages.add()
-                callback = request.callback or self.spider.parse
-                await self.scraper.run(
-                    callback, response, url=response.url, depth=request.depth + 1
-                )
             finished = True
         finally:
             self.stats.in_flight -= 1

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
@@ -23,7 +23,7 @@ import aiohttp
 import structlog
 
 from netdisco.crawl.lru import LRU
-from netdisco.crawl.middleware import Chain, DownloadHandler, build_middlewares
+from netdisco.crawl.middleware import Chain, DownloadHandler, Middleware, build_middlewares
 from netdisco.crawl.parking import Parking as Parking  # where it lived before
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
@@ -131,13 +131,15 @@ class Downloader:
         *,
         spider: Spider,
         claim: Claim | None = None,
+        first: Sequence[Middleware] = (),
     ) -> None:
-        """``claim`` marks redirect targets seen (the crawler's scheduler does, in the frontier)."""
+        """``claim`` marks redirect targets seen (the crawler's scheduler does, in the
+        frontier); ``first`` are the crawl's own middlewares, ahead of the configured."""
         self.settings = settings
         self.stats = stats
         self.scope = scope
         self.spider = spider
-        self.middlewares = build_middlewares(settings, spider)
+        self.middlewares = [*first, *build_middlewares(settings, spider)]
         self.claim = claim
         self._slots: LRU[str, HostSlot] = LRU(settings.host_cache_size, HostSlot.idle)
         self._session: aiohttp.ClientSession | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from functools import partial
 from typing import Any
 
 import structlog
@@ -31,26 +32,30 @@ class Scraper:
         self.stats = stats
 
     async def run(
-        self, callback: Callable[..., CallbackResult], *args: Any, url: str, depth: int = 0
+        self,
+        callback: Callable[..., CallbackResult],
+        *args: Any,
+        url: str,
+        depth: int = 0,
+        keep: list[Request] | None = None,
     ) -> None:
-        """Call ``callback(*args)`` and route everything it produces.
-
-        Requests yielded without a depth (built by hand, not by ``follow``) get ``depth``,
-        so that ``depth_limit`` holds for them too.
-        """
+        """Call ``callback(*args)`` and route everything it produces; ``keep`` collects the
+        requests (a page's links, for re-crawls). Requests yielded without a depth (built
+        by hand, not by ``follow``) get ``depth``, so that ``depth_limit`` holds for them."""
         requests: list[Request] = []
+        route = partial(self._route, requests=requests, depth=depth, keep=keep)
         try:
             result = callback(*args)
             if inspect.isawaitable(result):
                 result = await result
             if isinstance(result, AsyncIterator):
                 async for value in result:
-                    await self._route(value, requests, depth)
+                    await route(value)
             elif isinstance(result, Iterable) and not isinstance(result, str | bytes | dict):
                 for value in result:
-                    await self._route(value, requests, depth)
+                    await route(value)
             elif result is not None:
-                await self._route(result, requests, depth)
+                await route(result)
         except FrontierFailed:  # not the callback's fault: the crawl cannot go on
             raise
         except Exception as exc:  # a spider's bug must not stop the crawl
@@ -67,10 +72,14 @@ class Scraper:
             if requests:
                 await self.admit(requests)
 
-    async def _route(self, value: Any, requests: list[Request], depth: int) -> None:
+    async def _route(
+        self, value: Any, *, requests: list[Request], depth: int, keep: list[Request] | None
+    ) -> None:
         if isinstance(value, Request):
             value.depth = value.depth or depth
             requests.append(value)
+            if keep is not None:
+                keep.append(value)
             if len(requests) >= 256:  # bound the batch for huge pages
                 await self.admit(requests[:])
                 requests.clear()

@@ -19,7 +19,7 @@ from netdisco._version import __version__
 from netdisco.crawl.feeds.spec import FeedSpec, parse_feeds
 from netdisco.exceptions import ConfigError
 from netdisco.frontiers import is_shared
-from netdisco.values import convert, field_types, parse_strings
+from netdisco.values import convert, field_types, parse_duration, parse_strings
 
 DEFAULT_USER_AGENT = f"netdisco/{__version__} (+https://pypi.org/project/netdiscovery/)"
 
@@ -80,6 +80,9 @@ class Settings:
     chromium: str = "/usr/bin/chromium"
     # where items go (netdisco.crawl.feeds); parsed by feeds.spec.parse_feeds
     feeds: tuple[FeedSpec, ...] = ()
+    # re-crawls (netdisco.crawl.recrawl); both need a page store: state_dir or Redis
+    recrawl: str = "always"  # or "conditional": revalidate with the stored ETag/Last-Modified
+    age: float | None = None  # seconds: a page fetched within it is not fetched on the next run
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -120,7 +123,11 @@ _NON_NEGATIVE = (
     "proxy_backoff",
 )
 #: settings with structure of their own, parsed by their module
-_STRUCTURED: dict[str, Callable[[str, Any], Any]] = {"feeds": parse_feeds}
+_STRUCTURED: dict[str, Callable[[str, Any], Any]] = {
+    "feeds": parse_feeds,
+    "age": lambda key, value: None if value is None else parse_duration(key, value),
+}
+RECRAWL = ("always", "conditional")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
@@ -139,8 +146,30 @@ def _validate(s: Settings) -> None:
             "state_dir", "applies to the standalone frontier; a Redis frontier keeps its state"
         )
     _validate_middleware(s)
+    if s.recrawl not in RECRAWL:
+        raise ConfigError("recrawl", f"expected always or conditional, got {s.recrawl!r}")
+    age = s.age
+    if age is not None and not (isinstance(age, int | float) and math.isfinite(age) and age > 0):
+        raise ConfigError("age", f"must be a positive duration in seconds, got {age!r}")
     if not s.render_wait.strip():
         raise ConfigError("render_wait", "expected load, networkidle or a CSS selector")
+
+
+def check_recrawl(s: Settings) -> None:
+    """``recrawl``/``age`` need a store that outlives a run: refuse them without one.
+
+    Checked once the settings are complete (a spider's ``custom_settings`` may ask for
+    ``recrawl`` while ``-s state_dir=...`` comes later), by the crawler and the engine.
+    """
+    if s.state_dir is not None or is_shared(s.frontier):
+        return
+    for key, wanted in (("recrawl", s.recrawl != "always"), ("age", s.age is not None)):
+        if wanted:
+            raise ConfigError(
+                key,
+                "needs a state_dir or a Redis frontier: with the memory frontier nothing "
+                "persists between runs, so no page is stored to revalidate or to skip",
+            )
 
 
 def _validate_middleware(s: Settings) -> None:

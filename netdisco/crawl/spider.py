@@ -40,6 +40,13 @@ class Spider:
         """The default callback. Override it."""
         raise NotImplementedError(f"{type(self).__name__}.parse is not defined")
 
+    def on_not_modified(self, response: Response) -> CallbackResult:
+        """Called with the 304 response when a revalidated page did not change
+        (``recrawl = "conditional"``); what it yields flows as a callback's. By default
+        nothing: the stored links are followed anyway, and an unchanged page has no new items.
+        """
+        return None
+
     def pipelines(self) -> Sequence[Pipeline]:
         """Item pipelines this spider always uses (in addition to the engine's)."""
         return ()

@@ -25,6 +25,8 @@ OUTCOMES = (
     "invalid",
     "robots_blocked",
     "too_large",
+    "not_modified",
+    "age_skipped",
 )
 #: the counters a resumed crawl carries on from (``totals``, ``restore``)
 TOTALS = (
@@ -121,6 +123,8 @@ class Stats:
         self.invalid = 0
         self.robots_blocked = 0
         self.too_large = 0
+        self.not_modified = 0  # 304 to a conditional request: the stored links were followed
+        self.age_skipped = 0  # fetched within ``age``: not fetched, the stored links followed
         self.robots_deferred = 0  # handed back at stop: their robots.txt never answered
         self.items = 0
         self.dropped_items = 0

@@ -119,9 +119,14 @@ class SpiderConfig:
         except ConfigError as exc:
             raise _renamed(f"NETDISCO_{exc.key.upper()}", exc) from None
         try:
-            return crawl_settings.from_mapping(self.pairs, base=base)
+            result = crawl_settings.from_mapping(self.pairs, base=base)
         except ConfigError as exc:
             raise _renamed(f"-s {exc.key}", exc) from None
+        try:
+            crawl_settings.check_recrawl(result)  # complete now: what is asked needs a store
+        except ConfigError as exc:
+            raise _renamed(f"{self.key}.settings.{exc.key}", exc) from None
+        return result
 
 
 @dataclass(frozen=True, kw_only=True)

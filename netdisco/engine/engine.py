@@ -358,8 +358,8 @@ class SpiderEngine:
         self._starting.add(starting)
         starting.add_done_callback(self._starting.discard)
 
-    async def _scheduled_run(self, name: str) -> bool:
-        """A tick: a new run of ``name``, unless its previous run is still going."""
+    async def _scheduled_run(self, name: str, tick: float) -> bool:
+        """A tick: a new run of ``name`` (its id the tick's), unless the previous one goes on."""
         crawler = self._crawlers[name]
         if crawler.state in TERMINAL:
             spider, settings, pipelines = self._recipes[name]
@@ -367,6 +367,7 @@ class SpiderEngine:
             crawler = self._new_crawler(instance, settings, pipelines)
         elif crawler.state is not SpiderState.IDLE:
             return False
+        crawler.run_id = f"tick-{round(tick * 1000)}"  # the same on every engine of the crawl
         await self._leases.ensure(crawler.settings.frontier)
         await crawler.start()
         self._notify()

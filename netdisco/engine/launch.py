@@ -54,7 +54,9 @@ def spider_settings(spider_class: type[Spider], table: Mapping[str, Any], key: s
     """The spider's ``custom_settings`` under ``table``; errors name ``key.<setting>``."""
     base = crawl_settings.from_mapping(spider_class.custom_settings)
     try:
-        return crawl_settings.from_mapping(table, base=base)
+        settings = crawl_settings.from_mapping(table, base=base)
+        crawl_settings.check_recrawl(settings)
+        return settings
     except ConfigError as exc:
         raise ConfigError(f"{key}.{exc.key}", str(exc).removeprefix(f"{exc.key}: ")) from None
 

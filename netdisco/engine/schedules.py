@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,11 +24,9 @@ import structlog
 from croniter import croniter
 
 from netdisco.exceptions import ConfigError
+from netdisco.values import parse_duration
 
 log = structlog.get_logger(__name__)
-
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_EVERY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -51,31 +48,13 @@ class Schedule:
         return {"schedule": self.cron, "every": self.every}
 
 
-def parse_every(key: str, value: Any) -> float:
-    """``"30m"``, ``"2h"``, ``"1.5s"`` or a number of seconds; never 0 or negative."""
-    if isinstance(value, bool):
-        raise ConfigError(key, f"expected a duration like '30m', got {value!r}")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        match = _EVERY.match(str(value))
-        if match is None:
-            raise ConfigError(
-                key, f"expected a duration like '30s', '30m', '6h', '1d', got {value!r}"
-            )
-        seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
-    if not seconds > 0 or seconds == float("inf"):
-        raise ConfigError(key, f"must be a positive duration, got {value!r}")
-    return seconds
-
-
 def parse_schedule(cron: Any, every: Any, *, key: str) -> Schedule | None:
     """A schedule from the ``schedule`` and ``every`` keys of ``key``; None without either."""
     every_key, cron_key = (f"{key}.every", f"{key}.schedule") if key else ("every", "schedule")
     if cron is not None and every is not None:
         raise ConfigError(every_key, "set schedule or every, not both")
     if every is not None:
-        return Schedule(every=parse_every(every_key, every))
+        return Schedule(every=parse_duration(every_key, every))
     if cron is None:
         return None
     if not isinstance(cron, str) or not croniter.is_valid(cron):
@@ -83,8 +62,9 @@ def parse_schedule(cron: Any, every: Any, *, key: str) -> Schedule | None:
     return Schedule(cron=cron)
 
 
-#: starts a run of the spider; False when the previous run is still going
-StartRun = Callable[[], Awaitable[bool]]
+#: starts the run of a tick (Unix seconds; its id on every engine); False when the
+#: previous run is still going
+StartRun = Callable[[float], Awaitable[bool]]
 #: claims a tick cluster-wide (shared frontiers); False when another engine has it
 ClaimTick = Callable[[float], Awaitable[bool]]
 
@@ -132,7 +112,7 @@ class ScheduledSpider:
             if self._claim is not None and not await self._claim(tick):
                 self.claimed_elsewhere += 1
                 return
-            if await self._start_run():
+            if await self._start_run(tick):
                 self.runs += 1
             else:
                 self.skipped += 1

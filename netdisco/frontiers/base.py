@@ -146,3 +146,29 @@ class Claims(Protocol):
     async def claim(self, requests: Sequence[Queued]) -> list[bool]:
         """Mark each request's fingerprint seen; say for each whether it was new."""
         ...
+
+
+@runtime_checkable
+class PageStore(Protocol):
+    """What the last fetch of each page left for the next run, by fingerprint.
+
+    It outlives the run's seen set: a new run starts with an empty seen set and
+    the same pages. Records are opaque bytes here: the crawl's ``recrawl`` module
+    writes them (validators, when fetched, the links) and reads one it cannot make
+    sense of as no record at all.
+    """
+
+    async def get_page(self, fingerprint: bytes) -> bytes | None:
+        """The record stored for ``fingerprint``, or None."""
+        ...
+
+    async def put_page(self, fingerprint: bytes, record: bytes) -> None:
+        """Store ``record`` for ``fingerprint`` (kept with the crawl's next commit)."""
+        ...
+
+    async def begin_run(self, run: str) -> bool:
+        """Start run ``run`` of a finished crawl: its seen set emptied, its pages kept.
+
+        False when that run began already (another engine of a shared crawl began it).
+        """
+        ...

@@ -4,7 +4,9 @@
 ``frontier.sqlite`` (WAL journal) and ``lock``. Run the same crawl again on the same
 ``state_dir`` and it carries on: every request queued and not acknowledged, including
 those in flight when the process died, is queued again; the seen set keeps fetched
-pages from being fetched again.
+pages from being fetched again. It is also the crawl's page store (``PageStore``, for
+re-crawls): a finished crawl may begin a new run, which empties the seen set of the
+last one and keeps the pages (``begin_run``).
 
 Speed: the queue is also kept in memory (a heap, like the memory frontier), so a take
 costs no I/O; the seen set lives on disk, with a bounded cache of known fingerprints.
@@ -27,20 +29,19 @@ older schema) raises ``StateDirError`` naming the path, and nothing in it is cha
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
 import heapq
 import json
-import os
-import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import structlog
 
 from netdisco.exceptions import RequestNotShareable, StateDirError
 from netdisco.frontiers.base import Codec, R
+from netdisco.frontiers.sqlite_store import DB_NAME, LOCK_NAME, SCHEMA_VERSION, Row, Store
+
+__all__ = ["DB_NAME", "LOCK_NAME", "SCHEMA_VERSION", "SqliteFrontier", "Store"]
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -48,162 +49,6 @@ T = TypeVar("T")
 #: fingerprints remembered in memory as seen (a bounded cache: the memory frontier keeps
 #: them all), so that links a page shares with others cost no encoding, no round trip
 KNOWN_MAX = 200_000
-DB_NAME = "frontier.sqlite"
-LOCK_NAME = "lock"
-#: bumped whenever the tables change; an older state is refused with a clear message
-SCHEMA_VERSION = 1
-_SCHEMA = """
-CREATE TABLE netdisco_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE seen (fp BLOB PRIMARY KEY) WITHOUT ROWID;
-CREATE TABLE queue (id INTEGER PRIMARY KEY, priority INTEGER NOT NULL, body TEXT NOT NULL);
-"""
-_INSERT_SEEN = "INSERT OR IGNORE INTO seen (fp) VALUES (?)"
-_INSERT_QUEUE = "INSERT INTO queue (priority, body) VALUES (?, ?)"
-_SET_META = "INSERT OR REPLACE INTO netdisco_meta (key, value) VALUES (?, ?)"
-#: a new row: (fingerprint, dont_filter, priority, body)
-Row = tuple[bytes, bool, int, str]
-
-
-class Store:
-    """The blocking half: the lock, the database and its transactions."""
-
-    def __init__(self, directory: Path, name: str) -> None:
-        self.directory = directory
-        self.name = name
-        self.path = directory / DB_NAME
-        self._lock: IO[str] | None = None
-        self._db: sqlite3.Connection | None = None
-
-    def open(self) -> tuple[list[tuple[int, int, str]], int, dict[str, str]]:
-        """Lock, check, prepare; the queued rows (id, priority, body), seen count, meta."""
-        self._take_lock()
-        try:
-            return self._open_db()
-        except BaseException:
-            self.close()
-            raise
-
-    def _take_lock(self) -> None:
-        if self.directory.exists() and not self.directory.is_dir():
-            raise StateDirError(self.directory, "is not a directory")
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            lock = (self.directory / LOCK_NAME).open("a+", encoding="utf-8")
-        except OSError as exc:
-            raise StateDirError(self.directory, f"cannot be written: {exc.strerror}") from exc
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "?"
-            lock.close()
-            raise StateDirError(
-                self.directory,
-                f"in use by another netdisco process (pid {holder}); "
-                "one state_dir serves one crawl process at a time",
-            ) from None
-        self._lock = lock
-        with contextlib.suppress(OSError):  # the pid is for the message above only
-            lock.truncate(0)
-            lock.write(f"{os.getpid()}\n")
-            lock.flush()
-
-    def _open_db(self) -> tuple[list[tuple[int, int, str]], int, dict[str, str]]:
-        try:
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self._db = db
-            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
-            if not tables:
-                self._create(db)
-                tables = {"netdisco_meta", "seen", "queue"}
-            meta = {}
-            if "netdisco_meta" in tables:
-                meta = dict(db.execute("SELECT key, value FROM netdisco_meta").fetchall())
-        except sqlite3.Error as exc:
-            raise StateDirError(
-                self.path, f"is not a readable netdisco crawl state ({exc}); it was left as it is"
-            ) from exc
-        self._check(tables, meta)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            rows = db.execute("SELECT id, priority, body FROM queue ORDER BY id").fetchall()
-            seen = int(db.execute("SELECT count(*) FROM seen").fetchone()[0])
-        except sqlite3.Error as exc:
-            raise self._failed(exc) from exc
-        return rows, seen, meta
-
-    def _create(self, db: sqlite3.Connection) -> None:
-        db.executescript("BEGIN;\n" + _SCHEMA)  # committed below, with the meta rows
-        db.execute(_SET_META, ("schema_version", str(SCHEMA_VERSION)))
-        db.execute(_SET_META, ("spider", self.name))
-        db.execute("COMMIT")
-
-    def _check(self, tables: set[str], meta: dict[str, str]) -> None:
-        """Refuse a database that is not ours, of another schema or of another spider."""
-        if not {"netdisco_meta", "seen", "queue"} <= tables:
-            found = ", ".join(sorted(tables))
-            raise StateDirError(
-                self.path, f"holds a database that is not a netdisco crawl state (tables: {found})"
-            )
-        version = meta.get("schema_version", "?")
-        if version != str(SCHEMA_VERSION):
-            raise StateDirError(
-                self.path,
-                f"was written with state schema version {version}; this netdisco reads "
-                f"version {SCHEMA_VERSION} only: finish that crawl with the netdisco that "
-                "started it, or use another state_dir",
-            )
-        if meta.get("spider") != self.name:
-            raise StateDirError(
-                self.path, f"holds the crawl of spider {meta.get('spider')!r}, not {self.name!r}"
-            )
-
-    def _failed(self, exc: sqlite3.Error) -> StateDirError:
-        return StateDirError(self.path, f"cannot keep the crawl state: {exc}")
-
-    def _begin(self) -> sqlite3.Connection:
-        assert self._db is not None, "Store.open() was not called"
-        if not self._db.in_transaction:
-            self._db.execute("BEGIN")
-        return self._db
-
-    def insert(self, rows: Sequence[Row]) -> tuple[list[int | None], int]:
-        """For each row the id it was queued under (None: seen before); how many were new."""
-        try:
-            db = self._begin()
-            ids: list[int | None] = []
-            new_count = 0
-            for fingerprint, dont_filter, priority, body in rows:
-                new = db.execute(_INSERT_SEEN, (fingerprint,)).rowcount == 1
-                new_count += new
-                if new or dont_filter:
-                    ids.append(db.execute(_INSERT_QUEUE, (priority, body)).lastrowid)
-                else:
-                    ids.append(None)
-            return ids, new_count
-        except sqlite3.Error as exc:
-            raise self._failed(exc) from exc
-
-    def commit(self, done: Sequence[int], meta: dict[str, str]) -> None:
-        """Delete the acknowledged rows, save ``meta``, commit everything since the last one."""
-        try:
-            db = self._begin()
-            db.executemany("DELETE FROM queue WHERE id = ?", [(i,) for i in done])
-            db.executemany(_SET_META, meta.items())
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise self._failed(exc) from exc
-
-    def close(self) -> None:
-        """Close the database (uncommitted work is rolled back) and release the lock."""
-        if self._db is not None:
-            with contextlib.suppress(sqlite3.Error):
-                self._db.close()
-            self._db = None
-        if self._lock is not None:
-            self._lock.close()  # closing the file releases the flock
-            self._lock = None
 
 
 class SqliteFrontier(Generic[R]):
@@ -265,7 +110,7 @@ class SqliteFrontier(Generic[R]):
             log.warning(
                 "crawl_already_finished",
                 state_dir=str(self.directory),
-                to_crawl_again="delete the state_dir or use another one",
+                to_crawl_again="set recrawl or age (a new run), or delete the state_dir",
             )
 
     async def close(self) -> None:
@@ -358,6 +203,29 @@ class SqliteFrontier(Generic[R]):
         self._dirty["finished"] = "1"
         await self._commit()
         self._meta["finished"] = "1"
+
+    # -- PageStore -------------------------------------------------------------------
+
+    async def get_page(self, fingerprint: bytes) -> bytes | None:
+        return await self._run(self._store.get_page, fingerprint)
+
+    async def put_page(self, fingerprint: bytes, record: bytes) -> None:
+        await self._run(self._store.put_page, fingerprint, record)
+
+    async def begin_run(self, run: str) -> bool:
+        """A finished crawl starts run ``run``: seen set emptied, counters cleared, pages
+        kept. A crawl that did not finish (stopped, killed) resumes instead: False."""
+        if not self.finished or self._meta.get("run") == run:
+            return False
+        generation = str(int(self._meta.get("generation", "0")) + 1)
+        meta = {"finished": "0", "stats": "{}", "run": run, "generation": generation}
+        await self._commit()
+        await self._run(self._store.new_run, meta)
+        self._meta.update(meta)
+        self._seen = 0
+        self._known.clear()
+        log.info("state_new_run", run=run, generation=generation)
+        return True
 
     # -- group commit ------------------------------------------------------------------
 
