@@ -20,9 +20,10 @@ from typing import Any
 from aiohttp import web
 
 from netdisco import Response, Spider
+from tests.netdisco.sites import LoopbackServer
 
 
-class ConditionalSite:
+class ConditionalSite(LoopbackServer):
     """Serves ``pages`` (path -> HTML) from memory; counts requests at the server."""
 
     def __init__(self, pages: dict[str, str] | None = None, *, delay: float = 0.0) -> None:
@@ -34,8 +35,6 @@ class ConditionalSite:
         self.not_modified: Counter[str] = Counter()  # 304s sent
         self.full: Counter[str] = Counter()  # 200s sent
         self.headers: list[tuple[str, str | None, str | None]] = []  # path, INM, IMS
-        self._runner: web.ServerRunner | None = None
-        self.base = ""
         self._clock = 1_700_000_000
         for path, body in (pages or {}).items():
             self.set(path, body)
@@ -94,17 +93,6 @@ class ConditionalSite:
                 return False
         return False
 
-    async def start(self) -> str:
-        runner = web.ServerRunner(web.Server(self._handle), access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        self._runner = runner
-        self.base = f"http://127.0.0.1:{runner.addresses[0][1]}"
-        return self.base
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
 
 
 def page(*links: str, text: str = "") -> str:

@@ -31,11 +31,12 @@ from netdisco.cluster.settings import ZooKeeperSettings
 from netdisco.crawl.codec import RequestCodec
 from netdisco.frontiers.redis import RedisFrontier, RedisOptions
 from netdisco.frontiers.redis.recovery import lease_recovery
+from tests.netdisco.sites import LoopbackServer
 
 SESSION_TIMEOUT = 2.0
 
 
-class SiteServer:
+class SiteServer(LoopbackServer):
     """Serves a generated site from memory and counts every page fetched."""
 
     def __init__(self, root: Path, delay: float = 0.0) -> None:
@@ -46,8 +47,6 @@ class SiteServer:
         }
         self.delay = delay
         self.fetches: Counter[str] = Counter()
-        self._runner: web.ServerRunner | None = None
-        self.base = ""
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         if request.path == "/robots.txt":
@@ -60,17 +59,6 @@ class SiteServer:
             await asyncio.sleep(self.delay)
         return web.Response(body=body, content_type="text/html")
 
-    async def start(self) -> str:
-        runner = web.ServerRunner(web.Server(self._handle), access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        self._runner = runner
-        self.base = f"http://127.0.0.1:{runner.addresses[0][1]}"
-        return self.base
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     @property
     def fetched(self) -> int:

@@ -378,3 +378,25 @@ async def crawl(
 def seeds(*urls: str, **kwargs: Any) -> PageSpider:
     """A PageSpider starting from ``urls`` (extra attributes as keyword arguments)."""
     return PageSpider(start_urls=list(urls), **kwargs)
+
+
+class LoopbackServer:
+    """A low-level aiohttp server on 127.0.0.1 (a free port) for a subclass's ``_handle``."""
+
+    _runner: web.ServerRunner | None = None
+    base = ""
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        raise NotImplementedError
+
+    async def start(self) -> str:
+        runner = web.ServerRunner(web.Server(self._handle), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        self._runner = runner
+        self.base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        return self.base
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
