@@ -41,9 +41,13 @@ ROUTES = [
 ]
 
 
-@pytest.fixture
-async def engine(site: str) -> AsyncIterator[SpiderEngine]:
-    served = SpiderEngine(EngineSettings(id="e-fuzz", port=0, token=TOKEN, max_body=65536))
+@pytest.fixture(params=[False, True], ids=["in-loop", "api-process"])
+async def engine(site: str, request: pytest.FixtureRequest) -> AsyncIterator[SpiderEngine]:
+    """The engine, its endpoint in its loop or behind its status process."""
+    settings = EngineSettings(
+        id="e-fuzz", port=0, token=TOKEN, max_body=65536, api_process=bool(request.param)
+    )
+    served = SpiderEngine(settings)
     seed = f"{site}/hang"
     spider = SiteSpider(name="fuzzed", start_urls=[seed], allowed_domains=["127.0.0.1"])
     only_the_seed = (f"^(?!{re.escape(seed)}$)",)
