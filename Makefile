@@ -47,7 +47,8 @@ test: lint typecheck unit
 # The fuzz tests (also in make test, with few examples) with 20 times the examples and
 # fresh random ones each run (about 10 minutes); what fails is kept in .hypothesis/.
 fuzz: $(STAMP) system-deps
-	NETDISCO_FUZZ_SCALE=20 $(BIN)/pytest -m fuzz --timeout=0 -q --hypothesis-show-statistics
+	NETDISCO_FUZZ_SCALE=20 $(BIN)/pytest -n 2 --dist loadfile -m fuzz --timeout=0 -q \
+	  --hypothesis-show-statistics
 
 # A live cluster on loopback, narrated: ZooKeeper, a demo site, an SMTP sink, three
 # engines and the monitor; a graceful leave, a crash, the alert e-mail (about 15 s).
