@@ -20,6 +20,9 @@ time spent parsing and sending the ack is not added to the delay.
 Every script shares the first KEYS and ARGV (``HOST_PRELUDE``): KEYS ready,
 next, hostof, hosted, inbox, payload, leases, owner, owned, trace, epoch, take
 token; ARGV key prefix, delay (us), slots per host, trace (1/0), channel, epoch.
+The KEYS, and the host keys the scripts build from the prefix, share one hash tag
+(a shard's), so each script touches one slot of a Redis Cluster. Wake-ups publish
+the prefix: engines then ask that shard first.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ local function refresh(host)
   local queued = redis.call('EXISTS', pre .. 'hq:' .. host) == 1
   if queued and redis.call('SCARD', pre .. 'busy:' .. host) < cap then
     local at = redis.call('HGET', K_next, host) or '0'
-    if redis.call('ZADD', K_ready, at, host) == 1 then redis.call('PUBLISH', channel, 1) end
+    if redis.call('ZADD', K_ready, at, host) == 1 then redis.call('PUBLISH', channel, pre) end
   else
     redis.call('ZREM', K_ready, host)
   end
@@ -131,7 +134,7 @@ for i = 9, #ARGV, 5 do
     added = added + 1
   end
 end
-if added > 0 then redis.call('PUBLISH', channel, added) end
+if added > 0 then redis.call('PUBLISH', channel, pre) end
 return out
 """
 )
