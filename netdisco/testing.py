@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import itertools
 import random
 import shutil
 import signal
@@ -255,6 +256,7 @@ class RedisServer(ServerProcess):
             "--cluster-config-file", str(self.data_dir / "nodes.conf"),
             "--cluster-node-timeout", str(self.cluster_timeout_ms),
             "--cluster-port", str(self.bus_port),
+            "--repl-ping-replica-period", "1",  # replicas soon have an offset, so are served
         ]  # fmt: skip
 
     def ready(self) -> bool:
@@ -309,20 +311,32 @@ class RedisClusterServer:
             fields = line.split()
             address, flags, link = fields[1], fields[2], fields[7]
             ranges = [r.split("-") for r in fields[8:] if not r.startswith("[")]
-            if "master" in flags and link == "connected" and any(
-                int(r[0]) <= slot <= int(r[-1]) for r in ranges
+            if (
+                "master" in flags
+                and link == "connected"
+                and any(int(r[0]) <= slot <= int(r[-1]) for r in ranges)
             ):
                 port = int(address.split("@")[0].rsplit(":", 1)[1])
                 return next(n for n in self.live() if n.port == port)
         raise LookupError(f"no live master serves slot {slot}")
 
     def is_ok(self) -> bool:
-        """Every live node says ``cluster_state:ok`` and every live replica is in sync."""
+        """Every live node says ``cluster_state:ok``, every live replica is in sync, and
+        every node lists every live replica as online (clients learn them from any node)."""
+        replicas = 0
         for node in self.live():
             if "cluster_state:ok" not in self.cli(node, "cluster", "info"):
                 return False
             info = self.cli(node, "info", "replication")
             if "role:slave" in info and "master_link_status:up" not in info:
+                return False
+            replicas += "role:slave" in info
+        for node in self.live():
+            shards = self.cli(node, "cluster", "shards").splitlines()
+            pairs = list(itertools.pairwise(shards))  # "field", "value" lines
+            online = [a for a, b in pairs if a == "health" and b == "online"]
+            roles = [b for a, b in pairs if a == "role"]
+            if len(online) != len(self.live()) or roles.count("replica") < replicas:
                 return False
         return True
 

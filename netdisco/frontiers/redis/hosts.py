@@ -30,6 +30,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import structlog
+from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
+
 from netdisco.exceptions import ConfigError
 from netdisco.frontiers.base import Codec, Queued, R
 from netdisco.frontiers.redis.frontier import RedisFrontier
@@ -37,6 +43,7 @@ from netdisco.frontiers.redis.host_scripts import HOST_ADD_LUA, HOST_DONE_LUA, H
 from netdisco.frontiers.redis.leases import Client, Keys, shard_of
 from netdisco.frontiers.redis.options import RedisOptions
 
+log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 #: how long a take waits for a host to be due before it says there is nothing (s)
@@ -45,6 +52,8 @@ TAKE_WAIT = 1.0
 ACK_WAIT = 0.005
 #: how long one engine may take to fetch a robots.txt before another tries (s)
 ROBOTS_LOCK = 30
+#: how long an add waits for its replicas (ms); then the crawl goes on, and says so
+REPLICA_WAIT_MS = 200
 
 
 @dataclass(frozen=True)
@@ -237,7 +246,35 @@ class HostQueueFrontier(RedisFrontier[R]):
         keys = [*self._host_keys(shard), k.seen, k.seen_count, k.seq]
         args: list[str | int | bytes] = [*self._prelude(shard), self.options.seen]
         args += [self._nonce(shard), *(x for row in rows for x in row)]
-        return list(await self._call(lambda: self._host_add(keys=keys, args=args)))
+        wanted = self._replicas(keys[0])
+        if not wanted:
+            return list(await self._call(lambda: self._host_add(keys=keys, args=args)))
+        return await self._call(lambda: self._add_replicated(keys, args, wanted))
+
+    def _replicas(self, key: str) -> int:
+        """How many replicas an add to ``key``'s slot waits for (none it does not have)."""
+        wanted = self.options.replicas
+        if wanted and isinstance(self._redis, RedisCluster):
+            nodes = self._redis.nodes_manager.slots_cache.get(key_slot(key.encode()), [])
+            wanted = min(wanted, len(nodes) - 1)
+        return max(wanted, 0)
+
+    async def _add_replicated(self, keys: list[str], args: list[Any], wanted: int) -> list[Any]:
+        """The add, then ``WAIT`` on the same connection (Redis answers a write before its
+        replicas have it): the links are on a replica before their page is acknowledged."""
+        target = {}
+        if isinstance(self._redis, RedisCluster):
+            target = {"target_nodes": self._redis.get_node_from_key(keys[0])}
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.execute_command("EVAL", HOST_ADD_LUA, len(keys), *keys, *args, **target)
+                pipe.execute_command("WAIT", wanted, REPLICA_WAIT_MS, **target)
+                added, replicated = await pipe.execute()
+        except RedisClusterException as exc:  # the node went mid-call: ask again, anew
+            raise RedisConnectionError(str(exc)) from exc
+        if int(replicated) < wanted:
+            log.warning("frontier_add_not_replicated", replicas=int(replicated), wanted=wanted)
+        return list(added)
 
     async def _claim_all(self, requests: Sequence[Queued]) -> list[Any]:
         return await self._sharded(

@@ -32,6 +32,7 @@ _OPTIONS = (
     "politeness",
     "trace",
     "shards",
+    "replicas",
 )
 
 
@@ -53,6 +54,10 @@ class RedisOptions:
     trace: bool = False
     #: hash tags the host queues are spread over (one slot each on a cluster)
     shards: int = 1
+    #: replicas an add must reach (``WAIT``) before the page that found the links is
+    #: acknowledged, so that a failover cannot lose them; on a cluster, at most as many
+    #: as the slot has
+    replicas: int = 0
 
     @classmethod
     def from_url(cls, url: str) -> RedisOptions:
@@ -73,6 +78,7 @@ class RedisOptions:
                 politeness=ours.get("politeness", cls.politeness),
                 trace=_flag(ours.get("trace", "0")),
                 shards=int(ours.get("shards", CLUSTER_SHARDS if _is_cluster(url) else 1)),
+                replicas=int(ours.get("replicas", 1 if _is_cluster(url) else 0)),
             )
         except ValueError as exc:
             raise ConfigError("frontier", f"bad option in {redact(url)}: {exc}") from None
@@ -94,6 +100,7 @@ class RedisOptions:
             "shards": None
             if 1 <= self.shards <= 1024 and (self.shards == 1 or self.politeness == "cluster")
             else "must be from 1 to 1024, and 1 with politeness=engine",
+            "replicas": None if 0 <= self.replicas <= 16 else "must be from 0 to 16",
         }
         for name, problem in problems.items():
             if problem is not None:
