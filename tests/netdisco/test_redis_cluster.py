@@ -20,13 +20,17 @@ from typing import Any
 
 import pytest
 
-from netdisco.exceptions import ConfigError
+from netdisco import Request
+from netdisco.crawl.codec import RequestCodec
+from netdisco.exceptions import ConfigError, CrawlLost
 from netdisco.frontiers import is_shared
-from netdisco.frontiers.redis.hosts import HostKeys
-from netdisco.frontiers.redis.leases import shard_of
-from netdisco.frontiers.redis.options import CLUSTER_SHARDS, RedisOptions
+from netdisco.frontiers.redis.hosts import HostKeys, HostQueueFrontier
+from netdisco.frontiers.redis.leases import recover_owner, shard_of
+from netdisco.frontiers.redis.options import CLUSTER_SHARDS, RedisOptions, connect
+from netdisco.frontiers.redis.runs import claim_run
 from netdisco.testing import RedisClusterServer, eventually, serve
 from tests.netdisco.hosts_support import PAGES, LoggingHost, closest_starts, most_in_flight
+from tests.netdisco.redis_support import SiteSpider, make_request
 
 ENGINES = 3
 ADDRESSES = tuple(f"127.0.0.{n}" for n in range(1, 7))
@@ -121,6 +125,66 @@ def test_hosts_spread_over_shards_whose_keys_share_one_slot_each():
         assert all(tag in key for key in (k.epoch, k.host_queue("h:1"), k.busy("h:1"), k.seen))
     spread = {shard_of(f"127.0.0.{n}:8080", CLUSTER_SHARDS) for n in range(1, 200)}
     assert len(spread) == CLUSTER_SHARDS
+
+
+@pytest.fixture
+async def frontiers(cluster: RedisClusterServer) -> AsyncIterator[list[HostQueueFrontier[Request]]]:
+    """Two engines' frontiers on one crawl of the cluster, and their spider's requests."""
+    url = f"{cluster.url}?prefix=f{uuid.uuid4().hex[:10]}"
+    spider = SiteSpider(start_urls=[])
+    made = [
+        HostQueueFrontier(RedisOptions.from_url(url), "s", RequestCodec(spider), owner=owner)
+        for owner in ("a", "b")
+    ]
+    for frontier in made:
+        frontier.set_politeness(0.0, 2)
+        await frontier.open()
+    await made[0].add(
+        [make_request(spider, f"http://127.0.0.{n}:80/p{i}") for n in range(1, 9) for i in (1, 2)]
+    )
+    yield made
+    for frontier in made:
+        await frontier.close(hand_back=False)
+
+
+async def test_a_lost_engines_leases_go_back_from_every_shard(
+    frontiers: list[HostQueueFrontier[Request]],
+):
+    lost, alive = frontiers
+    taken = [await lost.take() for _ in range(10)]
+    assert all(taken)
+    shards = {lost._shard(r.host_key) for r in taken if r is not None}
+    assert len(shards) > 1  # the leases are spread over several slots
+    client = connect(lost.options.url)
+    try:
+        returned = await recover_owner(client, lost.options.prefix, "a", CLUSTER_SHARDS)
+    finally:
+        await client.aclose()
+    assert returned == {"s": 10}
+    again = []
+    while (request := await alive.take()) is not None:
+        again.append(request.url)
+        await alive.done(request)
+    assert len(again) == 16  # the 10 returned and the 6 never taken
+
+
+async def test_a_shard_that_lost_the_crawl_is_refused(
+    frontiers: list[HostQueueFrontier[Request]],
+):
+    first = frontiers[0]
+    await first._redis.delete(first.shard_keys[3].epoch)  # as a node come back empty would
+    with pytest.raises(CrawlLost):
+        await first.counts()
+    late = HostQueueFrontier(first.options, "s", first.codec, owner="late")
+    with pytest.raises(CrawlLost, match="no crawl"):
+        await late.open()  # not a fresh shard beside the others' half-done crawl
+    await late.close(hand_back=False)
+
+
+async def test_one_engine_runs_a_scheduled_tick_on_a_cluster(cluster: RedisClusterServer):
+    crawl = f"crawl-{uuid.uuid4().hex[:8]}"
+    claims = [await claim_run(cluster.url, crawl, 1234.5, owner) for owner in "abc"]
+    assert claims == [True, False, False]
 
 
 @pytest.mark.timeout(300)
