@@ -31,10 +31,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import structlog
-from redis.asyncio.cluster import RedisCluster
-from redis.crc import key_slot
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException
 
 from netdisco.exceptions import ConfigError
 from netdisco.frontiers.base import Codec, Queued, R
@@ -42,6 +38,7 @@ from netdisco.frontiers.redis.frontier import RedisFrontier
 from netdisco.frontiers.redis.host_scripts import HOST_ADD_LUA, HOST_DONE_LUA, HOST_TAKE_LUA
 from netdisco.frontiers.redis.leases import Client, Keys, shard_of
 from netdisco.frontiers.redis.options import RedisOptions
+from netdisco.frontiers.redis.replication import eval_replicated, replicas_for
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -52,8 +49,6 @@ TAKE_WAIT = 1.0
 ACK_WAIT = 0.005
 #: how long one engine may take to fetch a robots.txt before another tries (s)
 ROBOTS_LOCK = 30
-#: how long an add waits for its replicas (ms); then the crawl goes on, and says so
-REPLICA_WAIT_MS = 200
 
 
 @dataclass(frozen=True)
@@ -130,6 +125,7 @@ class HostQueueFrontier(RedisFrontier[R]):
         self._per_host = 8
         self._taking = asyncio.Lock()
         self._ended: dict[str, float] = {}  # id -> when its response ended (monotonic)
+        self._freeing: list[str] = []  # downloads over, slots not freed in Redis yet
         self._due = [0.0] * options.shards  # shard -> when to ask it again (loop time)
         self._turn = 0  # the shard asked first when several are due (round robin)
         self._shard_by_prefix = {k.host_prefix: i for i, k in enumerate(self.shard_keys)}
@@ -149,6 +145,25 @@ class HostQueueFrontier(RedisFrontier[R]):
         if rid is not None:
             self._ended[rid] = time.monotonic()
 
+    def fetched(self, request: R) -> None:
+        """The download is over: free the host's slot now (soon, batched), not at the ack.
+
+        The ack waits for the items' flush (``flush_interval``); the slot need not: the
+        lease stays until the ack, so a crash in between still loses nothing.
+        """
+        rid = self._ids.get(id(request))
+        if rid is not None:
+            self._freeing.append(rid)
+            if self._flusher is None or self._flusher.done():
+                self._flusher = asyncio.create_task(self._flush(), name="frontier-acks")
+
+    def _frees(self, shard: int | None = None) -> list[str]:
+        """Take the slots to free (of ``shard``, or all); an ack on its way frees its own."""
+        acked = set(self._acks)
+        mine = [r for r in self._freeing if shard is None or self._shard_of_id(r) == shard]
+        self._freeing = [r for r in self._freeing if r not in mine]
+        return [r for r in mine if r not in acked]
+
     def _credit(self, rid: str) -> list[str]:
         """``[id, us since its response ended]`` (a duration: no clock is compared)."""
         ended = self._ended.pop(rid, None)
@@ -159,10 +174,11 @@ class HostQueueFrontier(RedisFrontier[R]):
         rid = self._ids.pop(id(request), None)
         if rid is None:
             return
+        self._freeing = [r for r in self._freeing if r != rid]  # the back-off frees it
         wait = round(max(seconds, 0.0) * 1_000_000)
         triple = [rid, self.codec.encode(request), *self._credit(rid)[1:]]
         shard = self._shard_of_id(rid)
-        await self._call(lambda: self._finish(shard, triple, requeue=True, wait_us=wait))
+        await self._call(lambda: self._finish(shard, triple, what="1", wait_us=wait))
 
     async def robots_txt(
         self, origin: str, fetch: Callable[[], Awaitable[str | None]], max_age: float
@@ -246,35 +262,11 @@ class HostQueueFrontier(RedisFrontier[R]):
         keys = [*self._host_keys(shard), k.seen, k.seen_count, k.seq]
         args: list[str | int | bytes] = [*self._prelude(shard), self.options.seen]
         args += [self._nonce(shard), *(x for row in rows for x in row)]
-        wanted = self._replicas(keys[0])
+        wanted = replicas_for(self._redis, keys[0], self.options.replicas)
         if not wanted:
             return list(await self._call(lambda: self._host_add(keys=keys, args=args)))
-        return await self._call(lambda: self._add_replicated(keys, args, wanted))
-
-    def _replicas(self, key: str) -> int:
-        """How many replicas an add to ``key``'s slot waits for (none it does not have)."""
-        wanted = self.options.replicas
-        if wanted and isinstance(self._redis, RedisCluster):
-            nodes = self._redis.nodes_manager.slots_cache.get(key_slot(key.encode()), [])
-            wanted = min(wanted, len(nodes) - 1)
-        return max(wanted, 0)
-
-    async def _add_replicated(self, keys: list[str], args: list[Any], wanted: int) -> list[Any]:
-        """The add, then ``WAIT`` on the same connection (Redis answers a write before its
-        replicas have it): the links are on a replica before their page is acknowledged."""
-        target = {}
-        if isinstance(self._redis, RedisCluster):
-            target = {"target_nodes": self._redis.get_node_from_key(keys[0])}
-        try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.execute_command("EVAL", HOST_ADD_LUA, len(keys), *keys, *args, **target)
-                pipe.execute_command("WAIT", wanted, REPLICA_WAIT_MS, **target)
-                added, replicated = await pipe.execute()
-        except RedisClusterException as exc:  # the node went mid-call: ask again, anew
-            raise RedisConnectionError(str(exc)) from exc
-        if int(replicated) < wanted:
-            log.warning("frontier_add_not_replicated", replicas=int(replicated), wanted=wanted)
-        return list(added)
+        add = lambda: eval_replicated(self._redis, HOST_ADD_LUA, keys, args, wanted)  # noqa: E731
+        return list(await self._call(add))
 
     async def _claim_all(self, requests: Sequence[Queued]) -> list[Any]:
         return await self._sharded(
@@ -322,40 +314,45 @@ class HostQueueFrontier(RedisFrontier[R]):
 
     async def _take_in(self, shard: int) -> Any:
         token = self.shard_keys[shard].take_token(uuid.uuid4().hex)  # the same for every retry
+        frees = self._frees(shard)
         acks = [rid for rid in self._acks if self._shard_of_id(rid) == shard]
         self._acks = [rid for rid in self._acks if self._shard_of_id(rid) != shard]
         ttl, count = self._ttl_ms, self.options.prefetch
-        args = [
-            *self._prelude(shard),
-            self.owner,
-            ttl,
-            count,
-            *(x for a in acks for x in self._credit(a)),
-        ]
+        args = [*self._prelude(shard), self.owner, ttl, count, len(frees)]
+        args += [x for rid in frees + acks for x in self._credit(rid)]
         keys = self._host_keys(shard, token)
         try:
             return await self._call(lambda: self._host_take(keys=keys, args=args))
         finally:
             self._unacked.difference_update(acks)
 
-    async def _release(self, rids: list[str], *, requeue: bool) -> None:
+    async def _release(self, rids: list[str], *, requeue: bool, what: str = "") -> None:
+        """End our leases (put back with ``requeue``), or with ``what="2"`` free their slots."""
+
         async def release(shard: int, some: list[str]) -> list[None]:
             triples = [x for r in some for x in (r, "", self._credit(r)[1])]
-            await self._call(lambda: self._finish(shard, triples, requeue=requeue))
+            flag = what or ("1" if requeue else "0")
+            await self._call(lambda: self._finish(shard, triples, what=flag))
             return [None] * len(some)
 
         await self._sharded(rids, self._shard_of_id, release)
 
     def _finish(
-        self, shard: int, triples: Sequence[str], *, requeue: bool, wait_us: int = 0
+        self, shard: int, triples: Sequence[str], *, what: str, wait_us: int = 0
     ) -> Awaitable[Any]:
-        flag = "1" if requeue else "0"
-        args = [*self._prelude(shard), self.owner, flag, wait_us, *triples]
+        args = [*self._prelude(shard), self.owner, what, wait_us, *triples]
         return self._host_done(keys=self._host_keys(shard), args=args)
 
     async def _flush(self) -> None:
-        await asyncio.sleep(ACK_WAIT)  # a take in the meantime carries the acks: a round trip less
-        await super()._flush()
+        """Free slots, then send acks; a take in the meantime carries them (fewer trips)."""
+        await asyncio.sleep(ACK_WAIT)
+        while self._freeing or self._acks:
+            if frees := self._frees():
+                try:
+                    await self._release(frees, requeue=False, what="2")
+                except Exception as exc:  # not freed: the ack or the lease's return frees it
+                    log.debug("frontier_free_failed", count=len(frees), error=repr(exc))
+            await super()._flush()
 
     def _host_keys(self, shard: int, token: str = "") -> list[str]:
         k = self.shard_keys[shard]
