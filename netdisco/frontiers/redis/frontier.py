@@ -243,6 +243,10 @@ class RedisFrontier(Generic[R]):
             return
         self._acks.append(rid)
         self._unacked.add(rid)
+        self._start_flusher()
+
+    def _start_flusher(self) -> None:
+        """Send what waits (``_flush``) in the background, unless that runs already."""
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush(), name="frontier-acks")
 

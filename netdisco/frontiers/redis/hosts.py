@@ -45,6 +45,8 @@ T = TypeVar("T")
 
 #: how long a take waits for a host to be due before it says there is nothing (s)
 TAKE_WAIT = 1.0
+#: how long a shard that had nothing for us is not asked again, unless woken (s)
+SHARD_REST = 0.1
 #: how long a finished request's ack waits for a take to carry it (s); then it goes alone
 ACK_WAIT = 0.005
 #: how long one engine may take to fetch a robots.txt before another tries (s)
@@ -127,6 +129,7 @@ class HostQueueFrontier(RedisFrontier[R]):
         self._ended: dict[str, float] = {}  # id -> when its response ended (monotonic)
         self._freeing: list[str] = []  # downloads over, slots not freed in Redis yet
         self._due = [0.0] * options.shards  # shard -> when to ask it again (loop time)
+        self._idle = [False] * options.shards  # shard -> had nothing queued or leased
         self._turn = 0  # the shard asked first when several are due (round robin)
         self._shard_by_prefix = {k.host_prefix: i for i, k in enumerate(self.shard_keys)}
 
@@ -154,13 +157,12 @@ class HostQueueFrontier(RedisFrontier[R]):
         rid = self._ids.get(id(request))
         if rid is not None:
             self._freeing.append(rid)
-            if self._flusher is None or self._flusher.done():
-                self._flusher = asyncio.create_task(self._flush(), name="frontier-acks")
+            self._start_flusher()
 
     def _frees(self, shard: int | None = None) -> list[str]:
         """Take the slots to free (of ``shard``, or all); an ack on its way frees its own."""
         acked = set(self._acks)
-        mine = [r for r in self._freeing if shard is None or self._shard_of_id(r) == shard]
+        mine = {r for r in self._freeing if shard is None or self._shard_of_id(r) == shard}
         self._freeing = [r for r in self._freeing if r not in mine]
         return [r for r in mine if r not in acked]
 
@@ -295,22 +297,29 @@ class HostQueueFrontier(RedisFrontier[R]):
 
     async def _take_once(self) -> Any:
         """Ask the due shards, in turn, until one hands out requests; else how long (us)
-        until one may (0: every shard asked has nothing queued or leased)."""
+        until one may (0: every shard has nothing queued or leased at all).
+
+        With several shards, one that had nothing for us rests ``SHARD_REST`` unless a
+        wake-up names it, so that a take does not cost a round trip per shard.
+        """
         now = asyncio.get_running_loop().time()
+        wake = self._work  # a wake-up while we ask makes the answers stale
         count = len(self._due)
         order = [(self._turn + i) % count for i in range(count)]
-        due = [s for s in order if self._due[s] <= now]
         waits = []
-        for shard in due:
+        for shard in [s for s in order if self._due[s] <= now]:
             found = await self._take_in(shard)
+            self._idle[shard] = found == 0
             if not isinstance(found, int):
                 self._turn = (shard + 1) % count
                 return found
-            self._due[shard] = now + (min(found / 1_000_000, TAKE_WAIT) if found else TAKE_WAIT)
+            if count > 1 and not wake.is_set():
+                self._due[shard] = now + SHARD_REST
             waits += [found] if found else []
-        if not due:
-            return max(1, int((min(self._due) - now) * 1_000_000))
-        return min(waits, default=0)
+        if all(self._idle):
+            return 0
+        resting = [int((due - now) * 1_000_000) for due in self._due if due > now]
+        return max(1, min([*waits, *resting], default=1))
 
     async def _take_in(self, shard: int) -> Any:
         token = self.shard_keys[shard].take_token(uuid.uuid4().hex)  # the same for every retry
