@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections import deque
@@ -28,8 +29,7 @@ T = TypeVar("T")
 KNOWN_MAX = 1_000_000
 #: how long a worker waits for work that engines are still producing
 WORK_WAIT = 0.25
-_RETRY_FIRST = 0.05
-_RETRY_MAX = 1.0
+_RETRY_FIRST, _RETRY_MAX = 0.05, 1.0  # seconds between tries while Redis cannot answer
 #: what Redis (or a cluster in a failover) answers while it cannot serve yet: wait, retry
 _TRANSIENT = (
     rx.ConnectionError,
@@ -44,7 +44,6 @@ class RedisFrontier(Generic[R]):
     """The ``Frontier`` protocol over Redis, shared by every engine crawling ``name``.
 
     ``codec`` turns requests into JSON and back (callbacks by name, say).
-
     ``owner`` names the leases: pass the engine's incarnation so that
     ``LeaseRecovery`` can return them when the engine's znode is lost.
     """
@@ -79,6 +78,7 @@ class RedisFrontier(Generic[R]):
         self._flusher: asyncio.Task[None] | None = None
         self._work = asyncio.Event()  # set (and replaced) when any engine adds requests
         self._listener: asyncio.Task[None] | None = None
+        self._listening = asyncio.Event()  # subscribed: no wake-up is missed from here
         self._suspects: set[str] = set()
         self._known: set[bytes] = set()  # fingerprints certainly in the seen set
         self._opened = False
@@ -98,7 +98,7 @@ class RedisFrontier(Generic[R]):
             try:
                 await self._redis.ping()
                 await self._redis.sadd(spiders_key(self.options.prefix), self.name)
-                self.epoch = await self._join()
+                await self._join()
             except RedisError as exc:
                 raise FrontierUnavailable(
                     f"cannot reach Redis at {redact(self.options.url)}: {exc}"
@@ -106,17 +106,18 @@ class RedisFrontier(Generic[R]):
             self._opened = True
             self._heartbeat = asyncio.create_task(self._beat_forever(), name="frontier-heartbeat")
             self._listener = asyncio.create_task(self._listen(), name="frontier-listener")
+            with contextlib.suppress(TimeoutError):  # without it, takes poll: slower, not wrong
+                await asyncio.wait_for(self._listening.wait(), 2.0)
             log.info(
                 "frontier_opened", url=redact(self.options.url), owner=self.owner, epoch=self.epoch
             )
 
-    async def _join(self) -> str:
+    async def _join(self) -> None:
         """The crawl's epoch (``epochs``): every script checks it, so the engines that
         joined a crawl Redis lost fail instead of reading an empty queue as the end."""
         self.epoch, lost = await join_epoch(self._redis, self.shard_keys)
         if lost is not None:
             raise self._lost(lost)
-        return self.epoch
 
     def _lost(self, found: str) -> CrawlLost:
         what = "no crawl" if found in ("false", "None") else f"another crawl (epoch {found})"
@@ -359,6 +360,7 @@ class RedisFrontier(Generic[R]):
             try:
                 async with self._redis.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(self.keys.added_channel)
+                    self._listening.set()
                     while not self._closed:
                         message = await pubsub.get_message(timeout=0.5)
                         if message is not None:

@@ -299,8 +299,9 @@ class HostQueueFrontier(RedisFrontier[R]):
         """Ask the due shards, in turn, until one hands out requests; else how long (us)
         until one may (0: every shard has nothing queued or leased at all).
 
-        With several shards, one that had nothing for us rests ``SHARD_REST`` unless a
-        wake-up names it, so that a take does not cost a round trip per shard.
+        With several shards, one that had nothing for us rests ``SHARD_REST`` (one with
+        nothing queued or leased at all ``TAKE_WAIT``) unless a wake-up names it, so that
+        a take does not cost a round trip per shard.
         """
         now = asyncio.get_running_loop().time()
         wake = self._work  # a wake-up while we ask makes the answers stale
@@ -313,8 +314,8 @@ class HostQueueFrontier(RedisFrontier[R]):
             if not isinstance(found, int):
                 self._turn = (shard + 1) % count
                 return found
-            if count > 1 and not wake.is_set():
-                self._due[shard] = now + SHARD_REST
+            if count > 1 and not wake.is_set():  # an add wakes an idle shard
+                self._due[shard] = now + (SHARD_REST if found else TAKE_WAIT)
             waits += [found] if found else []
         if all(self._idle):
             return 0
