@@ -105,12 +105,14 @@ def test_the_cluster_setting_is_parsed_and_checked():
     options = RedisOptions.from_url(url)
     assert options.shards == CLUSTER_SHARDS
     assert options.replicas == 1
+    assert options.wait == "all"
     assert RedisOptions.from_url("redis://127.0.0.1:1/0").shards == 1
     bad = {
         "redis+cluster://127.0.0.1:7000,127.0.0.1/0": "node '127.0.0.1' .* is not host:port",
         "redis+cluster://127.0.0.1:7000/3": "database '/3' .* a cluster has only 0",
         "redis+cluster://127.0.0.1:7000/0?shards=0": "option shards must be from 1 to 1024",
         "redis://127.0.0.1:1/0?shards=4&politeness=engine": "and 1 with politeness=engine",
+        "redis+cluster://127.0.0.1:7000/0?wait=some": "option wait must be adds or all",
     }
     for text, message in bad.items():
         with pytest.raises(ConfigError, match=message):

@@ -264,11 +264,16 @@ class HostQueueFrontier(RedisFrontier[R]):
         keys = [*self._host_keys(shard), k.seen, k.seen_count, k.seq]
         args: list[str | int | bytes] = [*self._prelude(shard), self.options.seen]
         args += [self._nonce(shard), *(x for row in rows for x in row)]
+        return list(await self._call(lambda: self._replicated(self._host_add, keys, args)))
+
+    def _replicated(self, script: Any, keys: list[str], args: list[Any]) -> Awaitable[Any]:
+        """Run ``script``; with ``replicas``, its writes reach them before it counts: an add's
+        links, and with ``wait=all`` a take's lease and slot (``replication``)."""
         wanted = replicas_for(self._redis, keys[0], self.options.replicas)
         if not wanted:
-            return list(await self._call(lambda: self._host_add(keys=keys, args=args)))
-        add = lambda: eval_replicated(self._redis, HOST_ADD_LUA, keys, args, wanted)  # noqa: E731
-        return list(await self._call(add))
+            ran: Awaitable[Any] = script(keys=keys, args=args)
+            return ran
+        return eval_replicated(self._redis, script.script, keys, args, wanted)
 
     async def _claim_all(self, requests: Sequence[Queued]) -> list[Any]:
         return await self._sharded(
@@ -332,6 +337,8 @@ class HostQueueFrontier(RedisFrontier[R]):
         args += [x for rid in frees + acks for x in self._credit(rid)]
         keys = self._host_keys(shard, token)
         try:
+            if self.options.wait == "all":
+                return await self._call(lambda: self._replicated(self._host_take, keys, args))
             return await self._call(lambda: self._host_take(keys=keys, args=args))
         finally:
             self._unacked.difference_update(acks)

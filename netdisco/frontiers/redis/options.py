@@ -33,6 +33,7 @@ _OPTIONS = (
     "trace",
     "shards",
     "replicas",
+    "wait",
 )
 
 
@@ -58,6 +59,9 @@ class RedisOptions:
     #: acknowledged, so that a failover cannot lose them; on a cluster, at most as many
     #: as the slot has
     replicas: int = 0
+    #: which writes wait for them: ``all`` (adds and takes: nothing is lost, and a failover
+    #: cannot hand a request or a host's slot out twice), or ``adds`` only (faster)
+    wait: str = "all"
 
     @classmethod
     def from_url(cls, url: str) -> RedisOptions:
@@ -79,6 +83,7 @@ class RedisOptions:
                 trace=_flag(ours.get("trace", "0")),
                 shards=int(ours.get("shards", CLUSTER_SHARDS if _is_cluster(url) else 1)),
                 replicas=int(ours.get("replicas", 1 if _is_cluster(url) else 0)),
+                wait=ours.get("wait", cls.wait),
             )
         except ValueError as exc:
             raise ConfigError("frontier", f"bad option in {redact(url)}: {exc}") from None
@@ -101,6 +106,7 @@ class RedisOptions:
             if 1 <= self.shards <= 1024 and (self.shards == 1 or self.politeness == "cluster")
             else "must be from 1 to 1024, and 1 with politeness=engine",
             "replicas": None if 0 <= self.replicas <= 16 else "must be from 0 to 16",
+            "wait": None if self.wait in ("adds", "all") else "must be adds or all",
         }
         for name, problem in problems.items():
             if problem is not None:

@@ -1,11 +1,13 @@
-"""Adds that a failover cannot lose: ``WAIT`` for replicas before the page is acked.
+"""Writes that a failover cannot undo: ``WAIT`` for replicas before the answer counts.
 
 Redis answers a write before its replicas have it, so a master that dies right after
 an add can take the add with it while the page that found those links is acknowledged
-on another node: the links would be lost for good. An add therefore waits, on the same
+on another node: the links would be lost for good. A take undone the same way hands
+its request and its host's slot to another engine while the first still fetches: a
+duplicate, and a host served twice at once. So adds and takes wait, on the same
 connection (``WAIT`` counts that connection's writes), until ``replicas`` replicas have
-it, for at most ``REPLICA_WAIT_MS``; then the crawl goes on and logs it. On a cluster
-it waits for no more replicas than the slot has (a promoted replica has none).
+them, for at most ``REPLICA_WAIT_MS``; then the crawl goes on and logs it. On a cluster
+they wait for no more replicas than the slot has (a promoted replica has none).
 """
 
 from __future__ import annotations
