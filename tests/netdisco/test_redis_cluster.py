@@ -107,6 +107,7 @@ def test_the_cluster_setting_is_parsed_and_checked():
     assert options.replicas == 1
     assert options.wait == "all"
     assert RedisOptions.from_url("redis://127.0.0.1:1/0").shards == 1
+    assert RedisOptions.from_url(f"{url}&politeness=engine").shards == 1  # one queue, one slot
     bad = {
         "redis+cluster://127.0.0.1:7000,127.0.0.1/0": "node '127.0.0.1' .* is not host:port",
         "redis+cluster://127.0.0.1:7000/3": "database '/3' .* a cluster has only 0",

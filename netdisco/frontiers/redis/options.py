@@ -81,7 +81,7 @@ class RedisOptions:
                 prefetch=int(ours.get("prefetch", cls.prefetch)),
                 politeness=ours.get("politeness", cls.politeness),
                 trace=_flag(ours.get("trace", "0")),
-                shards=int(ours.get("shards", CLUSTER_SHARDS if _is_cluster(url) else 1)),
+                shards=int(ours.get("shards", _default_shards(url, ours))),
                 replicas=int(ours.get("replicas", 1 if _is_cluster(url) else 0)),
                 wait=ours.get("wait", cls.wait),
             )
@@ -123,6 +123,12 @@ class RedisOptions:
 
 def _is_cluster(url: str) -> bool:
     return urlsplit(url).scheme in CLUSTER_SCHEMES
+
+
+def _default_shards(url: str, ours: dict[str, str]) -> int:
+    """Host queues spread over a cluster's masters; one queue (``politeness=engine``) cannot."""
+    sharded = _is_cluster(url) and ours.get("politeness", "cluster") == "cluster"
+    return CLUSTER_SHARDS if sharded else 1
 
 
 def cluster_seeds(url: str) -> list[tuple[str, int]]:
