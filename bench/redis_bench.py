@@ -3,11 +3,14 @@
 Usage: .venv/bin/python bench/redis_bench.py [--pages 4000] [--delay 0.05]
        [--concurrency 16] [--engines 1,2,4] [--site DIR] [--repeat 3]
        [--hosts 4] [--per-host 16] [--download-delay 0] [--options politeness=engine]
+       [--cluster]
 
 Generates the site (``gen_site.py``), serves it with a fixed latency per response
 from a separate process on ``--hosts`` loopback addresses (127.0.0.1, .2, ...;
 each a host of its own with the whole site, so a crawl has hosts x pages pages),
-starts a private ``redis-server``, then for each N runs N engine processes (a
+starts a private ``redis-server`` (with ``--cluster``, a Redis Cluster of 3 masters and
+3 replicas, the frontier's hosts over its 16 shards), then for each N runs N engine
+processes (a
 ``Crawler`` on the frontier the URL names: host queues unless
 ``--options politeness=engine``, concurrency 16 each). With ``--download-delay``
 politeness is the limit: each row also gives the time the delay imposes, pages
@@ -145,32 +148,44 @@ def run_engines(count: int, redis_url: str, crawl: list[str]) -> list[dict[str, 
     return results
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far (Linux ``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU of processes so far (Linux ``/proc``)."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def commands(nodes: list[str]) -> int:
+    """Commands the Redis servers (the masters of a cluster) have processed so far."""
+    total = 0
+    for node in nodes:
+        client = redis.Redis.from_url(node)
+        total += int(client.info("stats")["total_commands_processed"])
+        client.close()
+    return total
 
 
 def measure(
     count: int,
     server_url: str,
     crawl: list[str],
-    pids: dict[str, int],
+    pids: dict[str, list[int]],
     *,
+    nodes: list[str],
     memory: bool = False,
     options: str = "",
 ) -> dict[str, Any]:
     """One run of ``count`` engines sharing a Redis frontier, or, with ``memory``, of
     ``count`` independent in-memory crawls of the whole site: what this machine can do
     with that many engines' work, the yardstick for the shared crawl."""
-    client = redis.Redis.from_url(server_url)
-    commands_before = int(client.info("stats")["total_commands_processed"])
+    commands_before = commands(nodes)
     url = "memory" if memory else f"{server_url}?prefix=bench{uuid.uuid4().hex[:8]}&{options}"
-    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    before = {name: cpu_seconds(some) for name, some in pids.items()}
     results = run_engines(count, url, crawl)
-    used = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
-    commands = int(client.info("stats")["total_commands_processed"]) - commands_before
-    client.close()
+    used = {name: cpu_seconds(some) - before[name] for name, some in pids.items()}
+    sent = commands(nodes) - commands_before
     pages = sum(r["pages"] for r in results)
     seconds = max(r["end"] for r in results) - min(r["start"] for r in results)
     return {
@@ -181,7 +196,7 @@ def measure(
         "per_engine": [r["pages"] for r in results],
         "round_trips_per_page": round(sum(r["round_trips"] for r in results) / pages, 2),
         "empty_takes": sum(r["empty_takes"] for r in results),
-        "redis_commands_per_page": round(commands / pages, 2),
+        "redis_commands_per_page": round(sent / pages, 2),
         "engine_cpu_ms_per_page": round(1000 * sum(r["cpu"] for r in results) / pages, 2),
         "engine_cpu_share_of_machine": round(
             sum(r["cpu"] for r in results) / seconds / (os.cpu_count() or 1), 2
@@ -190,12 +205,19 @@ def measure(
     }
 
 
-def scale(args: argparse.Namespace, redis_url: str, crawl: list[str], pids: dict[str, int]) -> None:
+def scale(
+    args: argparse.Namespace,
+    redis_url: str,
+    crawl: list[str],
+    pids: dict[str, list[int]],
+    nodes: list[str],
+) -> None:
     """One JSON line per engine count: the median of ``--repeat`` runs."""
     one = None
     for count in (int(n) for n in args.engines.split(",")):
         runs = [
-            measure(count, redis_url, crawl, pids, options=args.options) for _ in range(args.repeat)
+            measure(count, redis_url, crawl, pids, nodes=nodes, options=args.options)
+            for _ in range(args.repeat)
         ]
         runs.sort(key=lambda r: float(r["pages_per_second"]))
         row = runs[len(runs) // 2]
@@ -228,8 +250,9 @@ def main() -> None:
     )
     parser.add_argument("--options", default="", help="frontier URL options, e.g. prefetch=1")
     parser.add_argument("--repeat", type=int, default=1, help="runs per N; the median is kept")
+    parser.add_argument("--cluster", action="store_true", help="a Redis Cluster, 3 + 3 nodes")
     args = parser.parse_args()
-    from netdisco.testing import RedisServer, free_port, wait_port
+    from netdisco.testing import RedisClusterServer, RedisServer, free_port, wait_port
 
     site = args.site or Path(tempfile.mkdtemp(prefix="redis-bench-site-"))
     if not (site / "index.html").exists():
@@ -239,16 +262,18 @@ def main() -> None:
     server = spawn("serve", str(site), str(port), str(args.delay), str(args.hosts))
     wait_port("127.0.0.1", port)
     try:
-        with RedisServer() as redis_server:
+        with RedisClusterServer() if args.cluster else RedisServer() as redis_server:
             bases = ",".join(f"http://{a}:{port}" for a in addresses(args.hosts))
             per_host = str(args.per_host or args.concurrency)
             crawl = [bases, str(args.concurrency), str(args.download_delay), per_host]
-            assert redis_server.process is not None
-            pids = {"site_server": server.pid, "redis": redis_server.process.pid}
+            every = getattr(redis_server, "nodes", [redis_server])
+            masters = getattr(redis_server, "masters", lambda: every)()
+            nodes = [f"redis://{n.host}:{n.port}/0" for n in masters]
+            pids = {"site_server": [server.pid], "redis": [n.process.pid for n in every]}
             for count in (int(n) for n in args.engines.split(",")) if args.baseline else ():
-                row = measure(count, redis_server.url, crawl, pids, memory=True)
+                row = measure(count, redis_server.url, crawl, pids, nodes=nodes, memory=True)
                 print(json.dumps({"independent_memory_crawls": row}), flush=True)
-            scale(args, redis_server.url, crawl, pids)
+            scale(args, redis_server.url, crawl, pids, nodes)
     finally:
         server.terminate()
         server.wait(10)

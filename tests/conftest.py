@@ -49,6 +49,7 @@ _SERVER_CALLS = {
     "KazooClient(": "zookeeper",
     "netdisco.demo": "zookeeper",
     "RedisServer(": "redis",
+    "RedisClusterServer(": "redis",
 }
 
 

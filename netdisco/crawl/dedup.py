@@ -12,11 +12,10 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from redis import asyncio as aioredis
-
 from netdisco.crawl.pipelines import Pipeline
 from netdisco.exceptions import DropItem
-from netdisco.frontiers.redis.options import RedisOptions
+from netdisco.frontiers.redis.leases import Client
+from netdisco.frontiers.redis.options import RedisOptions, connect
 
 
 class DedupPipeline(Pipeline):
@@ -44,10 +43,10 @@ class DedupPipeline(Pipeline):
         self.ttl = ttl
         self._prefix = f"{options.prefix}:{namespace}:"
         self._url = options.url
-        self._redis: aioredis.Redis | None = None
+        self._redis: Client | None = None
 
     async def open(self) -> None:
-        self._redis = aioredis.Redis.from_url(self._url, protocol=2)
+        self._redis = connect(self._url)
         await self.inner.open()
 
     async def process(self, item: Any) -> Any:

@@ -39,6 +39,7 @@ from netdisco.exceptions import (
     HttpStatusError,
     InvalidURL,
     OutOfScope,
+    RequestError,
     RetryDeferred,
     RobotsDenied,
     TooManyRedirects,
@@ -195,7 +196,23 @@ class Downloader:
             self._session = None
 
     async def fetch(self, request: Request) -> Response:
-        """Download ``request`` with retries; raise a ``RequestError`` when it cannot be had."""
+        """Download ``request`` with retries; raise a ``RequestError`` when it cannot be had.
+
+        With host queues the host's slot is freed as soon as the download is over (the
+        request's acknowledgement waits for its items to be flushed; the host need not).
+        """
+        try:
+            response = await self._attempts(request)
+        except RequestError as exc:
+            if self.reserved_by is not None and not exc.deferred:
+                self.reserved_by.fetched(request)
+            raise
+        if self.reserved_by is not None:
+            self.reserved_by.fetched(request)
+        return response
+
+    async def _attempts(self, request: Request) -> Response:
+        """The first attempt and the retries, until a response or a ``RequestError``."""
         s = self.settings
         claimed: set[str] = set()  # redirect targets this request claimed (kept over retries)
         while True:

@@ -3,8 +3,8 @@
 ``open_frontier`` turns the ``frontier`` and ``state_dir`` settings into a frontier:
 ``memory`` (the default, :mod:`netdisco.frontiers.memory`), ``memory`` with a
 ``state_dir`` (:mod:`netdisco.frontiers.sqlite`, a crawl that resumes after a stop or
-a crash) or a ``redis://`` URL (:mod:`netdisco.frontiers.redis`, several engines on
-one crawl). This layer sits
+a crash) or a ``redis://`` or ``redis+cluster://`` URL (:mod:`netdisco.frontiers.redis`,
+several engines on one crawl). This layer sits
 below the crawl: it queues anything with a fingerprint and a priority
 (:class:`~netdisco.frontiers.base.Queued`) and never imports ``netdisco.crawl``.
 """
@@ -42,8 +42,9 @@ __all__ = [
 ]
 
 
-#: URL schemes of frontiers that engines share (Redis, over TCP, TLS or a Unix socket)
-SHARED_SCHEMES = ("redis://", "rediss://", "unix://")
+#: URL schemes of frontiers that engines share (Redis over TCP, TLS or a Unix socket, or
+#: a Redis Cluster)
+SHARED_SCHEMES = ("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")
 
 
 def is_shared(url: str) -> bool:

@@ -83,6 +83,10 @@ class HostReserving(Protocol[R_contra]):
     def responded(self, request: R_contra) -> None:
         """The response to a taken ``request`` has fully arrived (its host's delay runs)."""
 
+    def fetched(self, request: R_contra) -> None:
+        """The download of ``request`` is over, response or failure, and no retry of it
+        waits: its host's slot may go to another request (``done`` follows later)."""
+
     async def back_off(self, request: R_contra, seconds: float) -> None:
         """Put a taken ``request`` back and keep its host idle ``seconds`` (429, 503...)."""
 

@@ -2,7 +2,8 @@
 end at the server, and an engine process that crawls them through host queues.
 
 Usage: python -m tests.netdisco.hosts_support REDIS_URL DELAY PER_HOST BASE [BASE...]
-(prints "ready", crawls on a "go" line, then prints its stats as JSON).
+(prints "ready", crawls on a "go" line, then prints its stats as JSON). With
+``HOSTS_ITEMS`` set in its environment, an engine writes its items there (JSON lines).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -20,6 +22,7 @@ import structlog
 from aiohttp import web
 
 from netdisco import Crawler, Response, Settings, Spider
+from netdisco.crawl.feeds.spec import parse_feeds
 from netdisco.frontiers.redis.hosts import HostQueueFrontier
 
 #: pages per host: page n links to 2n+1 and 2n+2, a tree from /p0.html
@@ -102,7 +105,9 @@ class HostsSpider(Spider):
             yield response.follow(href, callback=self.parse)
 
 
-async def engine(redis_url: str, delay: float, per_host: int, bases: list[str]) -> dict[str, Any]:
+async def engine(
+    redis_url: str, delay: float, per_host: int, bases: list[str], items: str = ""
+) -> dict[str, Any]:
     """One engine: its own Crawler and Redis frontier, on the shared crawl."""
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
     spider = HostsSpider(start_urls=[f"{base}/p0.html" for base in bases])
@@ -114,6 +119,7 @@ async def engine(redis_url: str, delay: float, per_host: int, bases: list[str]) 
         obey_robots=True,
         progress_interval=0,
         retry_backoff=0.05,
+        feeds=parse_feeds("feeds", {items: {}}) if items else (),
     )
     crawler = Crawler(spider, settings)
     print("ready", flush=True)
@@ -124,11 +130,13 @@ async def engine(redis_url: str, delay: float, per_host: int, bases: list[str]) 
 
 if __name__ == "__main__":
     redis_url, delay, per_host, *bases = sys.argv[1:]
-    result = asyncio.run(engine(redis_url, float(delay), int(per_host), bases))
+    items = os.environ.get("HOSTS_ITEMS", "")
+    result = asyncio.run(engine(redis_url, float(delay), int(per_host), bases, items))
     print(json.dumps(result), flush=True)
 
 
 async def trace_events(frontier: HostQueueFrontier[Any]) -> list[list[str]]:
-    """The host scripts' log (``trace=1``): ``[start|end, us, host, id]`` in script order."""
-    raw = await frontier._redis.lrange(frontier.keys.trace, 0, -1)
+    """The host scripts' log (``trace=1``): ``[start|end, us, host, id]``, in script order
+    per shard (a host's events are all in its shard's log)."""
+    raw = [x for k in frontier.shard_keys for x in await frontier._redis.lrange(k.trace, 0, -1)]
     return [(line.decode() if isinstance(line, bytes) else line).split() for line in raw]

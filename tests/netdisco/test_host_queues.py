@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 from collections.abc import AsyncIterator, Callable
 
@@ -15,8 +16,8 @@ from netdisco.exceptions import ConfigError, CrawlLost
 from netdisco.frontiers import HostReserving
 from netdisco.frontiers.redis import RedisFrontier, RedisOptions
 from netdisco.frontiers.redis.hosts import HostKeys, HostQueueFrontier
-from netdisco.testing import RedisServer, eventually
-from tests.netdisco.hosts_support import trace_events
+from netdisco.testing import RedisServer, eventually, serve
+from tests.netdisco.hosts_support import PAGES, HostsSpider, LoggingHost, trace_events
 from tests.netdisco.redis_support import SiteSpider, make_request
 from tests.netdisco.test_politeness import Host, TwoHosts, hosts  # noqa: F401 - a fixture
 
@@ -208,12 +209,11 @@ async def test_a_slow_host_holds_no_worker_across_engines(
     redis_url: str,
 ) -> None:
     slow, fast = hosts
-    settings = Settings(  # a slot is freed by the ack, which waits for a pipeline flush
+    settings = Settings(  # a slot is freed when the download is over, not at the ack
         frontier=redis_url,
         concurrency=2,
         per_host_concurrency=1,
         obey_robots=False,
-        flush_interval=0.01,
     )
     crawlers = [Crawler(TwoHosts(slow.base, fast.base), settings) for _ in range(2)]
     for crawler in crawlers:  # two engines on one crawl (the second's seeds are seen)
@@ -238,3 +238,25 @@ async def test_every_host_script_refuses_a_lost_crawl(frontier: Factory, spider:
         await a.add(on(spider, "one.test", "p2"))
     with pytest.raises(CrawlLost):
         await a.back_off(taken, 1.0)
+
+
+async def test_a_slot_is_free_when_the_response_ends_not_when_the_ack_is_flushed(
+    redis_url: str,
+) -> None:
+    delay, flush = 0.05, 3.0  # acks wait for the items' flush, every 3 s
+    site = LoggingHost(latency=0.01)
+    async with serve(site.app(), "127.0.0.1") as base:
+        settings = Settings(
+            frontier=redis_url,
+            concurrency=4,
+            download_delay=delay,
+            obey_robots=False,
+            flush_interval=flush,
+            progress_interval=0,
+        )
+        stats = await Crawler(HostsSpider(start_urls=[f"{base}/p0.html"]), settings).run()
+    assert stats.succeeded == PAGES
+    visits = sorted(site.visits, key=lambda v: v.start)
+    gaps = [b.start - a.end for a, b in itertools.pairwise(visits)]
+    assert min(gaps) >= delay  # one at a time, the delay after each response's end
+    assert max(gaps) < flush  # and no start waited for an ack's flush

@@ -2,7 +2,8 @@
 scripts' own log (``trace=1``: every slot taken and released, on the Redis clock).
 
 Hypothesis picks hosts, requests, the delay, the slots per host, how many takers
-and what each does with what it took (done, put back, back off). Whatever the
+and what each does with what it took (done, put back, back off, the slot freed
+before the ack) and how many shards the hosts spread over. Whatever the
 interleaving, per host: never more slots held than allowed; with a delay, every
 start comes at least the delay after the previous end (so after the previous
 start), the end being when the response ended as the engine credited it; each
@@ -36,6 +37,7 @@ class Case:
     per_host: int
     takers: int
     seed: int  # what each taker does with what it took
+    shards: int  # hash tags the hosts spread over
 
 
 cases = st.builds(
@@ -45,12 +47,14 @@ cases = st.builds(
     per_host=st.integers(1, 3),
     takers=st.integers(2, 8),
     seed=st.integers(0, 2**16),
+    shards=st.sampled_from([1, 3]),
 )
 
 
 async def run(case: Case, url: str) -> tuple[list[list[str]], tuple[int, int, int], int]:
     spider = SiteSpider(start_urls=[])
-    options = RedisOptions.from_url(f"{url}?prefix=q{uuid.uuid4().hex[:10]}&trace=1&prefetch=2")
+    query = f"prefix=q{uuid.uuid4().hex[:10]}&trace=1&prefetch=2&shards={case.shards}"
+    options = RedisOptions.from_url(f"{url}?{query}")
     takers = [
         HostQueueFrontier(options, spider.name, RequestCodec(spider), owner=f"t{i}")
         for i in range(case.takers)
@@ -90,6 +94,8 @@ async def work(taker: HostQueueFrontier[Request], plan: random.Random) -> None:
         else:
             if plan.random() < 0.5:  # the response ended; parsing it takes a while
                 taker.responded(request)
+                if plan.random() < 0.5:  # the download is over: the slot is freed before the ack
+                    taker.fetched(request)
             await asyncio.sleep(plan.choice([0, 0, 0.001, 0.004]))
             await taker.done(request)
 

@@ -1,7 +1,9 @@
 """A frontier in Redis that several engines share: one crawl, many processes.
 
 ``settings.frontier = "redis://host:port/db?prefix=netdisco&lease_ttl=30"`` picks it
-(``netdisco.frontiers.open_frontier``); the query options are in ``options``. Per spider (keys in
+(``netdisco.frontiers.open_frontier``), or ``redis+cluster://host:port,host:port/0`` for a
+Redis Cluster (host queues sharded over hash tags: ``hosts``); the query options are in
+``options``. Per spider (keys in
 ``netdisco.frontiers.redis.leases.Keys``): a sorted set of request ids by priority (FIFO within
 a priority), a hash of the requests as JSON (the crawl's codec), the seen set, and the
 leases: every request taken is recorded with its owner (the engine incarnation)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections import deque
@@ -10,21 +11,15 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
 import structlog
-from redis import asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis import exceptions as rx
+from redis.exceptions import RedisError, SlotNotCoveredError
 
 from netdisco.exceptions import CrawlLost, FrontierUnavailable, RequestNotShareable
 from netdisco.frontiers.base import Codec, Queued, R
-from netdisco.frontiers.redis.leases import (
-    Keys,
-    renew_leases,
-    return_leases,
-    spiders_key,
-)
+from netdisco.frontiers.redis.epochs import join_epoch, read_counts
+from netdisco.frontiers.redis.leases import Client, Keys, renew_leases, return_leases, spiders_key
 from netdisco.frontiers.redis.leases import sweep_expired as sweep_leases
-from netdisco.frontiers.redis.options import RedisOptions, bloom_offsets, redact
+from netdisco.frontiers.redis.options import RedisOptions, bloom_offsets, connect, redact
 from netdisco.frontiers.redis.scripts import ADD_LUA, CLAIM_LUA, DONE_LUA, LOST, TAKE_LUA
 
 log = structlog.get_logger(__name__)
@@ -34,15 +29,21 @@ T = TypeVar("T")
 KNOWN_MAX = 1_000_000
 #: how long a worker waits for work that engines are still producing
 WORK_WAIT = 0.25
-_RETRY_FIRST = 0.05
-_RETRY_MAX = 1.0
+_RETRY_FIRST, _RETRY_MAX = 0.05, 1.0  # seconds between tries while Redis cannot answer
+#: what Redis (or a cluster in a failover) answers while it cannot serve yet: wait, retry
+_TRANSIENT = (
+    rx.ConnectionError,
+    rx.TimeoutError,
+    rx.ClusterDownError,
+    rx.TryAgainError,
+    SlotNotCoveredError,
+)
 
 
 class RedisFrontier(Generic[R]):
     """The ``Frontier`` protocol over Redis, shared by every engine crawling ``name``.
 
     ``codec`` turns requests into JSON and back (callbacks by name, say).
-
     ``owner`` names the leases: pass the engine's incarnation so that
     ``LeaseRecovery`` can return them when the engine's znode is lost.
     """
@@ -54,17 +55,16 @@ class RedisFrontier(Generic[R]):
         codec: Codec[R],
         *,
         owner: str | None = None,
-        redis: aioredis.Redis | None = None,
+        redis: Client | None = None,
     ) -> None:
         self.options = options
         self.name = name
         self.codec = codec
         self.owner = owner or uuid.uuid4().hex
         self.keys = Keys(options.prefix, name)
+        self.shard_keys: Sequence[Keys] = [self.keys]  # every hash tag the crawl uses
         self.round_trips = 0
-        self._redis = redis or aioredis.Redis.from_url(
-            options.url, socket_connect_timeout=2.0, socket_timeout=10.0, protocol=2
-        )  # RESP2: works with every Redis 5+ server, and pub/sub on its own connection
+        self._redis = redis or connect(options.url, socket_connect_timeout=2.0, socket_timeout=10.0)
         self._add = self._redis.register_script(ADD_LUA)
         self._claim = self._redis.register_script(CLAIM_LUA)
         self._take = self._redis.register_script(TAKE_LUA)
@@ -78,6 +78,7 @@ class RedisFrontier(Generic[R]):
         self._flusher: asyncio.Task[None] | None = None
         self._work = asyncio.Event()  # set (and replaced) when any engine adds requests
         self._listener: asyncio.Task[None] | None = None
+        self._listening = asyncio.Event()  # subscribed: no wake-up is missed from here
         self._suspects: set[str] = set()
         self._known: set[bytes] = set()  # fingerprints certainly in the seen set
         self._opened = False
@@ -97,7 +98,7 @@ class RedisFrontier(Generic[R]):
             try:
                 await self._redis.ping()
                 await self._redis.sadd(spiders_key(self.options.prefix), self.name)
-                self.epoch = await self._join()
+                await self._join()
             except RedisError as exc:
                 raise FrontierUnavailable(
                     f"cannot reach Redis at {redact(self.options.url)}: {exc}"
@@ -105,19 +106,18 @@ class RedisFrontier(Generic[R]):
             self._opened = True
             self._heartbeat = asyncio.create_task(self._beat_forever(), name="frontier-heartbeat")
             self._listener = asyncio.create_task(self._listen(), name="frontier-listener")
+            with contextlib.suppress(TimeoutError):  # without it, takes poll: slower, not wrong
+                await asyncio.wait_for(self._listening.wait(), 2.0)
             log.info(
                 "frontier_opened", url=redact(self.options.url), owner=self.owner, epoch=self.epoch
             )
 
-    async def _join(self) -> str:
-        """The crawl's epoch, written by whichever engine creates the crawl first.
-
-        Every script checks it: a Redis that lost the crawl no longer holds it, and the
-        engines that joined before fail instead of reading an empty queue as the end.
-        """
-        await self._redis.set(self.keys.epoch, uuid.uuid4().hex, nx=True)
-        epoch = await self._redis.get(self.keys.epoch)
-        return epoch.decode() if isinstance(epoch, bytes) else str(epoch)
+    async def _join(self) -> None:
+        """The crawl's epoch (``epochs``): every script checks it, so the engines that
+        joined a crawl Redis lost fail instead of reading an empty queue as the end."""
+        self.epoch, lost = await join_epoch(self._redis, self.shard_keys)
+        if lost is not None:
+            raise self._lost(lost)
 
     def _lost(self, found: str) -> CrawlLost:
         what = "no crawl" if found in ("false", "None") else f"another crawl (epoch {found})"
@@ -142,7 +142,7 @@ class RedisFrontier(Generic[R]):
         returned = 0
         if hand_back and self._opened:
             try:
-                returned = await return_leases(self._redis, self.keys, self.owner)
+                returned = await return_leases(self._redis, self.shard_keys, self.owner)
             except RedisError as exc:  # the deadline sweep of the others returns them
                 log.warning("frontier_hand_back_failed", error=repr(exc))
         self._ids.clear()
@@ -170,7 +170,7 @@ class RedisFrontier(Generic[R]):
             sent.append(index)
         added = [False] * len(requests)
         if sent:
-            result = await self._call(lambda: self._add_entries(args))
+            result = await self._add_entries(args)
             for index, flag in zip(sent, result, strict=True):
                 added[index] = bool(flag)
             self._remember(requests[index].fingerprint for index in sent)
@@ -181,22 +181,27 @@ class RedisFrontier(Generic[R]):
         flag = "1" if request.dont_filter else "0"
         return [self._seen_key(request), flag, str(request.priority), body]
 
-    def _add_entries(self, entries: list[str | bytes]) -> Awaitable[Any]:
+    async def _add_entries(self, entries: list[str | bytes]) -> list[Any]:
         k = self.keys
         keys = [k.seen, k.seen_count, k.queue, k.payload, k.seq, k.epoch]
         nonce = uuid.uuid4().hex[:8]  # makes this call's ids unique
         args = [self.options.seen, k.added_channel, self.epoch, nonce, *entries]
-        return self._add(keys=keys, args=args)
+        return list(await self._call(lambda: self._add(keys=keys, args=args)))
 
     async def claim(self, requests: Sequence[Queued]) -> list[bool]:
         """Mark fingerprints seen without queueing (redirect targets); say which were new."""
         if not self._opened:
             await self.open()
-        args = [self.options.seen, *(self._seen_key(request) for request in requests)]
-        keys = [self.keys.seen, self.keys.seen_count]
-        result = await self._call(lambda: self._claim(keys=keys, args=args))
+        result = await self._claim_all(requests)
         self._remember(request.fingerprint for request in requests)
         return [bool(flag) for flag in result]
+
+    async def _claim_all(self, requests: Sequence[Queued]) -> list[Any]:
+        return await self._claim_in(self.keys, requests)
+
+    async def _claim_in(self, k: Keys, requests: Sequence[Queued]) -> list[Any]:
+        args = [self.options.seen, *(self._seen_key(request) for request in requests)]
+        return list(await self._call(lambda: self._claim(keys=[k.seen, k.seen_count], args=args)))
 
     def _remember(self, fingerprints: Iterable[bytes]) -> None:
         """Fingerprints Redis now holds; bounded, and forgotten after an outage."""
@@ -239,6 +244,10 @@ class RedisFrontier(Generic[R]):
             return
         self._acks.append(rid)
         self._unacked.add(rid)
+        self._start_flusher()
+
+    def _start_flusher(self) -> None:
+        """Send what waits (``_flush``) in the background, unless that runs already."""
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush(), name="frontier-acks")
 
@@ -247,24 +256,15 @@ class RedisFrontier(Generic[R]):
             await self.open()
         await self.flush()  # our own finished requests do not count as leased
 
-        async def read() -> list[Any]:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.zcard(self.keys.leases)
-                if self._bloom is None:
-                    pipe.scard(self.keys.seen)
-                else:
-                    pipe.get(self.keys.seen_count)
-                pipe.get(self.keys.epoch)
-                pipe.zcard(self.keys.queue)
-                self._count_queued(pipe)
-                return await pipe.execute()
+        bloom, extra = self._bloom is not None, self._count_queued
+        found = await self._call(lambda: read_counts(self._redis, self.shard_keys, bloom, extra))
+        epochs, queued, leased, seen = found
+        for epoch in epochs:
+            if epoch != self.epoch:
+                raise self._lost(epoch)
+        return queued, leased, seen
 
-        leased, seen, epoch, *queued = await self._call(read)
-        if epoch is None or epoch.decode() != self.epoch:
-            raise self._lost(str(epoch if epoch is None else epoch.decode()))
-        return sum(int(n or 0) for n in queued), int(leased), int(seen or 0)
-
-    def _count_queued(self, pipe: Any) -> None:
+    def _count_queued(self, pipe: Any, keys: Keys) -> None:
         """Queue, in ``pipe``, reads of any more requests waiting (beyond the queue)."""
 
     async def flush(self) -> None:
@@ -325,23 +325,30 @@ class RedisFrontier(Generic[R]):
         while True:
             try:
                 result = await operation()
-            except ResponseError as exc:
+            except (RedisError, SlotNotCoveredError) as exc:
                 if str(exc).startswith(LOST):  # "NETDISCO_LOST <epoch found> [script: ...]"
                     raise self._lost([*str(exc).split(), "?"][1]) from None
-                raise
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                if self._down_since is None:
-                    self._down_since = time.monotonic()
-                    log.warning("frontier_unavailable_waiting", error=repr(exc), owner=self.owner)
-                await asyncio.sleep(delay)
+                if not isinstance(exc, _TRANSIENT):
+                    raise
+                await self._wait_out(exc, delay)
                 delay = min(delay * 2, _RETRY_MAX)
-                continue
-            self.round_trips += 1
-            if self._down_since is not None:
-                self._known.clear()  # Redis may have lost its last writes (AOF everysec)
-                down, self._down_since = time.monotonic() - self._down_since, None
-                log.warning("frontier_available_again", seconds_down=round(down, 2))
-            return result
+            else:
+                return self._answered(result)
+
+    async def _wait_out(self, exc: Exception, delay: float) -> None:
+        """Redis cannot answer now: say so once per outage, and wait ``delay``."""
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            log.warning("frontier_unavailable_waiting", error=repr(exc), owner=self.owner)
+        await asyncio.sleep(delay)
+
+    def _answered(self, result: T) -> T:
+        self.round_trips += 1
+        if self._down_since is not None:
+            self._known.clear()  # Redis may have lost its last writes (AOF everysec)
+            down, self._down_since = time.monotonic() - self._down_since, None
+            log.warning("frontier_available_again", seconds_down=round(down, 2))
+        return result
 
     async def _listen(self) -> None:
         """Turn other engines' additions into a wake-up for our waiting workers.
@@ -353,13 +360,19 @@ class RedisFrontier(Generic[R]):
             try:
                 async with self._redis.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(self.keys.added_channel)
+                    self._listening.set()
                     while not self._closed:
-                        if await pubsub.get_message(timeout=0.5) is not None:
+                        message = await pubsub.get_message(timeout=0.5)
+                        if message is not None:
+                            self._woken(message["data"])
                             self._work.set()
                             self._work = asyncio.Event()
             except RedisError as exc:  # an outage: the operations log it and wait
                 log.debug("frontier_listener_failed", error=repr(exc))
                 await asyncio.sleep(_RETRY_MAX)
+
+    def _woken(self, data: Any) -> None:
+        """A notice of work came (``data``: what the script published)."""
 
     async def _beat_forever(self) -> None:
         while not self._closed:
@@ -375,13 +388,13 @@ class RedisFrontier(Generic[R]):
         An orphan is a lease Redis recorded for a take whose reply we never got
         (the connection broke): seen in two beats running, it goes back.
         """
-        held = await renew_leases(self._redis, self.keys, self.owner, self._ttl_ms)
+        held = await renew_leases(self._redis, self.shard_keys, self.owner, self._ttl_ms)
         held -= {*self._ids.values(), *self._unacked, *(rid for rid, _ in self._buffer)}
         orphans = held & self._suspects
         if orphans:
             log.warning("frontier_orphans_requeued", count=len(orphans))
             await self._release(sorted(orphans), requeue=True)
         self._suspects = held - self._suspects
-        swept = await sweep_leases(self._redis, self.keys)
+        swept = await sweep_leases(self._redis, self.shard_keys)
         if swept:
             log.warning("frontier_expired_leases_requeued", count=swept)

@@ -8,8 +8,9 @@ clock); ``next``, that time per host even while it has nothing queued;
 ``busy:<host>``, the ids holding the host's slots; ``hostof``, id -> host.
 
 A take picks the ready host whose time came first, pops its best request and
-holds one of its slots until the request is done, put back or its lease goes
-back. With ``download_delay`` > 0 a host has one slot and the next start waits
+holds one of its slots until its download is over (``free``; the lease stays until
+the request is done, so nothing is lost), or until it is done, put back or its lease
+goes back. With ``download_delay`` > 0 a host has one slot and the next start waits
 for the previous request to end, plus the delay: a start can only follow a
 response the server already sent, so two starts at the server are never closer
 than the delay, whatever the latency between Redis, the engines and the site.
@@ -20,6 +21,9 @@ time spent parsing and sending the ack is not added to the delay.
 Every script shares the first KEYS and ARGV (``HOST_PRELUDE``): KEYS ready,
 next, hostof, hosted, inbox, payload, leases, owner, owned, trace, epoch, take
 token; ARGV key prefix, delay (us), slots per host, trace (1/0), channel, epoch.
+The KEYS, and the host keys the scripts build from the prefix, share one hash tag
+(a shard's), so each script touches one slot of a Redis Cluster. Wake-ups publish
+the prefix: engines then ask that shard first.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ local function refresh(host)
   local queued = redis.call('EXISTS', pre .. 'hq:' .. host) == 1
   if queued and redis.call('SCARD', pre .. 'busy:' .. host) < cap then
     local at = redis.call('HGET', K_next, host) or '0'
-    if redis.call('ZADD', K_ready, at, host) == 1 then redis.call('PUBLISH', channel, 1) end
+    if redis.call('ZADD', K_ready, at, host) == 1 then redis.call('PUBLISH', channel, pre) end
   else
     redis.call('ZREM', K_ready, host)
   end
@@ -71,6 +75,13 @@ local function release(host, id, wait)
     trace('end', host, id, at - delay)
   end
   refresh(host)
+end
+-- the download is over (the lease stays until the ack): the slot is free from now, and
+-- the delay runs from the response's end, credit us ago
+local function free(owner, id, credit)
+  if redis.call('HGET', K_owner, id) == owner then
+    release(redis.call('HGET', K_hostof, id) or '', id, delay - credit)
+  end
 end
 local function forget(id)
   redis.call('HDEL', K_payload, id)
@@ -131,21 +142,23 @@ for i = 9, #ARGV, 5 do
     added = added + 1
   end
 end
-if added > 0 then redis.call('PUBLISH', channel, added) end
+if added > 0 then redis.call('PUBLISH', channel, pre) end
 return out
 """
 )
 
-#: ARGV (after the prelude) owner, lease ttl ms, count, then id, credit (us) of
-#: each request to acknowledge first -> id, JSON, id, JSON... or, when no host is
-#: due, how long (us) until one is (1000 s when only busy hosts or leases remain: a
-#: release wakes the takers),
-#: 0 when nothing is queued or leased at all.
+#: ARGV (after the prelude) owner, lease ttl ms, count, n, then id, credit (us) of n
+#: requests whose slots to free, then id, credit of each request to acknowledge
+#: -> id, JSON, id, JSON... or, when no host is due, how long (us) until one is (1000 s
+#: when only busy hosts or leases remain: a release wakes the takers), 0 when nothing
+#: is queued or leased at all.
 HOST_TAKE_LUA = (
     HOST_PRELUDE
     + """
 local owner, ttl, count = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
-for i = 10, #ARGV, 2 do finish(owner, ARGV[i], false, 0, '', tonumber(ARGV[i + 1])) end
+local acks = 11 + 2 * tonumber(ARGV[10])
+for i = 11, acks - 1, 2 do free(owner, ARGV[i], tonumber(ARGV[i + 1])) end
+for i = acks, #ARGV, 2 do finish(owner, ARGV[i], false, 0, '', tonumber(ARGV[i + 1])) end
 drain_inbox(100)
 local ids = {}
 local prior = redis.call('GET', K_token)
@@ -192,13 +205,18 @@ return out
 """
 )
 
-#: ARGV (after the prelude) owner, requeue (1/0), back-off (us), then per id: id, body
-#: (the request to store when put back, '' to keep the stored one), credit (us) -> 1
+#: ARGV (after the prelude) owner, what (1: put back, 0: done, 2: only free the slot),
+#: back-off (us), then per id: id, body (the request to store when put back, '' to keep
+#: the stored one), credit (us) -> 1
 HOST_DONE_LUA = (
     HOST_PRELUDE
     + """
 for i = 10, #ARGV, 3 do
-  finish(ARGV[7], ARGV[i], ARGV[8] == '1', tonumber(ARGV[9]), ARGV[i + 1], tonumber(ARGV[i + 2]))
+  if ARGV[8] == '2' then
+    free(ARGV[7], ARGV[i], tonumber(ARGV[i + 2]))
+  else
+    finish(ARGV[7], ARGV[i], ARGV[8] == '1', tonumber(ARGV[9]), ARGV[i + 1], tonumber(ARGV[i + 2]))
+  end
 end
 return 1
 """

@@ -11,6 +11,12 @@ handed a request it may not start yet. Requests the lease scripts put back
 take returns them to their host queues, freeing their slots.
 
 Acknowledgements ride on the next take when one comes first (fewer round trips).
+
+With ``shards`` > 1 (the default on a Redis Cluster) each host belongs to one of
+several shards, each a full set of these keys under its own hash tag: every script
+touches one slot, so it runs on one node, and the hosts spread over the masters. A
+take asks the shard that is due first (each answer says when a shard may have work;
+a script that makes a host ready publishes the shard's key prefix, which wakes us).
 """
 
 from __future__ import annotations
@@ -22,19 +28,25 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from redis import asyncio as aioredis
+import structlog
 
 from netdisco.exceptions import ConfigError
-from netdisco.frontiers.base import Codec, R
+from netdisco.frontiers.base import Codec, Queued, R
 from netdisco.frontiers.redis.frontier import RedisFrontier
 from netdisco.frontiers.redis.host_scripts import HOST_ADD_LUA, HOST_DONE_LUA, HOST_TAKE_LUA
-from netdisco.frontiers.redis.leases import Keys
+from netdisco.frontiers.redis.leases import Client, Keys, shard_of
 from netdisco.frontiers.redis.options import RedisOptions
+from netdisco.frontiers.redis.replication import eval_replicated, replicas_for
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 #: how long a take waits for a host to be due before it says there is nothing (s)
 TAKE_WAIT = 1.0
+#: how long a shard that had nothing for us is not asked again, unless woken (s)
+SHARD_REST = 0.1
 #: how long a finished request's ack waits for a take to carry it (s); then it goes alone
 ACK_WAIT = 0.005
 #: how long one engine may take to fetch a robots.txt before another tries (s)
@@ -92,8 +104,8 @@ class HostKeys(Keys):
 class HostQueueFrontier(RedisFrontier[R]):
     """A ``RedisFrontier`` with one queue per host and cluster-wide per-host limits.
 
-    Every engine sharing the crawl must use the same ``download_delay`` and
-    ``per_host_concurrency`` (they run one spider's settings).
+    Every engine sharing the crawl must use the same ``download_delay``,
+    ``per_host_concurrency`` and ``shards`` (they run one spider's settings).
     """
 
     def __init__(
@@ -103,10 +115,11 @@ class HostQueueFrontier(RedisFrontier[R]):
         codec: Codec[R],
         *,
         owner: str | None = None,
-        redis: aioredis.Redis | None = None,
+        redis: Client | None = None,
     ) -> None:
         super().__init__(options, name, codec, owner=owner, redis=redis)
         self.keys: HostKeys = HostKeys(options.prefix, name)
+        self.shard_keys: Sequence[HostKeys] = self.keys.shards(options.shards)
         self._host_add = self._redis.register_script(HOST_ADD_LUA)
         self._host_take = self._redis.register_script(HOST_TAKE_LUA)
         self._host_done = self._redis.register_script(HOST_DONE_LUA)
@@ -114,6 +127,11 @@ class HostQueueFrontier(RedisFrontier[R]):
         self._per_host = 8
         self._taking = asyncio.Lock()
         self._ended: dict[str, float] = {}  # id -> when its response ended (monotonic)
+        self._freeing: list[str] = []  # downloads over, slots not freed in Redis yet
+        self._due = [0.0] * options.shards  # shard -> when to ask it again (loop time)
+        self._idle = [False] * options.shards  # shard -> had nothing queued or leased
+        self._turn = 0  # the shard asked first when several are due (round robin)
+        self._shard_by_prefix = {k.host_prefix: i for i, k in enumerate(self.shard_keys)}
 
     def set_politeness(self, delay: float, per_host: int) -> None:
         """With a delay, one slot a host: each start waits for the last end plus the delay."""
@@ -130,6 +148,24 @@ class HostQueueFrontier(RedisFrontier[R]):
         if rid is not None:
             self._ended[rid] = time.monotonic()
 
+    def fetched(self, request: R) -> None:
+        """The download is over: free the host's slot now (soon, batched), not at the ack.
+
+        The ack waits for the items' flush (``flush_interval``); the slot need not: the
+        lease stays until the ack, so a crash in between still loses nothing.
+        """
+        rid = self._ids.get(id(request))
+        if rid is not None:
+            self._freeing.append(rid)
+            self._start_flusher()
+
+    def _frees(self, shard: int | None = None) -> list[str]:
+        """Take the slots to free (of ``shard``, or all); an ack on its way frees its own."""
+        acked = set(self._acks)
+        mine = {r for r in self._freeing if shard is None or self._shard_of_id(r) == shard}
+        self._freeing = [r for r in self._freeing if r not in mine]
+        return [r for r in mine if r not in acked]
+
     def _credit(self, rid: str) -> list[str]:
         """``[id, us since its response ended]`` (a duration: no clock is compared)."""
         ended = self._ended.pop(rid, None)
@@ -140,16 +176,17 @@ class HostQueueFrontier(RedisFrontier[R]):
         rid = self._ids.pop(id(request), None)
         if rid is None:
             return
+        self._freeing = [r for r in self._freeing if r != rid]  # the back-off frees it
         wait = round(max(seconds, 0.0) * 1_000_000)
-        body = self.codec.encode(request)
-        credit = self._credit(rid)[1:]
-        await self._call(lambda: self._finish([rid, body, *credit], requeue=True, wait_us=wait))
+        triple = [rid, self.codec.encode(request), *self._credit(rid)[1:]]
+        shard = self._shard_of_id(rid)
+        await self._call(lambda: self._finish(shard, triple, what="1", wait_us=wait))
 
     async def robots_txt(
         self, origin: str, fetch: Callable[[], Awaitable[str | None]], max_age: float
     ) -> str | None:
         """The cached rules; else the engine that locks the origin fetches, the rest wait."""
-        key = self.keys.robots(origin)
+        key = self.shard_keys[self._shard(origin)].robots(origin)
         while (cached := await self._call(lambda: self._redis.get(key))) is None:
             if await self._call(lambda: self._lock(f"{key}:lock")):
                 return await self._keep(key, await fetch(), max_age)
@@ -173,20 +210,81 @@ class HostQueueFrontier(RedisFrontier[R]):
         async with self._taking:  # one worker asks Redis at a time; the rest use its batch
             return await super().take()
 
+    # -- shards ------------------------------------------------------------------------
+
+    def _shard(self, host: str) -> int:
+        return shard_of(host, len(self.shard_keys))
+
+    def _shard_of_id(self, rid: str) -> int:
+        """Ids end in ``s<shard>`` when there are shards (see ``_nonce``)."""
+        return int(rid.rpartition("s")[2]) if len(self.shard_keys) > 1 else 0
+
+    def _nonce(self, shard: int) -> str:
+        """Makes one add's ids unique, even if Redis rolled ``seq`` back; names the shard."""
+        nonce = uuid.uuid4().hex[:8]
+        return f"{nonce}s{shard}" if len(self.shard_keys) > 1 else nonce
+
+    async def _sharded(
+        self,
+        items: Sequence[T],
+        shard: Callable[[T], int],
+        call: Callable[[int, list[T]], Awaitable[list[Any]]],
+    ) -> list[Any]:
+        """``call`` once per shard with its items, all at once; the answers in item order."""
+        groups: dict[int, list[int]] = {}
+        for index, item in enumerate(items):
+            groups.setdefault(shard(item), []).append(index)
+        answers = await asyncio.gather(
+            *(call(s, [items[i] for i in indexes]) for s, indexes in groups.items())
+        )
+        out: list[Any] = [None] * len(items)
+        for indexes, answer in zip(groups.values(), answers, strict=True):
+            for index, value in zip(indexes, answer, strict=True):
+                out[index] = value
+        return out
+
+    def _woken(self, data: Any) -> None:
+        """A script published a shard's key prefix (anything else: ask every shard)."""
+        text = data.decode() if isinstance(data, bytes) else str(data)
+        shard = self._shard_by_prefix.get(text)
+        for index in range(len(self._due)) if shard is None else (shard,):
+            self._due[index] = 0.0
+
     # -- hooks of RedisFrontier ---------------------------------------------------------
 
     def _entry(self, request: R, body: str) -> list[str | bytes]:
         return [*super()._entry(request, body)[:3], request.host_key, body]
 
-    def _add_entries(self, entries: list[str | bytes]) -> Awaitable[Any]:
-        k = self.keys
-        keys = [*self._host_keys(), k.seen, k.seen_count, k.seq]
-        nonce = uuid.uuid4().hex[:8]  # ids never reused, even if Redis rolled ``seq`` back
-        args = [*self._prelude(), self.options.seen, nonce, *entries]
-        return self._host_add(keys=keys, args=args)
+    async def _add_entries(self, entries: list[str | bytes]) -> list[Any]:
+        rows = [entries[i : i + 5] for i in range(0, len(entries), 5)]  # five fields: _entry
+        return await self._sharded(rows, lambda row: self._shard(str(row[3])), self._add_in)
 
-    def _count_queued(self, pipe: Any) -> None:
-        pipe.get(self.keys.hosted)
+    async def _add_in(self, shard: int, rows: list[list[str | bytes]]) -> list[Any]:
+        k = self.shard_keys[shard]
+        keys = [*self._host_keys(shard), k.seen, k.seen_count, k.seq]
+        args: list[str | int | bytes] = [*self._prelude(shard), self.options.seen]
+        args += [self._nonce(shard), *(x for row in rows for x in row)]
+        return list(await self._call(lambda: self._replicated(self._host_add, keys, args)))
+
+    def _replicated(self, script: Any, keys: list[str], args: list[Any]) -> Awaitable[Any]:
+        """Run ``script``; with ``replicas``, its writes reach them before it counts: an add's
+        links, and with ``wait=all`` a take's lease and slot (``replication``)."""
+        wanted = replicas_for(self._redis, keys[0], self.options.replicas)
+        if not wanted:
+            ran: Awaitable[Any] = script(keys=keys, args=args)
+            return ran
+        return eval_replicated(self._redis, script.script, keys, args, wanted)
+
+    async def _claim_all(self, requests: Sequence[Queued]) -> list[Any]:
+        return await self._sharded(
+            requests,
+            lambda r: self._shard(r.host_key),
+            lambda s, rs: self._claim_in(self.shard_keys[s], rs),
+        )
+
+    def _count_queued(self, pipe: Any, keys: Keys) -> None:
+        assert isinstance(keys, HostKeys)  # one of ours (shard_keys)
+        pipe.get(keys.hosted)
 
     async def _take_batch(self) -> Any:
         """Requests; if no host is due, wait for the first to be (or for a wake-up) and
@@ -203,36 +301,78 @@ class HostQueueFrontier(RedisFrontier[R]):
                 await asyncio.wait_for(wake.wait(), min(found / 1_000_000, left))
 
     async def _take_once(self) -> Any:
-        token = self.keys.take_token(uuid.uuid4().hex)  # the same for every retry
-        acks, self._acks = self._acks, []
+        """Ask the due shards, in turn, until one hands out requests; else how long (us)
+        until one may (0: every shard has nothing queued or leased at all).
+
+        With several shards, one that had nothing for us rests ``SHARD_REST`` (one with
+        nothing queued or leased at all ``TAKE_WAIT``) unless a wake-up names it, so that
+        a take does not cost a round trip per shard.
+        """
+        now = asyncio.get_running_loop().time()
+        wake = self._work  # a wake-up while we ask makes the answers stale
+        count = len(self._due)
+        order = [(self._turn + i) % count for i in range(count)]
+        waits = []
+        for shard in [s for s in order if self._due[s] <= now]:
+            found = await self._take_in(shard)
+            self._idle[shard] = found == 0
+            if not isinstance(found, int):
+                self._turn = (shard + 1) % count
+                return found
+            if count > 1 and not wake.is_set():  # an add wakes an idle shard
+                self._due[shard] = now + (SHARD_REST if found else TAKE_WAIT)
+            waits += [found] if found else []
+        if all(self._idle):
+            return 0
+        resting = [int((due - now) * 1_000_000) for due in self._due if due > now]
+        return max(1, min([*waits, *resting], default=1))
+
+    async def _take_in(self, shard: int) -> Any:
+        token = self.shard_keys[shard].take_token(uuid.uuid4().hex)  # the same for every retry
+        frees = self._frees(shard)
+        acks = [rid for rid in self._acks if self._shard_of_id(rid) == shard]
+        self._acks = [rid for rid in self._acks if self._shard_of_id(rid) != shard]
         ttl, count = self._ttl_ms, self.options.prefetch
-        args = [
-            *self._prelude(),
-            self.owner,
-            ttl,
-            count,
-            *(x for a in acks for x in self._credit(a)),
-        ]
+        args = [*self._prelude(shard), self.owner, ttl, count, len(frees)]
+        args += [x for rid in frees + acks for x in self._credit(rid)]
+        keys = self._host_keys(shard, token)
         try:
-            return await self._call(lambda: self._host_take(keys=self._host_keys(token), args=args))
+            if self.options.wait == "all":
+                return await self._call(lambda: self._replicated(self._host_take, keys, args))
+            return await self._call(lambda: self._host_take(keys=keys, args=args))
         finally:
             self._unacked.difference_update(acks)
 
-    async def _release(self, rids: list[str], *, requeue: bool) -> None:
-        triples = [x for r in rids for x in (r, "", self._credit(r)[1])]
-        await self._call(lambda: self._finish(triples, requeue=requeue))
+    async def _release(self, rids: list[str], *, requeue: bool, what: str = "") -> None:
+        """End our leases (put back with ``requeue``), or with ``what="2"`` free their slots."""
 
-    def _finish(self, pairs: Sequence[str], *, requeue: bool, wait_us: int = 0) -> Awaitable[Any]:
-        flag = "1" if requeue else "0"
-        args = [*self._prelude(), self.owner, flag, wait_us, *pairs]
-        return self._host_done(keys=self._host_keys(), args=args)
+        async def release(shard: int, some: list[str]) -> list[None]:
+            triples = [x for r in some for x in (r, "", self._credit(r)[1])]
+            flag = what or ("1" if requeue else "0")
+            await self._call(lambda: self._finish(shard, triples, what=flag))
+            return [None] * len(some)
+
+        await self._sharded(rids, self._shard_of_id, release)
+
+    def _finish(
+        self, shard: int, triples: Sequence[str], *, what: str, wait_us: int = 0
+    ) -> Awaitable[Any]:
+        args = [*self._prelude(shard), self.owner, what, wait_us, *triples]
+        return self._host_done(keys=self._host_keys(shard), args=args)
 
     async def _flush(self) -> None:
-        await asyncio.sleep(ACK_WAIT)  # a take in the meantime carries the acks: a round trip less
-        await super()._flush()
+        """Free slots, then send acks; a take in the meantime carries them (fewer trips)."""
+        await asyncio.sleep(ACK_WAIT)
+        while self._freeing or self._acks:
+            if frees := self._frees():
+                try:
+                    await self._release(frees, requeue=False, what="2")
+                except Exception as exc:  # not freed: the ack or the lease's return frees it
+                    log.debug("frontier_free_failed", count=len(frees), error=repr(exc))
+            await super()._flush()
 
-    def _host_keys(self, token: str = "") -> list[str]:
-        k = self.keys
+    def _host_keys(self, shard: int, token: str = "") -> list[str]:
+        k = self.shard_keys[shard]
         return [
             k.ready,
             k.next_start,
@@ -248,7 +388,7 @@ class HostQueueFrontier(RedisFrontier[R]):
             token or k.take_token("-"),
         ]
 
-    def _prelude(self) -> list[str | int]:
+    def _prelude(self, shard: int) -> list[str | int]:
         trace = "1" if self.options.trace else "0"
-        k = self.keys
-        return [k.host_prefix, self._delay_us, self._per_host, trace, k.added_channel, self.epoch]
+        pre = self.shard_keys[shard].host_prefix
+        return [pre, self._delay_us, self._per_host, trace, self.keys.added_channel, self.epoch]

@@ -12,11 +12,18 @@ recovery at once return every lease exactly once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Self
 
 from redis import asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 
 DEFAULT_PREFIX = "netdisco"
+
+#: a single Redis server or a Redis Cluster (``options.connect`` makes either)
+Client = aioredis.Redis | RedisCluster
 
 #: Redis's clock in ms: every engine measures deadlines with the same clock.
 NOW_LUA = """
@@ -81,13 +88,32 @@ return ids
 
 @dataclass(frozen=True)
 class Keys:
-    """The Redis keys of one spider's frontier; ``{spider}`` is a cluster hash tag."""
+    """The Redis keys of one spider's frontier, or of one of its shards.
+
+    ``{tag}`` is a cluster hash tag: every key of a shard is in one slot, so each
+    script runs on one node. One shard's tag is the spider's name; with more, shard i
+    of n has the tag ``spider/i``.
+    """
 
     prefix: str
     spider: str
+    tag: str = ""
 
     def _key(self, name: str) -> str:
-        return f"{self.prefix}:{{{self.spider}}}:{name}"
+        return f"{self.prefix}:{{{self.tag or self.spider}}}:{name}"
+
+    def shard(self, index: int, shards: int) -> Self:
+        """The keys of shard ``index`` of ``shards``."""
+        return replace(self, tag="" if shards == 1 else f"{self.spider}/{index}")
+
+    def shards(self, shards: int) -> list[Self]:
+        """The keys of every shard, in order."""
+        return [self.shard(index, shards) for index in range(shards)]
+
+    @property
+    def epoch_all(self) -> str:
+        """String, on shard 0 only: the epoch once every shard holds it (see ``join``)."""
+        return self._key("epoch_all")
 
     @property
     def queue(self) -> str:
@@ -148,37 +174,48 @@ class Keys:
         return self.owned_prefix + owner
 
 
+def shard_of(text: str, shards: int) -> int:
+    """The shard a host (or robots.txt origin) lives in: the same in every engine."""
+    return zlib.crc32(text.encode()) % shards
+
+
 def spiders_key(prefix: str) -> str:
     """Set of spider names that have a frontier under ``prefix``."""
     return f"{prefix}:spiders"
 
 
-async def return_leases(redis: aioredis.Redis, keys: Keys, owner: str) -> int:
+async def return_leases(redis: Client, shards: Sequence[Keys], owner: str) -> int:
     """Put every request ``owner`` holds back in the queue; how many went back."""
-    k = keys
-    args = [k.owned(owner), k.owner, k.leases, k.queue, k.payload]
-    result = await redis.eval(RETURN_LUA, 5, *args, owner)
-    return int(result)
+    returned = 0
+    for k in shards:
+        args = [k.owned(owner), k.owner, k.leases, k.queue, k.payload]
+        returned += int(await redis.eval(RETURN_LUA, 5, *args, owner))
+    return returned
 
 
-async def renew_leases(redis: aioredis.Redis, keys: Keys, owner: str, ttl_ms: int) -> set[str]:
+async def renew_leases(redis: Client, shards: Sequence[Keys], owner: str, ttl_ms: int) -> set[str]:
     """Push the deadlines of ``owner``'s leases on; the ids it holds in Redis."""
-    raw = await redis.eval(BEAT_LUA, 2, keys.owned(owner), keys.leases, ttl_ms)
-    return {item.decode() for item in raw}
+    held: set[str] = set()
+    for keys in shards:
+        raw = await redis.eval(BEAT_LUA, 2, keys.owned(owner), keys.leases, ttl_ms)
+        held |= {item.decode() for item in raw}
+    return held
 
 
-async def sweep_expired(redis: aioredis.Redis, keys: Keys, limit: int = 1000) -> int:
+async def sweep_expired(redis: Client, shards: Sequence[Keys], limit: int = 1000) -> int:
     """Requeue leases past their deadline (their owner stopped renewing them)."""
-    args = [keys.leases, keys.owner, keys.queue, keys.payload]
-    result = await redis.eval(SWEEP_LUA, 4, *args, keys.owned_prefix, limit)
-    return int(result)
+    swept = 0
+    for keys in shards:
+        args = [keys.leases, keys.owner, keys.queue, keys.payload]
+        swept += int(await redis.eval(SWEEP_LUA, 4, *args, keys.owned_prefix, limit))
+    return swept
 
 
-async def recover_owner(redis: aioredis.Redis, prefix: str, owner: str) -> dict[str, int]:
+async def recover_owner(redis: Client, prefix: str, owner: str, shards: int = 1) -> dict[str, int]:
     """Return ``owner``'s leases in every spider under ``prefix``; spider -> count."""
     names = await redis.smembers(spiders_key(prefix))
     counts = {}
     for raw in sorted(names):
         name = raw.decode() if isinstance(raw, bytes) else str(raw)
-        counts[name] = await return_leases(redis, Keys(prefix, name), owner)
+        counts[name] = await return_leases(redis, Keys(prefix, name).shards(shards), owner)
     return counts

@@ -1,13 +1,26 @@
-"""The ``frontier = "redis://..."`` setting: where the frontier lives, how it behaves."""
+"""The ``frontier = "redis://..."`` setting: where the frontier lives, how it behaves.
+
+``redis+cluster://host:port,host:port/0`` (or ``rediss+cluster://`` for TLS) names a
+Redis Cluster by a few of its nodes; ``connect`` gives the client either names.
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from redis import asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from netdisco.exceptions import ConfigError
-from netdisco.frontiers.redis.leases import DEFAULT_PREFIX
+from netdisco.frontiers.redis.leases import DEFAULT_PREFIX, Client
+
+#: URL schemes of a Redis Cluster (the rest are redis-py's own)
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+#: host-queue shards (hash tags) on a cluster unless ``shards`` says otherwise
+CLUSTER_SHARDS = 16
 
 _OPTIONS = (
     "prefix",
@@ -18,6 +31,9 @@ _OPTIONS = (
     "prefetch",
     "politeness",
     "trace",
+    "shards",
+    "replicas",
+    "wait",
 )
 
 
@@ -37,6 +53,15 @@ class RedisOptions:
     politeness: str = "cluster"
     #: log every host slot taken and released to a Redis list (tests, debugging)
     trace: bool = False
+    #: hash tags the host queues are spread over (one slot each on a cluster)
+    shards: int = 1
+    #: replicas an add must reach (``WAIT``) before the page that found the links is
+    #: acknowledged, so that a failover cannot lose them; on a cluster, at most as many
+    #: as the slot has
+    replicas: int = 0
+    #: which writes wait for them: ``all`` (adds and takes: nothing is lost, and a failover
+    #: cannot hand a request or a host's slot out twice), or ``adds`` only (faster)
+    wait: str = "all"
 
     @classmethod
     def from_url(cls, url: str) -> RedisOptions:
@@ -56,6 +81,9 @@ class RedisOptions:
                 prefetch=int(ours.get("prefetch", cls.prefetch)),
                 politeness=ours.get("politeness", cls.politeness),
                 trace=_flag(ours.get("trace", "0")),
+                shards=int(ours.get("shards", _default_shards(url, ours))),
+                replicas=int(ours.get("replicas", 1 if _is_cluster(url) else 0)),
+                wait=ours.get("wait", cls.wait),
             )
         except ValueError as exc:
             raise ConfigError("frontier", f"bad option in {redact(url)}: {exc}") from None
@@ -74,16 +102,66 @@ class RedisOptions:
             "politeness": None
             if self.politeness in ("cluster", "engine")
             else "must be cluster or engine",
+            "shards": None
+            if 1 <= self.shards <= 1024 and (self.shards == 1 or self.politeness == "cluster")
+            else "must be from 1 to 1024, and 1 with politeness=engine",
+            "replicas": None if 0 <= self.replicas <= 16 else "must be from 0 to 16",
+            "wait": None if self.wait in ("adds", "all") else "must be adds or all",
         }
         for name, problem in problems.items():
             if problem is not None:
                 raise ConfigError("frontier", f"option {name} {problem} ({redact(self.url)})")
+        if _is_cluster(self.url):
+            cluster_seeds(self.url)
 
     def bloom_size(self) -> tuple[int, int]:
         """``(bits, hashes)`` for the capacity and error rate (at most 2**32 bits)."""
         bits = math.ceil(-self.bloom_capacity * math.log(self.bloom_error) / math.log(2) ** 2)
         bits = min(bits, 2**32)
         return bits, max(1, round(bits / self.bloom_capacity * math.log(2)))
+
+
+def _is_cluster(url: str) -> bool:
+    return urlsplit(url).scheme in CLUSTER_SCHEMES
+
+
+def _default_shards(url: str, ours: dict[str, str]) -> int:
+    """Host queues spread over a cluster's masters; one queue (``politeness=engine``) cannot."""
+    sharded = _is_cluster(url) and ours.get("politeness", "cluster") == "cluster"
+    return CLUSTER_SHARDS if sharded else 1
+
+
+def cluster_seeds(url: str) -> list[tuple[str, int]]:
+    """The ``host:port`` nodes a ``redis+cluster://`` URL names; ``ConfigError`` names the
+    bad part (a cluster has one database, 0)."""
+    parts = urlsplit(url)
+    where = f"in {redact(url)}"
+    if parts.path not in ("", "/", "/0"):
+        raise ConfigError("frontier", f"database {parts.path!r} {where}: a cluster has only 0")
+    seeds = []
+    for seed in parts.netloc.rpartition("@")[2].split(","):
+        host, _, port = seed.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError("frontier", f"node {seed!r} {where} is not host:port")
+        seeds.append((host.strip("[]"), int(port)))
+    return seeds
+
+
+def connect(url: str, **kwargs: Any) -> Client:
+    """A client for ``url`` (``RedisOptions.url``): a cluster's, or redis-py's ``from_url``.
+
+    RESP2 everywhere: it works with every Redis 5+ server.
+    """
+    if not _is_cluster(url):
+        return aioredis.Redis.from_url(url, protocol=2, **kwargs)
+    parts = urlsplit(url)
+    nodes = [ClusterNode(host, port) for host, port in cluster_seeds(url)]
+    password = None if parts.password is None else unquote(parts.password)
+    username = None if parts.username is None else unquote(parts.username) or None
+    tls = parts.scheme.startswith("rediss")
+    return RedisCluster(
+        startup_nodes=nodes, username=username, password=password, ssl=tls, protocol=2, **kwargs
+    )
 
 
 def _flag(text: str) -> bool:

@@ -40,7 +40,6 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 from kazoo.retry import KazooRetry
-from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 
 from netdisco.cluster.contract import EventType as MemberEvent
@@ -50,6 +49,7 @@ from netdisco.cluster.settings import ZooKeeperSettings
 from netdisco.cluster.tombstones import who_left
 from netdisco.cluster.zk import Bridge, close_client, wait_result
 from netdisco.frontiers.redis.leases import DEFAULT_PREFIX, recover_owner
+from netdisco.frontiers.redis.options import connect
 
 log = structlog.get_logger(__name__)
 
@@ -69,8 +69,9 @@ class LeaseRecovery:
 
     Runs one reconcile task (woken by the children watch, data watches, CONNECTED
     and a periodic resync), as the monitor does, with its own ZooKeeper session.
-    ``redis_url`` is a plain redis-py URL: build one from a ``frontier`` setting
-    with ``netdisco.frontiers.redis.lease_recovery``.
+    ``redis_url`` is ``RedisOptions.url`` (a redis-py URL or a ``redis+cluster://``
+    one) and ``shards`` the crawl's: build both from a ``frontier`` setting with
+    ``netdisco.frontiers.redis.lease_recovery``.
     """
 
     def __init__(
@@ -81,14 +82,16 @@ class LeaseRecovery:
         prefix: str = DEFAULT_PREFIX,
         incarnation: str | None = None,
         resync: float = 5.0,
+        shards: int = 1,
     ) -> None:
         self.settings = zookeeper
         self.prefix = prefix
+        self.shards = shards
         self.incarnation = incarnation
         self.resync = resync
         self.recoveries: list[Recovery] = []
         self.view = View()  # the engines as of the last listing, as the monitor keeps them
-        self._redis: aioredis.Redis = aioredis.Redis.from_url(redis_url, protocol=2)
+        self._redis = connect(redis_url)
         self._client: KazooClient | None = None
         self._times = LeaveTimes()  # for engines of contract 1 only
         self._dirty: set[str] = set()
@@ -215,7 +218,7 @@ class LeaseRecovery:
         """A few quick tries; if Redis stays down, the deadline sweep takes over."""
         for attempt in range(5):
             try:
-                return await recover_owner(self._redis, self.prefix, incarnation)
+                return await recover_owner(self._redis, self.prefix, incarnation, self.shards)
             except RedisError as exc:
                 log.warning("lease_recovery_redis_error", error=repr(exc), attempt=attempt)
                 await asyncio.sleep(0.2 * 2**attempt)
@@ -241,4 +244,10 @@ def lease_recovery(frontier: str, zookeeper: ZooKeeperSettings, incarnation: str
     from netdisco.frontiers.redis.options import RedisOptions
 
     options = RedisOptions.from_url(frontier)
-    return LeaseRecovery(zookeeper, options.url, prefix=options.prefix, incarnation=incarnation)
+    return LeaseRecovery(
+        zookeeper,
+        options.url,
+        prefix=options.prefix,
+        incarnation=incarnation,
+        shards=options.shards,
+    )

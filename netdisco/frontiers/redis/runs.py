@@ -8,16 +8,14 @@ Redis keeps no history of ticks.
 
 from __future__ import annotations
 
-from redis import asyncio as aioredis
-
-from netdisco.frontiers.redis.options import RedisOptions
+from netdisco.frontiers.redis.options import RedisOptions, connect
 
 
 async def claim_run(url: str, crawl: str, tick: float, owner: str, *, ttl: float = 3600.0) -> bool:
     """Whether this engine (``owner``) runs the tick ``tick`` of ``crawl``."""
     options = RedisOptions.from_url(url)
     key = f"{options.prefix}:{{{crawl}}}:run:{round(tick * 1000)}"  # ticks agree to the ms
-    redis = aioredis.Redis.from_url(options.url, socket_connect_timeout=2.0, socket_timeout=5.0)
+    redis = connect(options.url, socket_connect_timeout=2.0, socket_timeout=5.0)
     try:
         return bool(await redis.set(key, owner, nx=True, ex=max(1, int(ttl))))
     finally:

@@ -1,0 +1,261 @@
+"""The host-queue frontier on a real Redis Cluster (3 masters, 3 replicas on loopback):
+three engine processes crawl six hosts; the per-host limits hold at the server, every
+page's item is written; a master SIGKILLed mid-crawl is replaced by its replica and
+nothing is lost (``tests.netdisco.hosts_support`` serves the hosts and runs the engines).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netdisco import Request
+from netdisco.crawl.codec import RequestCodec
+from netdisco.exceptions import ConfigError, CrawlLost
+from netdisco.frontiers import is_shared
+from netdisco.frontiers.redis.hosts import HostKeys, HostQueueFrontier
+from netdisco.frontiers.redis.leases import recover_owner, shard_of
+from netdisco.frontiers.redis.options import CLUSTER_SHARDS, RedisOptions, connect
+from netdisco.frontiers.redis.runs import claim_run
+from netdisco.testing import RedisClusterServer, eventually, serve
+from tests.netdisco.hosts_support import PAGES, LoggingHost, closest_starts, most_in_flight
+from tests.netdisco.redis_support import SiteSpider, make_request
+
+ENGINES = 3
+ADDRESSES = tuple(f"127.0.0.{n}" for n in range(1, 7))
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RedisClusterServer]:
+    with RedisClusterServer(node_timeout_ms=1000) as server:
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def hosts(latency: float) -> AsyncIterator[list[tuple[str, LoggingHost]]]:
+    sites = [LoggingHost(latency) for _ in ADDRESSES]
+    async with contextlib.AsyncExitStack() as stack:
+        bases = [
+            await stack.enter_async_context(serve(s.app(), a))
+            for s, a in zip(sites, ADDRESSES, strict=True)
+        ]
+        yield list(zip(bases, sites, strict=True))
+
+
+async def start_engines(
+    url: str, delay: float, per_host: int, bases: list[str], items: Path
+) -> list[asyncio.subprocess.Process]:
+    """ENGINES engine processes, each writing its items under ``items``, all started."""
+    argv = ["-m", "tests.netdisco.hosts_support", url, str(delay), str(per_host), *bases]
+    procs = []
+    for n in range(ENGINES):
+        env = {**os.environ, "HOSTS_ITEMS": str(items / f"engine-{n}.jsonl")}
+        pipe = asyncio.subprocess.PIPE
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, *argv, env=env, stdin=pipe, stdout=pipe
+        )
+        procs.append(proc)
+    for proc in procs:
+        assert proc.stdout is not None
+        assert (await proc.stdout.readline()).strip() == b"ready"
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        await proc.stdin.drain()
+    return procs
+
+
+async def results(procs: list[asyncio.subprocess.Process]) -> list[dict[str, Any]]:
+    found = []
+    for proc in procs:
+        out, _ = await asyncio.wait_for(proc.communicate(), 300)
+        found.append(json.loads(out.splitlines()[-1]))
+    return found
+
+
+def items_by_url(items: Path) -> dict[str, int]:
+    """How many times each page's item was written, over every engine."""
+    counts: dict[str, int] = {}
+    for path in items.glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            url = json.loads(line)["url"]
+            counts[url] = counts.get(url, 0) + 1
+    return counts
+
+
+def expected_pages(sites: list[tuple[str, LoggingHost]]) -> set[str]:
+    """Every page the crawl must fetch (robots.txt keeps the last one of each host out)."""
+    return {f"{base}/p{n}.html" for base, _ in sites for n in range(PAGES - 1)}
+
+
+def test_the_cluster_setting_is_parsed_and_checked():
+    url = "redis+cluster://127.0.0.1:7000,127.0.0.1:7001/0?prefix=x"
+    assert is_shared(url)
+    options = RedisOptions.from_url(url)
+    assert options.shards == CLUSTER_SHARDS
+    assert options.replicas == 1
+    assert options.wait == "all"
+    assert RedisOptions.from_url("redis://127.0.0.1:1/0").shards == 1
+    assert RedisOptions.from_url(f"{url}&politeness=engine").shards == 1  # one queue, one slot
+    bad = {
+        "redis+cluster://127.0.0.1:7000,127.0.0.1/0": "node '127.0.0.1' .* is not host:port",
+        "redis+cluster://127.0.0.1:7000/3": "database '/3' .* a cluster has only 0",
+        "redis+cluster://127.0.0.1:7000/0?shards=0": "option shards must be from 1 to 1024",
+        "redis://127.0.0.1:1/0?shards=4&politeness=engine": "and 1 with politeness=engine",
+        "redis+cluster://127.0.0.1:7000/0?wait=some": "option wait must be adds or all",
+    }
+    for text, message in bad.items():
+        with pytest.raises(ConfigError, match=message):
+            RedisOptions.from_url(text)
+
+
+def test_hosts_spread_over_shards_whose_keys_share_one_slot_each():
+    keys = HostKeys("p", "spider").shards(CLUSTER_SHARDS)
+    assert len({k.ready for k in keys}) == CLUSTER_SHARDS
+    for k in keys:  # every key of a shard carries the shard's hash tag
+        tag = k.ready[k.ready.index("{") : k.ready.index("}") + 1]
+        assert all(tag in key for key in (k.epoch, k.host_queue("h:1"), k.busy("h:1"), k.seen))
+    spread = {shard_of(f"127.0.0.{n}:8080", CLUSTER_SHARDS) for n in range(1, 200)}
+    assert len(spread) == CLUSTER_SHARDS
+
+
+@pytest.fixture
+async def frontiers(cluster: RedisClusterServer) -> AsyncIterator[list[HostQueueFrontier[Request]]]:
+    """Two engines' frontiers on one crawl of the cluster, and their spider's requests."""
+    url = f"{cluster.url}?prefix=f{uuid.uuid4().hex[:10]}"
+    spider = SiteSpider(start_urls=[])
+    made = [
+        HostQueueFrontier(RedisOptions.from_url(url), "s", RequestCodec(spider), owner=owner)
+        for owner in ("a", "b")
+    ]
+    for frontier in made:
+        frontier.set_politeness(0.0, 2)
+        await frontier.open()
+    await made[0].add(
+        [make_request(spider, f"http://127.0.0.{n}:80/p{i}") for n in range(1, 9) for i in (1, 2)]
+    )
+    yield made
+    for frontier in made:
+        await frontier.close(hand_back=False)
+
+
+async def test_a_lost_engines_leases_go_back_from_every_shard(
+    frontiers: list[HostQueueFrontier[Request]],
+):
+    lost, alive = frontiers
+    taken = [await lost.take() for _ in range(10)]
+    assert all(taken)
+    shards = {lost._shard(r.host_key) for r in taken if r is not None}
+    assert len(shards) > 1  # the leases are spread over several slots
+    client = connect(lost.options.url)
+    try:
+        returned = await recover_owner(client, lost.options.prefix, "a", CLUSTER_SHARDS)
+    finally:
+        await client.aclose()
+    assert returned == {"s": 10}
+    again = []
+    while (request := await alive.take()) is not None:
+        again.append(request.url)
+        await alive.done(request)
+    assert len(again) == 16  # the 10 returned and the 6 never taken
+
+
+async def test_a_shard_that_lost_the_crawl_is_refused(
+    frontiers: list[HostQueueFrontier[Request]],
+):
+    first = frontiers[0]
+    await first._redis.delete(first.shard_keys[3].epoch)  # as a node come back empty would
+    with pytest.raises(CrawlLost):
+        await first.counts()
+    late = HostQueueFrontier(first.options, "s", first.codec, owner="late")
+    with pytest.raises(CrawlLost, match="no crawl"):
+        await late.open()  # not a fresh shard beside the others' half-done crawl
+    await late.close(hand_back=False)
+
+
+async def test_one_engine_runs_a_scheduled_tick_on_a_cluster(cluster: RedisClusterServer):
+    crawl = f"crawl-{uuid.uuid4().hex[:8]}"
+    claims = [await claim_run(cluster.url, crawl, 1234.5, owner) for owner in "abc"]
+    assert claims == [True, False, False]
+
+
+@pytest.mark.timeout(300)
+async def test_three_engines_on_a_cluster_lose_nothing_and_stay_polite(
+    cluster: RedisClusterServer, tmp_path: Path
+):
+    delay = 0.05
+    url = f"{cluster.url}?prefix=c{uuid.uuid4().hex[:10]}"
+    async with hosts(latency=0.02) as sites:
+        bases = [base for base, _ in sites]
+        found = await results(await start_engines(url, delay, 2, bases, tmp_path))
+    assert [r["state"] for r in found] == ["finished"] * ENGINES
+    items = items_by_url(tmp_path)
+    assert set(items) == expected_pages(sites)  # every page's item, none missing
+    for _, site in sites:
+        assert site.robots_fetches == 1  # once per host for the three engines
+        assert most_in_flight(site.visits) <= 2
+        assert closest_starts(site.visits) >= delay
+
+
+@pytest.mark.timeout(300)
+async def test_without_a_delay_each_host_has_its_slots_on_a_cluster(
+    cluster: RedisClusterServer, tmp_path: Path
+):
+    url = f"{cluster.url}?prefix=c{uuid.uuid4().hex[:10]}"
+    async with hosts(latency=0.03) as sites:
+        bases = [base for base, _ in sites]
+        found = await results(await start_engines(url, 0.0, 2, bases, tmp_path))
+    assert sum(r["pages"] for r in found) >= len(expected_pages(sites))
+    assert set(items_by_url(tmp_path)) == expected_pages(sites)
+    for _, site in sites:
+        assert most_in_flight(site.visits) <= 2
+
+
+@pytest.mark.timeout(300)
+async def test_a_master_killed_mid_crawl_is_replaced_and_nothing_is_lost(tmp_path: Path):
+    with RedisClusterServer(node_timeout_ms=1000) as cluster:
+        prefix = f"k{uuid.uuid4().hex[:10]}"
+        url = f"{cluster.url}?prefix={prefix}&lease_ttl=3"
+        async with hosts(latency=0.05) as sites:
+            bases = [base for base, _ in sites]
+            procs = await start_engines(url, 0.1, 1, bases, tmp_path)
+            host = bases[0].split("//", 1)[1]
+            shard = HostKeys(prefix, "hosts").shard(shard_of(host, CLUSTER_SHARDS), CLUSTER_SHARDS)
+            victim = cluster.master_of(shard.ready)  # serves the first host's queue
+
+            def visits() -> int:
+                return sum(len(site.visits) for _, site in sites)
+
+            await eventually(lambda: visits() >= 20, "the crawl under way")
+            before = visits()
+            killed_at = time.monotonic()
+            victim.stop(signal.SIGKILL)
+            await asyncio.to_thread(cluster.wait_ok)  # its replica now serves its slots
+            failover = time.monotonic() - killed_at
+            assert cluster.master_of(shard.ready) is not victim
+            found = await results(procs)
+    assert [r["state"] for r in found] == ["finished"] * ENGINES
+    items = items_by_url(tmp_path)
+    assert set(items) == expected_pages(sites)  # nothing lost
+    fetched = sum(len(site.visits) for _, site in sites)
+    report = {
+        "visits_before_kill": before,
+        "seconds_to_failover": round(failover, 2),
+        "pages": len(expected_pages(sites)),
+        "fetches": fetched,
+        "items_twice_or_more": sum(1 for n in items.values() if n > 1),
+        "most_in_flight": max(most_in_flight(site.visits) for _, site in sites),
+        "closest_starts": min(closest_starts(site.visits) for _, site in sites),
+    }
+    print("failover:", json.dumps(report))
