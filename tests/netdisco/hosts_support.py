@@ -9,13 +9,15 @@ Usage: python -m tests.netdisco.hosts_support REDIS_URL DELAY PER_HOST BASE [BAS
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -24,6 +26,7 @@ from aiohttp import web
 from netdisco import Crawler, Response, Settings, Spider
 from netdisco.crawl.feeds.spec import parse_feeds
 from netdisco.frontiers.redis.hosts import HostQueueFrontier
+from netdisco.testing import serve
 
 #: pages per host: page n links to 2n+1 and 2n+2, a tree from /p0.html
 PAGES = 24
@@ -92,6 +95,56 @@ def closest_starts(visits: list[Visit]) -> float:
     """The shortest time between two request starts at the server."""
     starts = sorted(v.start for v in visits)
     return min((b - a for a, b in itertools.pairwise(starts)), default=float("inf"))
+
+
+@contextlib.asynccontextmanager
+async def hosts(
+    addresses: Sequence[str], latency: float
+) -> AsyncIterator[list[tuple[str, LoggingHost]]]:
+    """One logging host on each loopback address: (base URL, host) pairs."""
+    sites = [LoggingHost(latency) for _ in addresses]
+    async with contextlib.AsyncExitStack() as stack:
+        bases = [
+            await stack.enter_async_context(serve(s.app(), a))
+            for s, a in zip(sites, addresses, strict=True)
+        ]
+        yield list(zip(bases, sites, strict=True))
+
+
+async def start_engines(
+    count: int, url: str, delay: float, per_host: int, bases: list[str], items: Path | None = None
+) -> list[asyncio.subprocess.Process]:
+    """``count`` engine processes (this module), all ready, then all told to go at once;
+    with ``items``, engine n writes its items to ``items/engine-n.jsonl``."""
+    argv = ["-m", "tests.netdisco.hosts_support", url, str(delay), str(per_host), *bases]
+    procs = []
+    for n in range(count):
+        env = {**os.environ}
+        if items is not None:
+            env["HOSTS_ITEMS"] = str(items / f"engine-{n}.jsonl")
+        pipe = asyncio.subprocess.PIPE
+        procs.append(
+            await asyncio.create_subprocess_exec(
+                sys.executable, *argv, env=env, stdin=pipe, stdout=pipe
+            )
+        )
+    for proc in procs:
+        assert proc.stdout is not None
+        assert (await proc.stdout.readline()).strip() == b"ready"
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        await proc.stdin.drain()
+    return procs
+
+
+async def results(procs: list[asyncio.subprocess.Process]) -> list[dict[str, Any]]:
+    """What each engine reported (its last line, JSON), once it ended."""
+    found = []
+    for proc in procs:
+        out, _ = await asyncio.wait_for(proc.communicate(), 300)
+        found.append(json.loads(out.splitlines()[-1]))
+    return found
 
 
 class HostsSpider(Spider):

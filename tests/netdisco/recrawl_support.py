@@ -94,7 +94,6 @@ class ConditionalSite(LoopbackServer):
         return False
 
 
-
 def page(*links: str, text: str = "") -> str:
     """An HTML page linking to ``links`` (site-relative)."""
     anchors = "".join(f'<a href="{link}">{link}</a>' for link in links)

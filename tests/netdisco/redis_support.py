@@ -59,7 +59,6 @@ class SiteServer(LoopbackServer):
             await asyncio.sleep(self.delay)
         return web.Response(body=body, content_type="text/html")
 
-
     @property
     def fetched(self) -> int:
         return len(self.fetches)

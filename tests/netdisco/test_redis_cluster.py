@@ -7,16 +7,12 @@ nothing is lost (``tests.netdisco.hosts_support`` serves the hosts and runs the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import signal
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,8 +24,16 @@ from netdisco.frontiers.redis.hosts import HostKeys, HostQueueFrontier
 from netdisco.frontiers.redis.leases import recover_owner, shard_of
 from netdisco.frontiers.redis.options import CLUSTER_SHARDS, RedisOptions, connect
 from netdisco.frontiers.redis.runs import claim_run
-from netdisco.testing import RedisClusterServer, eventually, serve
-from tests.netdisco.hosts_support import PAGES, LoggingHost, closest_starts, most_in_flight
+from netdisco.testing import RedisClusterServer, eventually
+from tests.netdisco.hosts_support import (
+    PAGES,
+    LoggingHost,
+    closest_starts,
+    hosts,
+    most_in_flight,
+    results,
+    start_engines,
+)
 from tests.netdisco.redis_support import SiteSpider, make_request
 
 ENGINES = 3
@@ -40,48 +44,6 @@ ADDRESSES = tuple(f"127.0.0.{n}" for n in range(1, 7))
 def cluster() -> Iterator[RedisClusterServer]:
     with RedisClusterServer(node_timeout_ms=1000) as server:
         yield server
-
-
-@contextlib.asynccontextmanager
-async def hosts(latency: float) -> AsyncIterator[list[tuple[str, LoggingHost]]]:
-    sites = [LoggingHost(latency) for _ in ADDRESSES]
-    async with contextlib.AsyncExitStack() as stack:
-        bases = [
-            await stack.enter_async_context(serve(s.app(), a))
-            for s, a in zip(sites, ADDRESSES, strict=True)
-        ]
-        yield list(zip(bases, sites, strict=True))
-
-
-async def start_engines(
-    url: str, delay: float, per_host: int, bases: list[str], items: Path
-) -> list[asyncio.subprocess.Process]:
-    """ENGINES engine processes, each writing its items under ``items``, all started."""
-    argv = ["-m", "tests.netdisco.hosts_support", url, str(delay), str(per_host), *bases]
-    procs = []
-    for n in range(ENGINES):
-        env = {**os.environ, "HOSTS_ITEMS": str(items / f"engine-{n}.jsonl")}
-        pipe = asyncio.subprocess.PIPE
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, *argv, env=env, stdin=pipe, stdout=pipe
-        )
-        procs.append(proc)
-    for proc in procs:
-        assert proc.stdout is not None
-        assert (await proc.stdout.readline()).strip() == b"ready"
-    for proc in procs:
-        assert proc.stdin is not None
-        proc.stdin.write(b"go\n")
-        await proc.stdin.drain()
-    return procs
-
-
-async def results(procs: list[asyncio.subprocess.Process]) -> list[dict[str, Any]]:
-    found = []
-    for proc in procs:
-        out, _ = await asyncio.wait_for(proc.communicate(), 300)
-        found.append(json.loads(out.splitlines()[-1]))
-    return found
 
 
 def items_by_url(items: Path) -> dict[str, int]:
@@ -196,9 +158,9 @@ async def test_three_engines_on_a_cluster_lose_nothing_and_stay_polite(
 ):
     delay = 0.05
     url = f"{cluster.url}?prefix=c{uuid.uuid4().hex[:10]}"
-    async with hosts(latency=0.02) as sites:
+    async with hosts(ADDRESSES, latency=0.02) as sites:
         bases = [base for base, _ in sites]
-        found = await results(await start_engines(url, delay, 2, bases, tmp_path))
+        found = await results(await start_engines(ENGINES, url, delay, 2, bases, tmp_path))
     assert [r["state"] for r in found] == ["finished"] * ENGINES
     items = items_by_url(tmp_path)
     assert set(items) == expected_pages(sites)  # every page's item, none missing
@@ -213,9 +175,9 @@ async def test_without_a_delay_each_host_has_its_slots_on_a_cluster(
     cluster: RedisClusterServer, tmp_path: Path
 ):
     url = f"{cluster.url}?prefix=c{uuid.uuid4().hex[:10]}"
-    async with hosts(latency=0.03) as sites:
+    async with hosts(ADDRESSES, latency=0.03) as sites:
         bases = [base for base, _ in sites]
-        found = await results(await start_engines(url, 0.0, 2, bases, tmp_path))
+        found = await results(await start_engines(ENGINES, url, 0.0, 2, bases, tmp_path))
     assert sum(r["pages"] for r in found) >= len(expected_pages(sites))
     assert set(items_by_url(tmp_path)) == expected_pages(sites)
     for _, site in sites:
@@ -227,9 +189,9 @@ async def test_a_master_killed_mid_crawl_is_replaced_and_nothing_is_lost(tmp_pat
     with RedisClusterServer(node_timeout_ms=1000) as cluster:
         prefix = f"k{uuid.uuid4().hex[:10]}"
         url = f"{cluster.url}?prefix={prefix}&lease_ttl=3"
-        async with hosts(latency=0.05) as sites:
+        async with hosts(ADDRESSES, latency=0.05) as sites:
             bases = [base for base, _ in sites]
-            procs = await start_engines(url, 0.1, 1, bases, tmp_path)
+            procs = await start_engines(ENGINES, url, 0.1, 1, bases, tmp_path)
             host = bases[0].split("//", 1)[1]
             shard = HostKeys(prefix, "hosts").shard(shard_of(host, CLUSTER_SHARDS), CLUSTER_SHARDS)
             victim = cluster.master_of(shard.ready)  # serves the first host's queue
