@@ -292,3 +292,16 @@ async def next_message(pubsub: Any) -> dict[str, Any]:
             message = await pubsub.get_message(timeout=1.0)
             if message is not None:
                 return dict(message)
+
+
+async def test_one_take_leases_a_request_for_every_worker_waiting(
+    frontier: Factory, spider: SiteSpider
+) -> None:
+    """``prefetch=1`` and six workers at once: two round trips (the first take's, then one
+    for the five that queued behind it), not one each."""
+    taker = frontier("a", per_host=8)
+    await taker.add(on(spider, "a.test", *(f"p{n}" for n in range(6))))
+    before = taker.round_trips
+    taken = await asyncio.gather(*(taker.take() for _ in range(6)))
+    assert sorted(path(request) for request in taken) == [f"p{n}" for n in range(6)]
+    assert taker.round_trips - before == 2
