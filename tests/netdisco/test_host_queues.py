@@ -6,8 +6,10 @@ import asyncio
 import itertools
 import uuid
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
+from redis import asyncio as aioredis
 
 from netdisco import Crawler, Request, Settings
 from netdisco.crawl.codec import RequestCodec
@@ -260,3 +262,46 @@ async def test_a_slot_is_free_when_the_response_ends_not_when_the_ack_is_flushed
     gaps = [b.start - a.end for a, b in itertools.pairwise(visits)]
     assert min(gaps) >= delay  # one at a time, the delay after each response's end
     assert max(gaps) < flush  # and no start waited for an ack's flush
+
+
+async def test_the_last_lease_ending_wakes_the_takers(
+    frontier: Factory, spider: SiteSpider, redis_server: RedisServer
+) -> None:
+    """Takers wait for a wake-up while leases remain, and no add comes at a crawl's end:
+    without this one each engine sat out its take wait (1 s) before ending."""
+    taker = frontier("a")
+    await taker.add(on(spider, "a.test", "p1", "p2"))
+    first, last = await taker.take(), await taker.take()
+    assert first is not None
+    assert last is not None
+    client = aioredis.Redis.from_url(redis_server.url)
+    async with client.pubsub() as pubsub:
+        await pubsub.subscribe(taker.keys.added_channel)
+        assert (await next_message(pubsub))["type"] == "subscribe"
+        for request in (first, last):  # the host has nothing queued: only the last wakes
+            await taker.done(request)
+            await taker.flush()
+        message = await next_message(pubsub)
+    await client.aclose()
+    assert message["data"] == taker.keys.host_prefix.encode()
+
+
+async def next_message(pubsub: Any) -> dict[str, Any]:
+    async with asyncio.timeout(10):
+        while True:
+            message = await pubsub.get_message(timeout=1.0)
+            if message is not None:
+                return dict(message)
+
+
+async def test_one_take_leases_a_request_for_every_worker_waiting(
+    frontier: Factory, spider: SiteSpider
+) -> None:
+    """``prefetch=1`` and six workers at once: two round trips (the first take's, then one
+    for the five that queued behind it), not one each."""
+    taker = frontier("a", per_host=8)
+    await taker.add(on(spider, "a.test", *(f"p{n}" for n in range(6))))
+    before = taker.round_trips
+    taken = await asyncio.gather(*(taker.take() for _ in range(6)))
+    assert sorted(path(request) for request in taken) == [f"p{n}" for n in range(6)]
+    assert taker.round_trips - before == 2

@@ -23,7 +23,9 @@ next, hostof, hosted, inbox, payload, leases, owner, owned, trace, epoch, take
 token; ARGV key prefix, delay (us), slots per host, trace (1/0), channel, epoch.
 The KEYS, and the host keys the scripts build from the prefix, share one hash tag
 (a shard's), so each script touches one slot of a Redis Cluster. Wake-ups publish
-the prefix: engines then ask that shard first.
+the prefix: engines then ask that shard first. A host that becomes ready wakes the
+takers, and so does the last lease of a shard ending with nothing queued: the takers
+that wait while leases remain then see at once that the crawl is over.
 """
 
 from __future__ import annotations
@@ -81,6 +83,14 @@ end
 local function free(owner, id, credit)
   if redis.call('HGET', K_owner, id) == owner then
     release(redis.call('HGET', K_hostof, id) or '', id, delay - credit)
+  end
+end
+-- nothing queued, put back or leased in the shard: wake the takers, who wait for a
+-- wake-up while leases remain (no add comes at the end), so that the crawl ends now
+local function settle()
+  if redis.call('ZCARD', K_leases) + redis.call('ZCARD', K_inbox) == 0
+    and tonumber(redis.call('GET', K_hosted) or '0') == 0 then
+    redis.call('PUBLISH', channel, pre)
   end
 end
 local function forget(id)
@@ -159,6 +169,7 @@ local owner, ttl, count = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
 local acks = 11 + 2 * tonumber(ARGV[10])
 for i = 11, acks - 1, 2 do free(owner, ARGV[i], tonumber(ARGV[i + 1])) end
 for i = acks, #ARGV, 2 do finish(owner, ARGV[i], false, 0, '', tonumber(ARGV[i + 1])) end
+if acks <= #ARGV then settle() end
 drain_inbox(100)
 local ids = {}
 local prior = redis.call('GET', K_token)
@@ -218,6 +229,7 @@ for i = 10, #ARGV, 3 do
     finish(ARGV[7], ARGV[i], ARGV[8] == '1', tonumber(ARGV[9]), ARGV[i + 1], tonumber(ARGV[i + 2]))
   end
 end
+if ARGV[8] == '0' then settle() end
 return 1
 """
 )

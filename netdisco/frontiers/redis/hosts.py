@@ -10,7 +10,8 @@ handed a request it may not start yet. Requests the lease scripts put back
 (recovery, sweep, hand-back) land in the plain queue, the *inbox*, and the next
 take returns them to their host queues, freeing their slots.
 
-Acknowledgements ride on the next take when one comes first (fewer round trips).
+A take leases one request for each worker waiting (``prefetch`` at least), so that
+none waits a round trip of its own; acknowledgements ride on it (fewer round trips).
 
 With ``shards`` > 1 (the default on a Redis Cluster) each host belongs to one of
 several shards, each a full set of these keys under its own hash tag: every script
@@ -126,6 +127,7 @@ class HostQueueFrontier(RedisFrontier[R]):
         self._delay_us = 0
         self._per_host = 8
         self._taking = asyncio.Lock()
+        self._wanting = 0  # workers in take(): a take asks Redis for one each
         self._ended: dict[str, float] = {}  # id -> when its response ended (monotonic)
         self._freeing: list[str] = []  # downloads over, slots not freed in Redis yet
         self._due = [0.0] * options.shards  # shard -> when to ask it again (loop time)
@@ -207,8 +209,12 @@ class HostQueueFrontier(RedisFrontier[R]):
         return self._redis.set(key, self.owner, nx=True, ex=ROBOTS_LOCK)
 
     async def take(self) -> R | None:
-        async with self._taking:  # one worker asks Redis at a time; the rest use its batch
-            return await super().take()
+        self._wanting += 1
+        try:
+            async with self._taking:  # one worker asks Redis at a time; the rest use its batch
+                return await super().take()
+        finally:
+            self._wanting -= 1
 
     # -- shards ------------------------------------------------------------------------
 
@@ -332,7 +338,7 @@ class HostQueueFrontier(RedisFrontier[R]):
         frees = self._frees(shard)
         acks = [rid for rid in self._acks if self._shard_of_id(rid) == shard]
         self._acks = [rid for rid in self._acks if self._shard_of_id(rid) != shard]
-        ttl, count = self._ttl_ms, self.options.prefetch
+        ttl, count = self._ttl_ms, max(self.options.prefetch, self._wanting)
         args = [*self._prelude(shard), self.owner, ttl, count, len(frees)]
         args += [x for rid in frees + acks for x in self._credit(rid)]
         keys = self._host_keys(shard, token)

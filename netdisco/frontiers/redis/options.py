@@ -47,6 +47,7 @@ class RedisOptions:
     seen: str = "exact"
     bloom_capacity: int = 10_000_000
     bloom_error: float = 0.001
+    #: requests a take leases at least (host queues: one for each worker waiting, if more)
     prefetch: int = 4
     #: ``cluster``: host queues in Redis hold per-host limits for every engine together
     #: (``netdisco.frontiers.redis.hosts``); ``engine``: one queue, each engine polite alone
