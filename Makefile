@@ -72,3 +72,5 @@ clean:
 # proxy); prints a table of scenarios. Not part of `make test`: see README for its time.
 faults: $(STAMP) system-deps
 	NETDISCO_FAULTS=1 $(BIN)/pytest tests/faults -p no:cacheprovider -q
+	NETDISCO_FAULTS=1 $(BIN)/pytest -p no:cacheprovider -q -s \
+	  tests/netdisco/test_redis_cluster.py::test_a_master_killed_mid_crawl_is_replaced_and_nothing_is_lost

@@ -162,7 +162,11 @@ async def engine(
     redis_url: str, delay: float, per_host: int, bases: list[str], items: str = ""
 ) -> dict[str, Any]:
     """One engine: its own Crawler and Redis frontier, on the shared crawl."""
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+    # warnings to stderr (pytest shows them with a failure); stdout carries the result
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(30),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
     spider = HostsSpider(start_urls=[f"{base}/p0.html" for base in bases])
     settings = Settings(
         frontier=redis_url,
