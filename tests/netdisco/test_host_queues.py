@@ -305,3 +305,20 @@ async def test_one_take_leases_a_request_for_every_worker_waiting(
     taken = await asyncio.gather(*(taker.take() for _ in range(6)))
     assert sorted(path(request) for request in taken) == [f"p{n}" for n in range(6)]
     assert taker.round_trips - before == 2
+
+
+
+async def test_links_no_replica_confirmed_are_sent_again(
+    frontier: Factory, spider: SiteSpider, redis_server: RedisServer
+) -> None:
+    """A single Redis has no replica, so ``replicas=1`` leaves every add unconfirmed:
+    such links are not remembered as seen and this engine sends them again (a failover
+    could have undone the add); confirmed links (``replicas=0``) are not sent again."""
+    links = on(spider, "127.0.0.1:1", "a.html", "b.html")
+    for replicas, sent_again in ((1, True), (0, False)):
+        prefix = f"r{uuid.uuid4().hex[:10]}"
+        f = frontier(url=f"{redis_server.url}?prefix={prefix}&replicas={replicas}")
+        await f.add(links)
+        before = f.round_trips
+        await f.add(links)
+        assert (f.round_trips > before) is sent_again, replicas

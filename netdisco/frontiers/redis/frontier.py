@@ -20,6 +20,7 @@ from netdisco.frontiers.redis.epochs import join_epoch, read_counts
 from netdisco.frontiers.redis.leases import Client, Keys, renew_leases, return_leases, spiders_key
 from netdisco.frontiers.redis.leases import sweep_expired as sweep_leases
 from netdisco.frontiers.redis.options import RedisOptions, bloom_offsets, connect, redact
+from netdisco.frontiers.redis.replication import Confirmations
 from netdisco.frontiers.redis.scripts import ADD_LUA, CLAIM_LUA, DONE_LUA, LOST, TAKE_LUA
 
 log = structlog.get_logger(__name__)
@@ -81,14 +82,13 @@ class RedisFrontier(Generic[R]):
         self._listening = asyncio.Event()  # subscribed: no wake-up is missed from here
         self._suspects: set[str] = set()
         self._known: set[bytes] = set()  # fingerprints certainly in the seen set
+        self._confirmations = Confirmations()  # writes no replica confirmed: see add()
         self._opened = False
         self._closed = False
         self._open_lock = asyncio.Lock()
         self._down_since: float | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self.epoch = ""  # the crawl we joined: see open()
-
-    # -- lifecycle -----------------------------------------------------------------
 
     async def open(self) -> None:
         """Check Redis answers (``FrontierUnavailable`` if not) and start the heartbeat."""
@@ -108,9 +108,8 @@ class RedisFrontier(Generic[R]):
             self._listener = asyncio.create_task(self._listen(), name="frontier-listener")
             with contextlib.suppress(TimeoutError):  # without it, takes poll: slower, not wrong
                 await asyncio.wait_for(self._listening.wait(), 2.0)
-            log.info(
-                "frontier_opened", url=redact(self.options.url), owner=self.owner, epoch=self.epoch
-            )
+            url = redact(self.options.url)
+            log.info("frontier_opened", url=url, owner=self.owner, epoch=self.epoch)
 
     async def _join(self) -> None:
         """The crawl's epoch (``epochs``): every script checks it, so the engines that
@@ -170,10 +169,11 @@ class RedisFrontier(Generic[R]):
             sent.append(index)
         added = [False] * len(requests)
         if sent:
-            result = await self._add_entries(args)
+            missed, result = self._confirmations.missed, await self._add_entries(args)
             for index, flag in zip(sent, result, strict=True):
                 added[index] = bool(flag)
-            self._remember(requests[index].fingerprint for index in sent)
+            if self._confirmations.missed == missed:  # else a failover may undo the add,
+                self._remember(requests[index].fingerprint for index in sent)  # so re-send
         return added
 
     def _entry(self, request: R, body: str) -> list[str | bytes]:

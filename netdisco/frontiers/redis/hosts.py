@@ -279,7 +279,7 @@ class HostQueueFrontier(RedisFrontier[R]):
         if not wanted:
             ran: Awaitable[Any] = script(keys=keys, args=args)
             return ran
-        return eval_replicated(self._redis, script.script, keys, args, wanted)
+        return eval_replicated(self._redis, script.script, keys, args, wanted, self._confirmations)
 
     async def _claim_all(self, requests: Sequence[Queued]) -> list[Any]:
         return await self._sharded(

@@ -36,8 +36,21 @@ def replicas_for(redis: Client, key: str, wanted: int) -> int:
     return max(wanted, 0)
 
 
+class Confirmations:
+    """Counts writes fewer replicas confirmed than wanted: a caller that sees the count
+    move during its call must not trust what it wrote then to outlive a failover."""
+
+    def __init__(self) -> None:
+        self.missed = 0
+
+
 async def eval_replicated(
-    redis: Client, script: str, keys: list[str], args: list[Any], wanted: int
+    redis: Client,
+    script: str,
+    keys: list[str],
+    args: list[Any],
+    wanted: int,
+    confirmations: Confirmations,
 ) -> Any:
     """``EVAL script`` then ``WAIT wanted`` on one connection; the script's answer."""
     target = {}
@@ -51,5 +64,6 @@ async def eval_replicated(
     except RedisClusterException as exc:  # the node went mid-call: the caller asks again
         raise RedisConnectionError(str(exc)) from exc
     if int(replicated) < wanted:
+        confirmations.missed += 1
         log.warning("frontier_write_not_replicated", replicas=int(replicated), wanted=wanted)
     return answer
