@@ -230,11 +230,15 @@ class FeedError(NetdiscoError):
     """A feed cannot be opened or written; the message names the path."""
 
 
-class ControlRefused(NetdiscoError):
-    """A control call through the monitor that was refused or could not reach its engine."""
+class ApiError(NetdiscoError):
+    """An HTTP error answer: status, a stable machine code and a sentence for humans."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+
+
+class ControlRefused(ApiError):
+    """A control call through the monitor that was refused or could not reach its engine."""

@@ -18,7 +18,7 @@ from typing import Any
 
 from kazoo.security import ACL, make_acl, make_digest_acl
 
-from netdisco.cluster.contract import DEFAULT_ROOT
+from netdisco.cluster.contract import DEFAULT_ROOT, TOMBSTONE_MAX_AGE
 from netdisco.exceptions import ConfigError
 from netdisco.values import check_keys, convert, field_types
 
@@ -76,7 +76,7 @@ class ZooKeeperSettings:
     digest_file: str | None = None
     audit_interval: float = 5.0  # engine: how often it re-checks its node anyway
     resync_interval: float = 30.0  # monitor: full re-read, in case a watch was missed
-    tombstone_max_age: float = 86400.0  # leave tombstones older than this are deleted
+    tombstone_max_age: float = TOMBSTONE_MAX_AGE  # leave tombstones older than this go
 
     @classmethod
     def from_mapping(

@@ -25,7 +25,6 @@ from netdisco.crawl.crawler import Crawler, PushResult, SpiderState
 from netdisco.engine.config import EngineSettings, is_loopback
 from netdisco.engine.metrics import CONTENT_TYPE, EngineMetrics
 from netdisco.engine.replies import (
-    ApiError,
     Handler,
     dumps,
     errors_middleware,
@@ -33,6 +32,7 @@ from netdisco.engine.replies import (
     read_json,
 )
 from netdisco.engine.targets import private_target
+from netdisco.exceptions import ApiError
 
 log = structlog.get_logger(__name__)
 
@@ -125,8 +125,7 @@ class StatusCache:
         """The current body, rendering it again when stale."""
         now = time.monotonic()
         if self._body is None or now >= self._expires:
-            engine = self._engine
-            self._body = dumps([engine.spider_status(c.name) for c in engine.crawlers()])
+            self._body = dumps(spiders_body(self._engine))
             self._expires = now + self._ttl
         return self._body
 
@@ -171,9 +170,14 @@ def _registry_state(engine: ServedEngine) -> str:
 _SUMMARY_KEYS = ("name", "state", "started_at", "succeeded", "failed", "items", "queue_size")
 
 
+def spiders_body(engine: ServedEngine) -> list[dict[str, Any]]:
+    """Every spider's status object."""
+    return [engine.spider_status(c.name) for c in engine.crawlers()]
+
+
 def engine_body(engine: ServedEngine) -> dict[str, Any]:
     """Identity, incarnation, registry state and spider summaries."""
-    spiders = [engine.spider_status(c.name) for c in engine.crawlers()]
+    spiders = spiders_body(engine)
     return {
         **engine.describe().to_dict(),
         "state": str(engine.state),

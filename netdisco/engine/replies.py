@@ -15,6 +15,7 @@ import structlog
 from aiohttp import web
 
 from netdisco.exceptions import (
+    ApiError,
     ConfigError,
     DuplicateSpider,
     InvalidTransition,
@@ -38,16 +39,6 @@ _CODES = {
     413: "payload_too_large",
     415: "unsupported_media_type",
 }
-
-
-class ApiError(Exception):
-    """An error answer: HTTP status, a stable machine code and a sentence for humans."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
 
 
 def dumps(data: Any) -> bytes:

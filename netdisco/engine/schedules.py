@@ -122,10 +122,6 @@ class ScheduledSpider:
             log.error("scheduled_run_failed", spider=self.name, error=repr(exc))
 
 
-#: runs a coroutine as a task the engine owns (cancelled when it stops)
-Spawn = Callable[[Any], "asyncio.Task[None]"]
-
-
 class Timetable:
     """The engine's scheduled spiders and the tasks that keep their time."""
 

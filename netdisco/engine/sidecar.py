@@ -19,8 +19,6 @@ import json
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +26,14 @@ import structlog
 from aiohttp import web
 
 from netdisco.engine import statusd
-from netdisco.engine.api import HttpEndpoint, ServedEngine, create_app, engine_body, health_body
+from netdisco.engine.api import (
+    HttpEndpoint,
+    ServedEngine,
+    create_app,
+    engine_body,
+    health_body,
+    spiders_body,
+)
 from netdisco.engine.config import is_loopback
 from netdisco.engine.replies import dumps
 
@@ -50,26 +55,16 @@ def default_front(engine: ServedEngine) -> HttpEndpoint | StatusProcess:
 def answers(engine: ServedEngine) -> dict[str, tuple[int, str]]:
     """The read routes' answers right now, by path. One that fails to render is left
     out, so the request goes to the engine's app, which answers (and logs) the error."""
-    renders: dict[str, Callable[[], tuple[int, Any]]] = {
-        "/netdiscovery/health": lambda: health_body(engine),
-        "/netdiscovery/engine": lambda: (200, engine_body(engine)),
-        "/netdiscovery/spiders": lambda: (200, [engine.spider_status(c.name) for c in crawlers]),
-    }
-    crawlers = list(engine.crawlers())
-    for crawler in crawlers:
-        renders[f"/netdiscovery/spiders/{crawler.name}"] = partial(_one, engine, crawler.name)
-    found = {}
-    for path, render in renders.items():
-        try:
-            status, body = render()
-        except Exception:
-            continue
-        found[path] = (status, dumps(body).decode())
-    return found
-
-
-def _one(engine: ServedEngine, name: str) -> tuple[int, Any]:
-    return 200, engine.spider_status(name)
+    found: dict[str, tuple[int, Any]] = {}
+    with contextlib.suppress(Exception):
+        found["/netdiscovery/health"] = health_body(engine)
+    with contextlib.suppress(Exception):
+        found["/netdiscovery/engine"] = (200, engine_body(engine))
+    with contextlib.suppress(Exception):
+        spiders = spiders_body(engine)
+        found["/netdiscovery/spiders"] = (200, spiders)
+        found.update({f"/netdiscovery/spiders/{s['name']}": (200, s) for s in spiders})
+    return {path: (status, dumps(body).decode()) for path, (status, body) in found.items()}
 
 
 class StatusProcess:

@@ -15,7 +15,7 @@ from aiohttp.test_utils import make_mocked_request
 from netdisco.engine import SpiderEngine
 from netdisco.engine.api import authorize, create_app
 from netdisco.engine.config import EngineSettings
-from netdisco.engine.replies import ApiError
+from netdisco.exceptions import ApiError
 
 
 def control_request(sockname: object) -> object:
