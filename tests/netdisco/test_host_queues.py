@@ -17,7 +17,8 @@ from netdisco.crawl.crawler import frontier_for
 from netdisco.exceptions import ConfigError, CrawlLost
 from netdisco.frontiers import HostReserving
 from netdisco.frontiers.redis import RedisFrontier, RedisOptions
-from netdisco.frontiers.redis.hosts import HostKeys, HostQueueFrontier
+from netdisco.frontiers.redis.host_scripts import HostKeys
+from netdisco.frontiers.redis.hosts import HostQueueFrontier
 from netdisco.testing import RedisServer, eventually, serve
 from tests.netdisco.hosts_support import PAGES, HostsSpider, LoggingHost, trace_events
 from tests.netdisco.redis_support import SiteSpider, make_request
@@ -307,7 +308,6 @@ async def test_one_take_leases_a_request_for_every_worker_waiting(
     assert taker.round_trips - before == 2
 
 
-
 async def test_links_no_replica_confirmed_are_sent_again(
     frontier: Factory, spider: SiteSpider, redis_server: RedisServer
 ) -> None:
@@ -322,3 +322,22 @@ async def test_links_no_replica_confirmed_are_sent_again(
         before = f.round_trips
         await f.add(links)
         assert (f.round_trips > before) is sent_again, replicas
+
+
+async def test_an_unconfirmed_add_is_sent_again_and_queues_nothing_twice(
+    frontier: Factory, spider: SiteSpider, redis_server: RedisServer
+) -> None:
+    """With no replica to confirm it, an add is sent ``ADD_TRIES`` times (each with its
+    ``WAIT``) under one token: the first run's answer comes back each time and nothing
+    is queued twice, not even a ``dont_filter`` request, which skips the seen set."""
+    prefix = f"r{uuid.uuid4().hex[:10]}"
+    f = frontier(url=f"{redis_server.url}?prefix={prefix}&replicas=1")
+    links = on(spider, "127.0.0.1:1", "a.html", "b.html")
+    links[1].dont_filter = True
+    before = f._confirmations.missed
+    assert await f.add(links) == [True, True]
+    assert f._confirmations.missed == before + 1  # counted once, after every try
+    queued, _, _ = await f.counts()
+    assert queued == 2
+    assert await f.add(links) == [False, True]  # a new add: dont_filter queues it again
+    assert (await f.counts())[0] == 3

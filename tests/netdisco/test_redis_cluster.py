@@ -21,7 +21,8 @@ from netdisco import Request
 from netdisco.crawl.codec import RequestCodec
 from netdisco.exceptions import ConfigError, CrawlLost
 from netdisco.frontiers import is_shared
-from netdisco.frontiers.redis.hosts import HostKeys, HostQueueFrontier
+from netdisco.frontiers.redis.host_scripts import HostKeys
+from netdisco.frontiers.redis.hosts import HostQueueFrontier
 from netdisco.frontiers.redis.leases import recover_owner, shard_of
 from netdisco.frontiers.redis.options import CLUSTER_SHARDS, RedisOptions, connect
 from netdisco.frontiers.redis.runs import claim_run

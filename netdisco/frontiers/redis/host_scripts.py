@@ -30,7 +30,66 @@ that wait while leases remain then see at once that the crawl is over.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from netdisco.frontiers.redis.leases import Keys
 from netdisco.frontiers.redis.scripts import MARK_SEEN_LUA, _fenced
+
+#: how long an add's answer is kept for its retries (ms)
+ADD_TOKEN_MS = 60_000
+
+
+@dataclass(frozen=True)
+class HostKeys(Keys):
+    """The keys of the host queues (``host_scripts`` describes each), one hash tag."""
+
+    @property
+    def host_prefix(self) -> str:
+        """Prefix of ``hq:<host>`` (queued ids) and ``busy:<host>`` (ids holding slots)."""
+        return self._key("")
+
+    def host_queue(self, host: str) -> str:
+        """Sorted set: a host's queued request ids by ``-priority``, then id."""
+        return self._key(f"hq:{host}")
+
+    def busy(self, host: str) -> str:
+        """Set: the ids that hold a host's slots now."""
+        return self._key(f"busy:{host}")
+
+    @property
+    def ready(self) -> str:
+        """Sorted set: hosts with queued requests and a free slot, by next start (us)."""
+        return self._key("ready")
+
+    @property
+    def next_start(self) -> str:
+        """Hash: host -> the earliest time (us, Redis clock) it may start a request."""
+        return self._key("next")
+
+    @property
+    def hostof(self) -> str:
+        """Hash: request id -> its host, while queued or leased."""
+        return self._key("hostof")
+
+    @property
+    def hosted(self) -> str:
+        """Counter: requests in host queues (the inbox is counted by ``ZCARD``)."""
+        return self._key("hosted")
+
+    def robots(self, origin: str) -> str:
+        """String: an origin's robots.txt as the crawl reads it (expires)."""
+        return self._key(f"robots:{origin}")
+
+    def add_token(self, nonce: str) -> str:
+        """String: what one add answered, so that its retry changes nothing (expires)."""
+        return self._key(f"add:{nonce}")
+
+    @property
+    def trace(self) -> str:
+        """List: ``start|end <us> <host> <id>`` per slot taken and released, if traced
+        (an end's time is when the host's delay runs from)."""
+        return self._key("trace")
+
 
 #: the crawl's epoch first (KEYS[11], ARGV[6]), as every script of the frontier
 HOST_PRELUDE = (
@@ -134,12 +193,20 @@ end
 )
 
 #: ARGV (after the prelude) mode, nonce (makes this call's ids unique, as ``ADD_LUA``),
-#: then per request: seen key, dont_filter, priority, host, JSON -> 1/0 each
+#: then per request: seen key, dont_filter, priority, host, JSON -> 1/0 each. The take
+#: token key is the add's (``add_token``): a retry of an add that ran answers as it did
+#: and queues nothing twice (a ``dont_filter`` request would be), and its write lets a
+#: ``WAIT`` after it confirm the first run.
 HOST_ADD_LUA = (
     HOST_PRELUDE
     + MARK_SEEN_LUA
     + """
 local K_seen, K_seen_n, K_seq = KEYS[13], KEYS[14], KEYS[15]
+local prior = redis.call('GET', K_token)
+if prior then
+  redis.call('PEXPIRE', K_token, ADD_TOKEN_MS)
+  return cjson.decode(prior)
+end
 local out, added = {}, 0
 for i = 9, #ARGV, 5 do
   out[#out + 1] = 0
@@ -153,8 +220,9 @@ for i = 9, #ARGV, 5 do
   end
 end
 if added > 0 then redis.call('PUBLISH', channel, pre) end
+redis.call('SET', K_token, cjson.encode(out), 'PX', ADD_TOKEN_MS)
 return out
-"""
+""".replace("ADD_TOKEN_MS", str(ADD_TOKEN_MS))
 )
 
 #: ARGV (after the prelude) owner, lease ttl ms, count, n, then id, credit (us) of n

@@ -28,7 +28,6 @@ import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import structlog
@@ -36,7 +35,12 @@ import structlog
 from netdisco.exceptions import ConfigError
 from netdisco.frontiers.base import Codec, Queued, R
 from netdisco.frontiers.redis.frontier import RedisFrontier
-from netdisco.frontiers.redis.host_scripts import HOST_ADD_LUA, HOST_DONE_LUA, HOST_TAKE_LUA
+from netdisco.frontiers.redis.host_scripts import (
+    HOST_ADD_LUA,
+    HOST_DONE_LUA,
+    HOST_TAKE_LUA,
+    HostKeys,
+)
 from netdisco.frontiers.redis.leases import Client, Keys, shard_of
 from netdisco.frontiers.redis.options import RedisOptions
 from netdisco.frontiers.redis.replication import eval_replicated, replicas_for
@@ -52,54 +56,8 @@ SHARD_REST = 0.1
 ACK_WAIT = 0.005
 #: how long one engine may take to fetch a robots.txt before another tries (s)
 ROBOTS_LOCK = 30
-
-
-@dataclass(frozen=True)
-class HostKeys(Keys):
-    """The keys of the host queues (``host_scripts`` describes each), one hash tag."""
-
-    @property
-    def host_prefix(self) -> str:
-        """Prefix of ``hq:<host>`` (queued ids) and ``busy:<host>`` (ids holding slots)."""
-        return self._key("")
-
-    def host_queue(self, host: str) -> str:
-        """Sorted set: a host's queued request ids by ``-priority``, then id."""
-        return self._key(f"hq:{host}")
-
-    def busy(self, host: str) -> str:
-        """Set: the ids that hold a host's slots now."""
-        return self._key(f"busy:{host}")
-
-    @property
-    def ready(self) -> str:
-        """Sorted set: hosts with queued requests and a free slot, by next start (us)."""
-        return self._key("ready")
-
-    @property
-    def next_start(self) -> str:
-        """Hash: host -> the earliest time (us, Redis clock) it may start a request."""
-        return self._key("next")
-
-    @property
-    def hostof(self) -> str:
-        """Hash: request id -> its host, while queued or leased."""
-        return self._key("hostof")
-
-    @property
-    def hosted(self) -> str:
-        """Counter: requests in host queues (the inbox is counted by ``ZCARD``)."""
-        return self._key("hosted")
-
-    def robots(self, origin: str) -> str:
-        """String: an origin's robots.txt as the crawl reads it (expires)."""
-        return self._key(f"robots:{origin}")
-
-    @property
-    def trace(self) -> str:
-        """List: ``start|end <us> <host> <id>`` per slot taken and released, if traced
-        (an end's time is when the host's delay runs from)."""
-        return self._key("trace")
+#: how many times an add is sent until a replica confirms it (``replication``)
+ADD_TRIES = 5
 
 
 class HostQueueFrontier(RedisFrontier[R]):
@@ -266,20 +224,25 @@ class HostQueueFrontier(RedisFrontier[R]):
         return await self._sharded(rows, lambda row: self._shard(str(row[3])), self._add_in)
 
     async def _add_in(self, shard: int, rows: list[list[str | bytes]]) -> list[Any]:
-        k = self.shard_keys[shard]
-        keys = [*self._host_keys(shard), k.seen, k.seen_count, k.seq]
+        k, nonce = self.shard_keys[shard], self._nonce(shard)
+        keys = [*self._host_keys(shard, k.add_token(nonce)), k.seen, k.seen_count, k.seq]
         args: list[str | int | bytes] = [*self._prelude(shard), self.options.seen]
-        args += [self._nonce(shard), *(x for row in rows for x in row)]
-        return list(await self._call(lambda: self._replicated(self._host_add, keys, args)))
+        args += [nonce, *(x for row in rows for x in row)]
+        add = self._host_add
+        return list(await self._call(lambda: self._replicated(add, keys, args, ADD_TRIES)))
 
-    def _replicated(self, script: Any, keys: list[str], args: list[Any]) -> Awaitable[Any]:
+    def _replicated(
+        self, script: Any, keys: list[str], args: list[Any], tries: int = 1
+    ) -> Awaitable[Any]:
         """Run ``script``; with ``replicas``, its writes reach them before it counts: an add's
         links, and with ``wait=all`` a take's lease and slot (``replication``)."""
         wanted = replicas_for(self._redis, keys[0], self.options.replicas)
         if not wanted:
             ran: Awaitable[Any] = script(keys=keys, args=args)
             return ran
-        return eval_replicated(self._redis, script.script, keys, args, wanted, self._confirmations)
+        return eval_replicated(
+            self._redis, script.script, keys, args, wanted, self._confirmations, tries=tries
+        )
 
     async def _claim_all(self, requests: Sequence[Queued]) -> list[Any]:
         return await self._sharded(

@@ -6,8 +6,12 @@ on another node: the links would be lost for good. A take undone the same way ha
 its request and its host's slot to another engine while the first still fetches: a
 duplicate, and a host served twice at once. So adds and takes wait, on the same
 connection (``WAIT`` counts that connection's writes), until ``replicas`` replicas have
-them, for at most ``REPLICA_WAIT_MS``; then the crawl goes on and logs it. On a cluster
-they wait for no more replicas than the slot has (a promoted replica has none).
+them, for at most ``REPLICA_WAIT_MS``. An add that is still unconfirmed then is sent
+again (its token makes that change nothing but re-run the ``WAIT``), a few times: a
+master that dies meanwhile is replaced, and the retry lands the links on its
+successor before the page that found them is acknowledged. Only then does the crawl go
+on, and log it. On a cluster they wait for no more replicas than the slot has (a
+promoted replica has none).
 """
 
 from __future__ import annotations
@@ -51,8 +55,24 @@ async def eval_replicated(
     args: list[Any],
     wanted: int,
     confirmations: Confirmations,
+    *,
+    tries: int = 1,
 ) -> Any:
-    """``EVAL script`` then ``WAIT wanted`` on one connection; the script's answer."""
+    """``EVAL script`` then ``WAIT wanted`` on one connection, up to ``tries`` times
+    while fewer replicas confirm it (``script`` must be idempotent); its answer."""
+    for attempt in range(1, tries + 1):
+        answer, replicated = await _eval_and_wait(redis, script, keys, args, wanted)
+        if replicated >= wanted:
+            return answer
+        log.debug("frontier_write_retried", replicas=replicated, wanted=wanted, attempt=attempt)
+    confirmations.missed += 1
+    log.warning("frontier_write_not_replicated", replicas=replicated, wanted=wanted, tries=tries)
+    return answer
+
+
+async def _eval_and_wait(
+    redis: Client, script: str, keys: list[str], args: list[Any], wanted: int
+) -> tuple[Any, int]:
     target = {}
     if isinstance(redis, RedisCluster):
         target = {"target_nodes": redis.get_node_from_key(keys[0])}
@@ -63,7 +83,4 @@ async def eval_replicated(
             answer, replicated = await pipe.execute()
     except RedisClusterException as exc:  # the node went mid-call: the caller asks again
         raise RedisConnectionError(str(exc)) from exc
-    if int(replicated) < wanted:
-        confirmations.missed += 1
-        log.warning("frontier_write_not_replicated", replicas=int(replicated), wanted=wanted)
-    return answer
+    return answer, int(replicated)
