@@ -320,6 +320,16 @@ class RedisClusterServer:
                 return next(n for n in self.live() if n.port == port)
         raise LookupError(f"no live master serves slot {slot}")
 
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        """The live node that replicates ``master`` now."""
+        lines = [line.split() for line in self.cli(self.live()[0], "cluster", "nodes").splitlines()]
+        ports = {f[0]: int(f[1].split("@")[0].rsplit(":", 1)[1]) for f in lines}
+        ids = [f[0] for f in lines if "slave" in f[2] and ports.get(f[3]) == master.port]
+        for node in self.live():
+            if any(ports[i] == node.port for i in ids):
+                return node
+        raise LookupError(f"no live replica of the master on port {master.port}")
+
     def is_ok(self) -> bool:
         """Every live node says ``cluster_state:ok``, every live replica is in sync, and
         every node lists every live replica as online (clients learn them from any node)."""

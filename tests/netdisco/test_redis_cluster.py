@@ -21,6 +21,7 @@ from netdisco import Request
 from netdisco.crawl.codec import RequestCodec
 from netdisco.exceptions import ConfigError, CrawlLost
 from netdisco.frontiers import is_shared
+from netdisco.frontiers.redis import hosts as hosts_module
 from netdisco.frontiers.redis.host_scripts import HostKeys
 from netdisco.frontiers.redis.hosts import HostQueueFrontier
 from netdisco.frontiers.redis.leases import recover_owner, shard_of
@@ -184,6 +185,43 @@ async def test_without_a_delay_each_host_has_its_slots_on_a_cluster(
     assert set(items_by_url(tmp_path)) == expected_pages(sites)
     for _, site in sites:
         assert most_in_flight(site.visits) <= 2
+
+
+@pytest.mark.timeout(120)
+async def test_an_add_the_replica_missed_lands_on_it_when_the_master_dies(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """An add reaches the master while its replica is cut off (its link dropped, the
+    replica stopped so it cannot resync), then the master dies and the replica takes
+    over without the add. Sent once, the links would be gone while the page that found
+    them is acknowledged; an add no replica confirmed is sent again, so it lands on the
+    promoted replica."""
+    monkeypatch.setattr(hosts_module, "ADD_TRIES", 50)  # still trying when the master dies
+    spider = SiteSpider(start_urls=[])
+    links = [make_request(spider, f"http://127.0.0.9:80/p{i}") for i in range(5)]
+    with RedisClusterServer(node_timeout_ms=1000) as cluster:
+        url = f"{cluster.url}?prefix=m{uuid.uuid4().hex[:10]}"
+        frontier = HostQueueFrontier(RedisOptions.from_url(url), "s", RequestCodec(spider))
+        await frontier.open()
+        shard = frontier.shard_keys[frontier._shard(links[0].host_key)]
+        master = cluster.master_of(shard.ready)
+        replica = cluster.replica_of(master)
+        assert replica.process is not None
+        os.kill(replica.process.pid, signal.SIGSTOP)
+        cluster.cli(master, "client", "kill", "type", "replica")
+        try:
+            adding = asyncio.create_task(frontier.add(links))
+            queue = shard.host_queue(links[0].host_key)
+            await eventually(lambda: cluster.cli(master, "exists", queue).strip() == "1", "add")
+            await asyncio.sleep(0.3)  # its WAIT ran out: sent once, the add would end here
+            master.stop(signal.SIGKILL)
+        finally:
+            os.kill(replica.process.pid, signal.SIGCONT)
+        assert await adding == [True] * len(links)
+        await asyncio.to_thread(cluster.wait_ok)
+        assert cluster.master_of(shard.ready) is replica
+        assert await frontier.counts() == (len(links), 0, len(links))
+        await frontier.close(hand_back=False)
 
 
 @pytest.mark.timeout(300)
