@@ -11,15 +11,14 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
 import structlog
-from redis import exceptions as rx
 from redis.exceptions import RedisError, SlotNotCoveredError
 
-from netdisco.exceptions import CrawlLost, FrontierUnavailable, RequestNotShareable
+from netdisco.exceptions import CrawlLost, FrontierUnavailable, NetdiscoError, RequestNotShareable
 from netdisco.frontiers.base import Codec, Queued, R
 from netdisco.frontiers.redis.epochs import join_epoch, read_counts
 from netdisco.frontiers.redis.leases import Client, Keys, renew_leases, return_leases, spiders_key
 from netdisco.frontiers.redis.leases import sweep_expired as sweep_leases
-from netdisco.frontiers.redis.options import RedisOptions, bloom_offsets, connect, redact
+from netdisco.frontiers.redis.options import RedisOptions, bloom_offsets, connect, redact, refusal
 from netdisco.frontiers.redis.replication import Confirmations
 from netdisco.frontiers.redis.scripts import ADD_LUA, CLAIM_LUA, DONE_LUA, LOST, TAKE_LUA
 
@@ -31,14 +30,6 @@ KNOWN_MAX = 1_000_000
 #: how long a worker waits for work that engines are still producing
 WORK_WAIT = 0.25
 _RETRY_FIRST, _RETRY_MAX = 0.05, 1.0  # seconds between tries while Redis cannot answer
-#: what Redis (or a cluster in a failover) answers while it cannot serve yet: wait, retry
-_TRANSIENT = (
-    rx.ConnectionError,
-    rx.TimeoutError,
-    rx.ClusterDownError,
-    rx.TryAgainError,
-    SlotNotCoveredError,
-)
 
 
 class RedisFrontier(Generic[R]):
@@ -319,7 +310,9 @@ class RedisFrontier(Generic[R]):
     async def _call(self, operation: Callable[[], Awaitable[T]]) -> T:
         """One round trip; while Redis is unreachable, wait and try again (logged once).
 
-        ``CrawlLost`` when a script finds that Redis no longer holds our crawl.
+        ``CrawlLost`` when a script finds that Redis no longer holds our crawl, and
+        ``FrontierFailed`` when Redis refuses (out of memory, no permission): the crawl
+        must end, not count the page as failed and acknowledge it without its links.
         """
         delay = _RETRY_FIRST
         while True:
@@ -328,8 +321,8 @@ class RedisFrontier(Generic[R]):
             except (RedisError, SlotNotCoveredError) as exc:
                 if str(exc).startswith(LOST):  # "NETDISCO_LOST <epoch found> [script: ...]"
                     raise self._lost([*str(exc).split(), "?"][1]) from None
-                if not isinstance(exc, _TRANSIENT):
-                    raise
+                if (failure := refusal(exc, self.options.url)) is not None:
+                    raise failure from exc
                 await self._wait_out(exc, delay)
                 delay = min(delay * 2, _RETRY_MAX)
             else:
@@ -379,7 +372,7 @@ class RedisFrontier(Generic[R]):
             await asyncio.sleep(self.options.lease_ttl / 3)
             try:
                 await self.beat()
-            except RedisError as exc:  # an outage: the next beat tries again
+            except (RedisError, NetdiscoError) as exc:  # an outage: the next beat tries again
                 log.debug("frontier_heartbeat_failed", error=repr(exc))
 
     async def beat(self) -> None:

@@ -12,15 +12,30 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from redis import asyncio as aioredis
+from redis import exceptions as rx
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.exceptions import SlotNotCoveredError
 
-from netdisco.exceptions import ConfigError
+from netdisco.exceptions import ConfigError, FrontierFailed
 from netdisco.frontiers.redis.leases import DEFAULT_PREFIX, Client
 
 #: URL schemes of a Redis Cluster (the rest are redis-py's own)
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 #: host-queue shards (hash tags) on a cluster unless ``shards`` says otherwise
 CLUSTER_SHARDS = 16
+
+#: what Redis (or a cluster in a failover) answers while it cannot serve yet: wait, retry.
+#: A cluster client that ran out of redirections, or wrote to a master just demoted,
+#: meets a topology that is still changing, not a refusal.
+_TRANSIENT = (
+    rx.ConnectionError,
+    rx.TimeoutError,
+    rx.ClusterError,
+    rx.AskError,
+    rx.ReadOnlyError,
+    rx.TryAgainError,
+    SlotNotCoveredError,
+)
 
 _OPTIONS = (
     "prefix",
@@ -185,3 +200,12 @@ def bloom_offsets(fingerprint: bytes, bits: int, hashes: int) -> str:
     first = int.from_bytes(fingerprint[:8], "big")
     step = int.from_bytes(fingerprint[8:16], "big") | 1
     return " ".join(str((first + i * step) % bits) for i in range(hashes))
+
+
+def refusal(exc: Exception, url: str) -> FrontierFailed | None:
+    """None when ``exc`` says Redis cannot serve yet (``_TRANSIENT``: wait, retry); else
+    the crawl's failure: Redis refuses (out of memory, no permission), and a crawl that
+    went on would count the page failed and acknowledge it without its links."""
+    if isinstance(exc, _TRANSIENT):
+        return None
+    return FrontierFailed(f"Redis at {redact(url)} refused the crawl: {exc}")
