@@ -70,7 +70,17 @@ class Scraper:
             )
         finally:
             if requests:
-                await self.admit(requests)
+                await self._admit(requests)
+
+    async def _admit(self, requests: list[Request]) -> None:
+        """Queue a page's links; if the frontier cannot, the crawl cannot go on: a page
+        counted failed would be acknowledged, and its links lost with it."""
+        try:
+            await self.admit(requests)
+        except FrontierFailed:
+            raise
+        except Exception as exc:
+            raise FrontierFailed(f"the frontier could not queue a page's links: {exc!r}") from exc
 
     async def _route(
         self, value: Any, *, requests: list[Request], depth: int, keep: list[Request] | None
@@ -81,7 +91,7 @@ class Scraper:
             if keep is not None:
                 keep.append(value)
             if len(requests) >= 256:  # bound the batch for huge pages
-                await self.admit(requests[:])
+                await self._admit(requests[:])
                 requests.clear()
         elif value is not None:
             await self.items.emit(value)

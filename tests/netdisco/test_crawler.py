@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from netdisco import (
 )
 from netdisco.crawl.request import Callback
 from netdisco.exceptions import InvalidTransition, RequestError
+from netdisco.frontiers import MemoryFrontier
 from netdisco.testing import eventually
 from tests.netdisco.sites import FAST, Site, crawl, running_site, seeds
 
@@ -314,3 +315,33 @@ async def test_progress_lines(site: Site) -> None:
     assert progress
     assert {"pages", "pages_per_second", "queue", "in_flight"} <= set(progress[0])
     assert progress[-1]["pages"] >= progress[0]["pages"]
+
+
+class Breaking(MemoryFrontier[Request]):
+    """Takes the seeds, then cannot queue anything (a frontier's unforeseen error)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.acked: list[str] = []
+
+    async def add(self, requests: Sequence[Request]) -> list[bool]:
+        if self._seen:
+            raise RuntimeError("frontier broke")
+        return await super().add(requests)
+
+    async def done(self, request: Request, *, requeue: bool = False) -> None:
+        if not requeue:
+            self.acked.append(request.url)
+        await super().done(request, requeue=requeue)
+
+
+async def test_a_frontier_that_cannot_queue_a_pages_links_fails_the_crawl(site: Site) -> None:
+    """The page is not counted failed and acknowledged: its links would be lost."""
+    frontier = Breaking()
+    spider = Raising(start_urls=[site.url("/tree/0")])
+    crawler = Crawler(spider, Settings(**FAST), frontier=frontier)
+    await asyncio.wait_for(crawler.run(), 30)
+    assert crawler.state is SpiderState.FAILED
+    assert "frontier broke" in (crawler.stats.last_error or "")
+    assert frontier.acked == []
+    assert crawler.stats.failed == 0
