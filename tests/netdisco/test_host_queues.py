@@ -341,3 +341,27 @@ async def test_an_unconfirmed_add_is_sent_again_and_queues_nothing_twice(
     assert queued == 2
     assert await f.add(links) == [False, True]  # a new add: dont_filter queues it again
     assert (await f.counts())[0] == 3
+
+
+async def test_adds_made_while_one_is_on_its_way_share_a_round_trip(
+    frontier: Factory, spider: SiteSpider
+) -> None:
+    """Ten pages' links added at once go in one round trip, not ten, and each add learns
+    which of its own links were new; an add made while that one is on its way waits
+    for it and goes in the next."""
+    adder = frontier("a")
+    await adder.add(on(spider, "a.test", "p0"))
+    pages = [on(spider, "a.test", f"p{n}", f"q{n}", "p0") for n in range(1, 11)]
+    before = adder.round_trips
+    answers = await asyncio.gather(*(adder.add(links) for links in pages))
+    assert adder.round_trips - before == 1
+    assert answers == [[True, True, False]] * 10
+    first = asyncio.create_task(adder.add(on(spider, "a.test", "r0")))
+    for _ in range(2):  # the first add queues, then its batch leaves for Redis
+        await asyncio.sleep(0)
+    assert adder._adds._queue == []
+    later = await adder.add(on(spider, "a.test", "r0", "r1"))  # queued behind the first
+    assert (await first, later) == ([True], [False, True])
+    assert adder.round_trips - before == 3
+    queued, _, seen = await adder.counts()
+    assert (queued, seen) == (23, 23)

@@ -15,6 +15,7 @@ from redis.exceptions import RedisError, SlotNotCoveredError
 
 from netdisco.exceptions import CrawlLost, FrontierUnavailable, NetdiscoError, RequestNotShareable
 from netdisco.frontiers.base import Codec, Queued, R
+from netdisco.frontiers.redis.batching import GroupCommit
 from netdisco.frontiers.redis.epochs import join_epoch, read_counts
 from netdisco.frontiers.redis.leases import Client, Keys, renew_leases, return_leases, spiders_key
 from netdisco.frontiers.redis.leases import sweep_expired as sweep_leases
@@ -74,6 +75,7 @@ class RedisFrontier(Generic[R]):
         self._suspects: set[str] = set()
         self._known: set[bytes] = set()  # fingerprints certainly in the seen set
         self._confirmations = Confirmations()  # writes no replica confirmed: see add()
+        self._adds: GroupCommit[list[str | bytes], Any] = GroupCommit(self._add_entries)
         self._opened = False
         self._closed = False
         self._open_lock = asyncio.Lock()
@@ -146,7 +148,7 @@ class RedisFrontier(Generic[R]):
     async def add(self, requests: Sequence[R]) -> list[bool]:
         if not self._opened:
             await self.open()
-        args: list[str | bytes] = []
+        rows: list[list[str | bytes]] = []
         sent: list[int] = []
         for index, request in enumerate(requests):
             if request.fingerprint in self._known and not request.dont_filter:
@@ -156,11 +158,11 @@ class RedisFrontier(Generic[R]):
             except RequestNotShareable as exc:
                 log.error("request_not_shareable", url=request.url, error=str(exc))
                 continue
-            args += self._entry(request, body)
+            rows.append(self._entry(request, body))
             sent.append(index)
         added = [False] * len(requests)
         if sent:
-            missed, result = self._confirmations.missed, await self._add_entries(args)
+            missed, result = self._confirmations.missed, await self._adds(rows)
             for index, flag in zip(sent, result, strict=True):
                 added[index] = bool(flag)
             if self._confirmations.missed == missed:  # else a failover may undo the add,
@@ -172,7 +174,9 @@ class RedisFrontier(Generic[R]):
         flag = "1" if request.dont_filter else "0"
         return [self._seen_key(request), flag, str(request.priority), body]
 
-    async def _add_entries(self, entries: list[str | bytes]) -> list[Any]:
+    async def _add_entries(self, rows: list[list[str | bytes]]) -> list[Any]:
+        """One round trip for the ``_entry`` rows of one or more adds (``GroupCommit``)."""
+        entries = [field for row in rows for field in row]
         k = self.keys
         keys = [k.seen, k.seen_count, k.queue, k.payload, k.seq, k.epoch]
         nonce = uuid.uuid4().hex[:8]  # makes this call's ids unique

@@ -219,8 +219,7 @@ class HostQueueFrontier(RedisFrontier[R]):
     def _entry(self, request: R, body: str) -> list[str | bytes]:
         return [*super()._entry(request, body)[:3], request.host_key, body]
 
-    async def _add_entries(self, entries: list[str | bytes]) -> list[Any]:
-        rows = [entries[i : i + 5] for i in range(0, len(entries), 5)]  # five fields: _entry
+    async def _add_entries(self, rows: list[list[str | bytes]]) -> list[Any]:
         return await self._sharded(rows, lambda row: self._shard(str(row[3])), self._add_in)
 
     async def _add_in(self, shard: int, rows: list[list[str | bytes]]) -> list[Any]:
