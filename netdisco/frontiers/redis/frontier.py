@@ -58,10 +58,8 @@ class RedisFrontier(Generic[R]):
         self.shard_keys: Sequence[Keys] = [self.keys]  # every hash tag the crawl uses
         self.round_trips = 0
         self._redis = redis or connect(options.url, socket_connect_timeout=2.0, socket_timeout=10.0)
-        self._add = self._redis.register_script(ADD_LUA)
-        self._claim = self._redis.register_script(CLAIM_LUA)
-        self._take = self._redis.register_script(TAKE_LUA)
-        self._done = self._redis.register_script(DONE_LUA)
+        scripts = (ADD_LUA, CLAIM_LUA, TAKE_LUA, DONE_LUA)
+        self._add, self._claim, self._take, self._done = map(self._redis.register_script, scripts)
         self._bloom = options.bloom_size() if options.seen == "bloom" else None
         self._ttl_ms = int(options.lease_ttl * 1000)
         self._ids: dict[int, str] = {}  # id(request) -> Redis id, for requests we hold
