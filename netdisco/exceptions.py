@@ -12,6 +12,7 @@ NetdiscoError
 │   ├── ResponseTooLarge     the body passed ``max_response_size``
 │   ├── DownloadFailed       network error, retries exhausted
 │   ├── RetryDeferred        a retry handed back to host queues, to wait out its back-off
+│   ├── RedirectHandedOff    a redirect to another host, queued for that host (host queues)
 │   ├── HttpStatusError      the final response had a 4xx or 5xx status
 │   ├── DuplicateRedirect    a redirect to a page already fetched or queued
 │   ├── UnexpectedNotModified  a 304 for a page the page store does not hold
@@ -36,6 +37,8 @@ NetdiscoError
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class NetdiscoError(Exception):
@@ -101,6 +104,20 @@ class RetryDeferred(RequestError):
     """
 
     deferred = True
+
+
+class RedirectHandedOff(RequestError):
+    """Not a failure: a redirect to another host went to that host's queue as ``hop``.
+
+    With host queues a hop may not start on a slot of its host nobody reserved; the
+    hop is queued as a request of its own and fetched when its host's turn comes.
+    """
+
+    deferred = True
+
+    def __init__(self, hop: Any, *, url: str) -> None:  # a crawl Request: no import up
+        super().__init__(f"redirect to {hop.url}, queued for its host", url=url)
+        self.hop = hop
 
 
 class DropItem(NetdiscoError):

@@ -44,6 +44,7 @@ from netdisco.exceptions import (
     FrontierFailed,
     InvalidTransition,
     NetdiscoError,
+    RedirectHandedOff,
     RequestError,
 )
 from netdisco.frontiers import Connected, Frontier, Persistent, page_store
@@ -381,7 +382,9 @@ class Crawler:
             self._notify()
 
     async def _failed(self, request: Request, exc: RequestError) -> None:
-        if exc.deferred:  # a retry that waits in the frontier (host queues): not a failure
+        if isinstance(exc, RedirectHandedOff):  # queued for its host before we are acked
+            await self._admit([exc.hop])
+        if exc.deferred:  # waits in the frontier (host queues): not a failure
             return
         self.stats.count_failure(exc)
         self.stats.error(f"{request.url}: {exc}")

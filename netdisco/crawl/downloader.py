@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import replace
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 import structlog
@@ -25,6 +25,13 @@ import structlog
 from netdisco.crawl.lru import LRU
 from netdisco.crawl.middleware import Chain, DownloadHandler, Middleware, build_middlewares
 from netdisco.crawl.parking import Parking as Parking  # where it lived before
+from netdisco.crawl.redirects import (
+    REDIRECT_STATUSES,
+    defrag,
+    hand_off,
+    redirect_request,
+    without_credentials,
+)
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.robots import RobotsCache
@@ -53,9 +60,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 RETRY_STATUSES = frozenset({408, 429, *range(500, 600)})
-#: credentials that must not follow a redirect to another origin (as requests, curl, browsers)
-CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
-REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 #: network failures worth another try; DNS failures are not (the name will not appear)
 RETRY_ERRORS = (
     aiohttp.ClientConnectionError,
@@ -261,7 +265,7 @@ class Downloader:
         Each hop is a copy of the request (the middlewares may change it freely); the
         response's ``request`` is the spider's own, its ``url`` the last hop's.
         """
-        hop = replace(request, url=_defrag(request.url), headers=dict(request.headers))
+        hop = replace(request, url=defrag(request.url), headers=dict(request.headers))
         visited: set[str] = set()
         home, left = origin(request.url), False
         for count in range(self.settings.max_redirects + 1):
@@ -284,7 +288,9 @@ class Downloader:
             hop = redirect_request(request, hop, response.status, location)
             left = left or origin(hop.url) != home
             if left:  # credentials stay with their origin, and do not come back with it
-                hop.headers = _without_credentials(hop.headers)
+                hop.headers = without_credentials(hop.headers)
+            if self.reserved_by is not None and hop.host_key != request.host_key:
+                raise hand_off(request, hop, count + 1, self.settings.max_redirects)
         raise TooManyRedirects(
             f"more than {self.settings.max_redirects} redirects", url=request.url
         )
@@ -360,35 +366,6 @@ class Downloader:
         self.stats.bytes += len(response.body)
         self.stats.responded(response.status, time.monotonic() - began)
         return response
-
-
-def redirect_request(request: Request, hop: Request, status: int, location: str) -> Request:
-    """The next hop of ``request``'s redirects: ``location`` resolved against the hop,
-    without fragment, as a fresh copy of the spider's request (301, 302 and 303 turn
-    into a GET without body, except for HEAD)."""
-    url = _defrag(_join(hop.url, location))
-    method, body = hop.method, hop.body
-    if status in (301, 302, 303) and method != "HEAD":
-        method, body = "GET", None
-    return replace(request, url=url, method=method, body=body, headers=dict(request.headers))
-
-
-def _defrag(url: str) -> str:
-    """The URL without its fragment (what is fetched, and what ``response.url`` is)."""
-    return url.partition("#")[0] if "#" in url else url
-
-
-def _join(base: str, location: str) -> str:
-    """The absolute redirect target; a Location that cannot be parsed is an InvalidURL."""
-    try:
-        return urljoin(base, location)
-    except ValueError as exc:
-        raise InvalidURL(f"redirect to {location!r}: {exc}", url=base) from exc
-
-
-def _without_credentials(headers: dict[str, str]) -> dict[str, str]:
-    """``headers`` without Authorization, Cookie and Proxy-Authorization."""
-    return {k: v for k, v in headers.items() if k.lower() not in CREDENTIAL_HEADERS}
 
 
 def _describe(exc: BaseException) -> str:

@@ -50,6 +50,7 @@ class LoggingHost:
 
     latency: float
     throttle: dict[str, float] = field(default_factory=dict)  # path -> Retry-After, once
+    redirects: dict[str, str] = field(default_factory=dict)  # path -> Location (a 302)
     visits: list[Visit] = field(default_factory=list)
     robots_fetches: int = 0
 
@@ -67,6 +68,9 @@ class LoggingHost:
         if wait is not None:
             visit.status, visit.end = 429, time.monotonic()
             return web.Response(status=429, headers={"Retry-After": str(wait)})
+        if request.path in self.redirects:
+            visit.status, visit.end = 302, time.monotonic()
+            return web.Response(status=302, headers={"Location": self.redirects[request.path]})
         number = int(request.path[2:-5])  # /p<n>.html
         links = "".join(
             f'<a href="/p{n}.html">{n}</a>' for n in (2 * number + 1, 2 * number + 2) if n < PAGES

@@ -20,7 +20,13 @@ from netdisco.frontiers.redis import RedisFrontier, RedisOptions
 from netdisco.frontiers.redis.host_scripts import HostKeys
 from netdisco.frontiers.redis.hosts import HostQueueFrontier
 from netdisco.testing import RedisServer, eventually, serve
-from tests.netdisco.hosts_support import PAGES, HostsSpider, LoggingHost, trace_events
+from tests.netdisco.hosts_support import (
+    PAGES,
+    HostsSpider,
+    LoggingHost,
+    most_in_flight,
+    trace_events,
+)
 from tests.netdisco.redis_support import SiteSpider, make_request
 from tests.netdisco.test_politeness import Host, TwoHosts, hosts  # noqa: F401 - a fixture
 
@@ -365,3 +371,65 @@ async def test_adds_made_while_one_is_on_its_way_share_a_round_trip(
     assert adder.round_trips - before == 3
     queued, _, seen = await adder.counts()
     assert (queued, seen) == (23, 23)
+
+
+async def test_a_redirect_to_another_host_waits_for_a_slot_of_that_host(
+    redis_url: str,
+) -> None:
+    """Twenty pages of host A redirect to pages of host B, which has its own pages too.
+    Each hop is queued for B rather than fetched on A's slot, so at B's server no more
+    than ``per_host_concurrency`` requests are ever in flight; every page is fetched
+    once and yields its item, under the URL it was found at the end of its hops."""
+    a, b = LoggingHost(latency=0.05), LoggingHost(latency=0.05)
+    async with serve(a.app(), "127.0.0.1") as base_a, serve(b.app(), "127.0.0.2") as base_b:
+        a.redirects = {f"/p{n}.html": f"{base_b}/p{n + 100}.html" for n in range(1, 21)}
+        seeds = [f"{base_a}/p{n}.html" for n in range(1, 21)] + [f"{base_b}/p0.html"]
+        settings = Settings(
+            frontier=redis_url,
+            concurrency=16,
+            per_host_concurrency=2,
+            obey_robots=False,
+            progress_interval=0,
+        )
+        crawler = Crawler(HostsSpider(start_urls=seeds), settings)
+        stats = await crawler.run()
+    assert most_in_flight(b.visits) <= 2
+    assert most_in_flight(a.visits) <= 2
+    fetched = [v.path for v in b.visits]
+    expected = {f"/p{n}.html" for n in range(PAGES)} | {f"/p{n}.html" for n in range(101, 121)}
+    assert sorted(fetched) == sorted(expected)  # each once
+    assert (stats.succeeded, stats.failed, stats.items) == (len(expected), 0, len(expected))
+
+
+async def test_a_redirect_loop_between_two_hosts_ends(redis_url: str) -> None:
+    """A/p1 -> B/p1 -> A/p1: the hop back is a URL already seen, so it is dropped as
+    a filtered duplicate, and each host served its page once; with ``dont_filter`` the
+    hops are counted across hosts and ``max_redirects`` ends the loop."""
+    a, b = LoggingHost(latency=0.0), LoggingHost(latency=0.0)
+    async with serve(a.app(), "127.0.0.1") as base_a, serve(b.app(), "127.0.0.2") as base_b:
+        a.redirects = {"/p1.html": f"{base_b}/p1.html"}
+        b.redirects = {"/p1.html": f"{base_a}/p1.html"}
+        settings = Settings(frontier=redis_url, obey_robots=False, progress_interval=0)
+        stats = await Crawler(HostsSpider(start_urls=[f"{base_a}/p1.html"]), settings).run()
+        assert ([v.path for v in a.visits], [v.path for v in b.visits]) == (["/p1.html"],) * 2
+        assert (stats.succeeded, stats.failed) == (0, 0)
+        a.visits.clear()
+        b.visits.clear()
+        looping = Settings(
+            frontier=redis_url.replace("prefix=", "prefix=loop"),
+            obey_robots=False,
+            progress_interval=0,
+            max_redirects=3,
+        )
+        stats = await Crawler(Unfiltered(start_urls=[f"{base_a}/p1.html"]), looping).run()
+    assert (len(a.visits), len(b.visits)) == (2, 2)  # hops 1, 2, 3 made; the 4th refused
+    assert (stats.succeeded, stats.failed) == (0, 1)
+    assert "more than 3 redirects" in (stats.last_error or "")
+
+
+class Unfiltered(HostsSpider):
+    """Its seeds skip the seen set (``dont_filter``), and so do their redirect hops."""
+
+    async def start(self) -> AsyncIterator[Request]:
+        for url in self.start_urls:
+            yield Request(url, callback=self.parse, dont_filter=True)

@@ -225,10 +225,6 @@ async def test_an_add_the_replica_missed_lands_on_it_when_the_master_dies(
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(
-    os.environ.get("NETDISCO_FAULTS") != "1",
-    reason="a failover run, in `make faults`: one run in about ten lost pages (README)",
-)
 async def test_a_master_killed_mid_crawl_is_replaced_and_nothing_is_lost(tmp_path: Path):
     with RedisClusterServer(node_timeout_ms=1000) as cluster:
         prefix = f"k{uuid.uuid4().hex[:10]}"
