@@ -326,6 +326,9 @@ class Downloader:
             raise
         if not allowed:
             raise RobotsDenied("disallowed by robots.txt", url=hop.url)
+        since = time.monotonic() - self.robots.fetched_at(hop.url)
+        if since < self.settings.download_delay:  # robots.txt was a request to the host too
+            await asyncio.sleep(self.settings.download_delay - since)
 
     def busy(self, host: str, url: str | None = None) -> bool:
         """Whether ``host`` (a netloc) already has ``per_host_concurrency`` requests going,

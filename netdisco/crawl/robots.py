@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -49,6 +50,7 @@ class _Origin:
     expires: float = 0.0
     failures: int = 0
     task: asyncio.Task[None] | None = None  # the fetch (and its retries) under way
+    fetched: float = -math.inf  # when our last fetch of it ended (monotonic)
 
     def idle(self) -> bool:
         return self.task is None
@@ -75,6 +77,12 @@ class RobotsCache:
         """Whether ``url``'s robots.txt failed and has not answered since: its requests wait."""
         entry = self._origins.peek(_origin(url))
         return entry is not None and entry.rules is None and entry.failures > 0
+
+    def fetched_at(self, url: str) -> float:
+        """When this engine's last fetch of ``url``'s robots.txt ended (monotonic): the
+        host's ``download_delay`` runs from there for the page that waited for it."""
+        entry = self._origins.peek(_origin(url))
+        return -math.inf if entry is None else entry.fetched
 
     async def allowed(self, url: str, proxy: str | None = None) -> bool:
         """Whether robots.txt lets us fetch ``url``; waits while it is unreachable."""
@@ -138,6 +146,8 @@ class RobotsCache:
         except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a bad URL
             log.info("robots_fetch_failed", url=url, error=repr(exc))
             return ""
+        finally:
+            entry.fetched = time.monotonic()
         return body.decode("utf-8", errors="replace")
 
 

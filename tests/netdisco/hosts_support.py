@@ -53,11 +53,15 @@ class LoggingHost:
     redirects: dict[str, str] = field(default_factory=dict)  # path -> Location (a 302)
     visits: list[Visit] = field(default_factory=list)
     robots_fetches: int = 0
+    robots_visits: list[Visit] = field(default_factory=list)
 
     async def robots(self, request: web.Request) -> web.Response:
-        """Not a page: counted apart, and fetched inside a page request's slot."""
+        """Not a page: counted apart (``robots_visits``), fetched inside a page's slot."""
         self.robots_fetches += 1
+        visit = Visit(request.path, time.monotonic())
+        self.robots_visits.append(visit)
         await asyncio.sleep(self.latency)
+        visit.end = time.monotonic()
         return web.Response(text=ROBOTS)
 
     async def handle(self, request: web.Request) -> web.Response:

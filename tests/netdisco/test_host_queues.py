@@ -24,6 +24,7 @@ from tests.netdisco.hosts_support import (
     PAGES,
     HostsSpider,
     LoggingHost,
+    closest_starts,
     most_in_flight,
     trace_events,
 )
@@ -433,3 +434,17 @@ class Unfiltered(HostsSpider):
     async def start(self) -> AsyncIterator[Request]:
         for url in self.start_urls:
             yield Request(url, callback=self.parse, dont_filter=True)
+
+
+async def test_the_page_after_a_robots_fetch_waits_the_delay(redis_url: str) -> None:
+    """robots.txt is fetched inside the first page's slot; it is a request to the host
+    too, so at the server that page starts no sooner than the delay after it."""
+    delay = 0.3
+    site = LoggingHost(latency=0.01)
+    async with serve(site.app(), "127.0.0.1") as base:
+        settings = Settings(frontier=redis_url, download_delay=delay, progress_interval=0)
+        spider = HostsSpider(start_urls=[f"{base}/p{n}.html" for n in range(3)])
+        stats = await Crawler(spider, settings).run()
+    assert stats.succeeded == PAGES - 1  # the last page is disallowed
+    assert len(site.robots_visits) == 1
+    assert closest_starts(site.visits + site.robots_visits) >= delay
