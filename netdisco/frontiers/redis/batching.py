@@ -1,4 +1,4 @@
-"""Group commit: concurrent calls share one round trip.
+"""Fewer round trips: concurrent calls share one (group commit); one call per shard.
 
 Workers that finish pages at about the same time each have links to add. While one
 add is on its way to Redis, the loop parses other pages, and their adds queue here;
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -52,3 +52,22 @@ class GroupCommit(Generic[T, A]):
                 if not future.done():
                     future.set_result(answers[start : start + len(items)])
                 start += len(items)
+
+
+async def by_shard(
+    items: Sequence[T],
+    shard: Callable[[T], int],
+    call: Callable[[int, list[T]], Awaitable[list[Any]]],
+) -> list[Any]:
+    """``call`` once per shard with its items, all at once; the answers in item order."""
+    groups: dict[int, list[int]] = {}
+    for index, item in enumerate(items):
+        groups.setdefault(shard(item), []).append(index)
+    answers = await asyncio.gather(
+        *(call(s, [items[i] for i in indexes]) for s, indexes in groups.items())
+    )
+    out: list[Any] = [None] * len(items)
+    for indexes, answer in zip(groups.values(), answers, strict=True):
+        for index, value in zip(indexes, answer, strict=True):
+            out[index] = value
+    return out

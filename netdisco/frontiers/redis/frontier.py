@@ -210,8 +210,7 @@ class RedisFrontier(Generic[R]):
                 found = await self._take_batch()
                 if isinstance(found, int):
                     return None
-                pairs = zip(found[::2], found[1::2], strict=True)
-                self._buffer.extend((rid.decode(), raw) for rid, raw in pairs)
+                self._buffer.extend(leased(found))
             rid, raw = self._buffer.popleft()
             try:
                 request = self.codec.decode(raw)
@@ -393,3 +392,8 @@ class RedisFrontier(Generic[R]):
         swept = await sweep_leases(self._redis, self.shard_keys)
         if swept:
             log.warning("frontier_expired_leases_requeued", count=swept)
+
+
+def leased(found: list[Any]) -> Iterable[tuple[str, bytes]]:
+    """(id, JSON) of each request a take script answered (``id, JSON, id, JSON...``)."""
+    return ((rid.decode(), raw) for rid, raw in zip(found[::2], found[1::2], strict=True))

@@ -31,10 +31,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import structlog
+from redis.asyncio.cluster import RedisCluster
 
 from netdisco.exceptions import ConfigError
 from netdisco.frontiers.base import Codec, Queued, R
-from netdisco.frontiers.redis.frontier import RedisFrontier
+from netdisco.frontiers.redis.batching import by_shard
+from netdisco.frontiers.redis.frontier import RedisFrontier, leased
 from netdisco.frontiers.redis.host_scripts import (
     HOST_ADD_LUA,
     HOST_DONE_LUA,
@@ -47,6 +49,7 @@ from netdisco.frontiers.redis.replication import eval_replicated, replicas_for
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
+Call = tuple[Any, list[str], list[Any]]  # a script, its keys and its arguments
 
 #: how long a take waits for a host to be due before it says there is nothing (s)
 TAKE_WAIT = 1.0
@@ -86,6 +89,7 @@ class HostQueueFrontier(RedisFrontier[R]):
         self._per_host = 8
         self._taking = asyncio.Lock()
         self._wanting = 0  # workers in take(): a take asks Redis for one each
+        self._adding = 0  # workers in add(): an add takes for them too
         self._ended: dict[str, float] = {}  # id -> when its response ended (monotonic)
         self._freeing: list[str] = []  # downloads over, slots not freed in Redis yet
         self._due = [0.0] * options.shards  # shard -> when to ask it again (loop time)
@@ -166,6 +170,13 @@ class HostQueueFrontier(RedisFrontier[R]):
         """Ours for ``ROBOTS_LOCK`` s: if we die meanwhile, another engine fetches."""
         return self._redis.set(key, self.owner, nx=True, ex=ROBOTS_LOCK)
 
+    async def add(self, requests: Sequence[R]) -> list[bool]:
+        self._adding += 1  # a worker that adds a page's links is about to take
+        try:
+            return await super().add(requests)
+        finally:
+            self._adding -= 1
+
     async def take(self) -> R | None:
         self._wanting += 1
         try:
@@ -188,25 +199,6 @@ class HostQueueFrontier(RedisFrontier[R]):
         nonce = uuid.uuid4().hex[:8]
         return f"{nonce}s{shard}" if len(self.shard_keys) > 1 else nonce
 
-    async def _sharded(
-        self,
-        items: Sequence[T],
-        shard: Callable[[T], int],
-        call: Callable[[int, list[T]], Awaitable[list[Any]]],
-    ) -> list[Any]:
-        """``call`` once per shard with its items, all at once; the answers in item order."""
-        groups: dict[int, list[int]] = {}
-        for index, item in enumerate(items):
-            groups.setdefault(shard(item), []).append(index)
-        answers = await asyncio.gather(
-            *(call(s, [items[i] for i in indexes]) for s, indexes in groups.items())
-        )
-        out: list[Any] = [None] * len(items)
-        for indexes, answer in zip(groups.values(), answers, strict=True):
-            for index, value in zip(indexes, answer, strict=True):
-                out[index] = value
-        return out
-
     def _woken(self, data: Any) -> None:
         """A script published a shard's key prefix (anything else: ask every shard)."""
         text = data.decode() if isinstance(data, bytes) else str(data)
@@ -220,7 +212,7 @@ class HostQueueFrontier(RedisFrontier[R]):
         return [*super()._entry(request, body)[:3], request.host_key, body]
 
     async def _add_entries(self, rows: list[list[str | bytes]]) -> list[Any]:
-        return await self._sharded(rows, lambda row: self._shard(str(row[3])), self._add_in)
+        return await by_shard(rows, lambda row: self._shard(str(row[3])), self._add_in)
 
     async def _add_in(self, shard: int, rows: list[list[str | bytes]]) -> list[Any]:
         k, nonce = self.shard_keys[shard], self._nonce(shard)
@@ -228,7 +220,45 @@ class HostQueueFrontier(RedisFrontier[R]):
         args: list[str | int | bytes] = [*self._prelude(shard), self.options.seen]
         args += [nonce, *(x for row in rows for x in row)]
         add = self._host_add
+        if count := self._take_along(shard):
+            return await self._add_and_take(shard, (add, keys, args), count)
         return list(await self._call(lambda: self._replicated(add, keys, args, ADD_TRIES)))
+
+    def _take_along(self, shard: int) -> int:
+        """How many requests an add takes along: one per worker about to ask (a worker
+        adds the links of a request it holds), unless the shard rests or writes wait for
+        replicas (``WAIT`` cannot share the pipeline). An add alone leases nothing."""
+        if not self._ids or isinstance(self._redis, RedisCluster) or self.options.replicas:
+            return 0
+        if self._due[shard] > asyncio.get_running_loop().time():
+            return 0
+        return max(0, self._adding + self._wanting - len(self._buffer))
+
+    async def _add_and_take(self, shard: int, add: Call, count: int) -> list[Any]:
+        """The add, and in the same round trip (a pipeline) a take for the workers that
+        will ask next (the one that added is about to): a page then costs one trip."""
+        take, acks = self._take_call(shard, count)
+
+        async def both() -> list[Any]:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for script, keys, args in (add, take):
+                    await script(keys=keys, args=args, client=pipe)
+                answers = list(await pipe.execute(raise_on_error=False))
+            for answer in answers:  # the script's own error (``LOST``), not the pipeline's
+                if isinstance(answer, Exception):
+                    raise answer
+            return answers
+
+        try:
+            added, found = await self._call(both)
+        finally:
+            self._unacked.difference_update(acks)
+        self._idle[shard] = found == 0
+        if not isinstance(found, int):  # waiting takers find them in the buffer
+            self._buffer.extend(leased(found))
+            self._work.set()
+            self._work = asyncio.Event()
+        return list(added)
 
     def _replicated(
         self, script: Any, keys: list[str], args: list[Any], tries: int = 1
@@ -244,7 +274,7 @@ class HostQueueFrontier(RedisFrontier[R]):
         )
 
     async def _claim_all(self, requests: Sequence[Queued]) -> list[Any]:
-        return await self._sharded(
+        return await by_shard(
             requests,
             lambda r: self._shard(r.host_key),
             lambda s, rs: self._claim_in(self.shard_keys[s], rs),
@@ -260,6 +290,8 @@ class HostQueueFrontier(RedisFrontier[R]):
         loop = asyncio.get_running_loop()
         end = loop.time() + TAKE_WAIT
         while True:
+            if self._buffer:  # an add brought requests along (``_add_and_take``)
+                return []
             wake = self._work  # taken before asking, so no notice slips in between
             found = await self._take_once()
             left = end - loop.time()
@@ -296,20 +328,24 @@ class HostQueueFrontier(RedisFrontier[R]):
         return max(1, min([*waits, *resting], default=1))
 
     async def _take_in(self, shard: int) -> Any:
+        (take, keys, args), acks = self._take_call(shard, max(self.options.prefetch, self._wanting))
+        try:
+            if self.options.wait == "all":
+                return await self._call(lambda: self._replicated(take, keys, args))
+            return await self._call(lambda: take(keys=keys, args=args))
+        finally:
+            self._unacked.difference_update(acks)
+
+    def _take_call(self, shard: int, count: int) -> tuple[Call, list[str]]:
+        """A take of ``count`` from ``shard``, carrying its frees and acks (returned: they
+        are not ours to resend once the call is made)."""
         token = self.shard_keys[shard].take_token(uuid.uuid4().hex)  # the same for every retry
         frees = self._frees(shard)
         acks = [rid for rid in self._acks if self._shard_of_id(rid) == shard]
         self._acks = [rid for rid in self._acks if self._shard_of_id(rid) != shard]
-        ttl, count = self._ttl_ms, max(self.options.prefetch, self._wanting)
-        args = [*self._prelude(shard), self.owner, ttl, count, len(frees)]
+        args: list[Any] = [*self._prelude(shard), self.owner, self._ttl_ms, count, len(frees)]
         args += [x for rid in frees + acks for x in self._credit(rid)]
-        keys = self._host_keys(shard, token)
-        try:
-            if self.options.wait == "all":
-                return await self._call(lambda: self._replicated(self._host_take, keys, args))
-            return await self._call(lambda: self._host_take(keys=keys, args=args))
-        finally:
-            self._unacked.difference_update(acks)
+        return (self._host_take, self._host_keys(shard, token), args), acks
 
     async def _release(self, rids: list[str], *, requeue: bool, what: str = "") -> None:
         """End our leases (put back with ``requeue``), or with ``what="2"`` free their slots."""
@@ -320,7 +356,7 @@ class HostQueueFrontier(RedisFrontier[R]):
             await self._call(lambda: self._finish(shard, triples, what=flag))
             return [None] * len(some)
 
-        await self._sharded(rids, self._shard_of_id, release)
+        await by_shard(rids, self._shard_of_id, release)
 
     def _finish(
         self, shard: int, triples: Sequence[str], *, what: str, wait_us: int = 0
