@@ -31,7 +31,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import structlog
-from redis.asyncio.cluster import RedisCluster
 
 from netdisco.exceptions import ConfigError
 from netdisco.frontiers.base import Codec, Queued, R
@@ -219,38 +218,27 @@ class HostQueueFrontier(RedisFrontier[R]):
         keys = [*self._host_keys(shard, k.add_token(nonce)), k.seen, k.seen_count, k.seq]
         args: list[str | int | bytes] = [*self._prelude(shard), self.options.seen]
         args += [nonce, *(x for row in rows for x in row)]
-        add = self._host_add
+        add = (self._host_add, keys, args)
         if count := self._take_along(shard):
-            return await self._add_and_take(shard, (add, keys, args), count)
-        return list(await self._call(lambda: self._replicated(add, keys, args, ADD_TRIES)))
+            return await self._add_and_take(shard, add, count)
+        return list((await self._call(lambda: self._replicated(add, tries=ADD_TRIES)))[0])
 
     def _take_along(self, shard: int) -> int:
         """How many requests an add takes along: one per worker about to ask (a worker
-        adds the links of a request it holds), unless the shard rests or writes wait for
-        replicas (``WAIT`` cannot share the pipeline). An add alone leases nothing."""
-        if not self._ids or isinstance(self._redis, RedisCluster) or self.options.replicas:
-            return 0
-        if self._due[shard] > asyncio.get_running_loop().time():
+        adds the links of a request it holds), unless the shard rests. An add alone
+        (seeds, a push, the frontier used on its own) leases nothing."""
+        if not self._ids or self._due[shard] > asyncio.get_running_loop().time():
             return 0
         return max(0, self._adding + self._wanting - len(self._buffer))
 
     async def _add_and_take(self, shard: int, add: Call, count: int) -> list[Any]:
-        """The add, and in the same round trip (a pipeline) a take for the workers that
-        will ask next (the one that added is about to): a page then costs one trip."""
+        """The add, and in the same round trip (one pipeline, one ``WAIT``) a take for
+        the workers that will ask next (the one that added is about to): a page then
+        costs one trip. Both are idempotent, so a retry until replicated is safe."""
         take, acks = self._take_call(shard, count)
-
-        async def both() -> list[Any]:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for script, keys, args in (add, take):
-                    await script(keys=keys, args=args, client=pipe)
-                answers = list(await pipe.execute(raise_on_error=False))
-            for answer in answers:  # the script's own error (``LOST``), not the pipeline's
-                if isinstance(answer, Exception):
-                    raise answer
-            return answers
-
+        tries = ADD_TRIES if self._wanted(add[1]) else 1
         try:
-            added, found = await self._call(both)
+            added, found = await self._call(lambda: self._replicated(add, take, tries=tries))
         finally:
             self._unacked.difference_update(acks)
         self._idle[shard] = found == 0
@@ -260,18 +248,16 @@ class HostQueueFrontier(RedisFrontier[R]):
             self._work = asyncio.Event()
         return list(added)
 
-    def _replicated(
-        self, script: Any, keys: list[str], args: list[Any], tries: int = 1
-    ) -> Awaitable[Any]:
-        """Run ``script``; with ``replicas``, its writes reach them before it counts: an add's
-        links, and with ``wait=all`` a take's lease and slot (``replication``)."""
-        wanted = replicas_for(self._redis, keys[0], self.options.replicas)
-        if not wanted:
-            ran: Awaitable[Any] = script(keys=keys, args=args)
-            return ran
-        return eval_replicated(
-            self._redis, script.script, keys, args, wanted, self._confirmations, tries=tries
-        )
+    def _wanted(self, keys: list[str]) -> int:
+        """How many replicas a write to the slot of ``keys`` waits for (``replication``)."""
+        return replicas_for(self._redis, keys[0], self.options.replicas)
+
+    async def _replicated(self, *calls: Call, tries: int = 1) -> list[Any]:
+        """Run the scripts in one round trip; with ``replicas``, their writes reach them
+        before they count: an add's links, and with ``wait=all`` a take's lease and slot."""
+        evals = [(script.script, keys, args) for script, keys, args in calls]
+        wanted = self._wanted(calls[0][1])
+        return await eval_replicated(self._redis, evals, wanted, self._confirmations, tries=tries)
 
     async def _claim_all(self, requests: Sequence[Queued]) -> list[Any]:
         return await by_shard(
@@ -328,10 +314,11 @@ class HostQueueFrontier(RedisFrontier[R]):
         return max(1, min([*waits, *resting], default=1))
 
     async def _take_in(self, shard: int) -> Any:
-        (take, keys, args), acks = self._take_call(shard, max(self.options.prefetch, self._wanting))
+        call, acks = self._take_call(shard, max(self.options.prefetch, self._wanting))
+        take, keys, args = call
         try:
             if self.options.wait == "all":
-                return await self._call(lambda: self._replicated(take, keys, args))
+                return (await self._call(lambda: self._replicated(call)))[0]
             return await self._call(lambda: take(keys=keys, args=args))
         finally:
             self._unacked.difference_update(acks)

@@ -48,39 +48,45 @@ class Confirmations:
         self.missed = 0
 
 
+#: a Lua script's text, its keys and its arguments
+Eval = tuple[str, list[str], list[Any]]
+
+
 async def eval_replicated(
     redis: Client,
-    script: str,
-    keys: list[str],
-    args: list[Any],
+    calls: list[Eval],
     wanted: int,
     confirmations: Confirmations,
     *,
     tries: int = 1,
-) -> Any:
-    """``EVAL script`` then ``WAIT wanted`` on one connection, up to ``tries`` times
-    while fewer replicas confirm it (``script`` must be idempotent); its answer."""
+) -> list[Any]:
+    """Each ``EVAL`` of ``calls`` (one slot's), then ``WAIT wanted``, in one pipeline on one
+    connection: one round trip. Up to ``tries`` times while fewer replicas confirm them
+    (the scripts must be idempotent); their answers."""
     for attempt in range(1, tries + 1):
-        answer, replicated = await _eval_and_wait(redis, script, keys, args, wanted)
+        answers, replicated = await _eval_and_wait(redis, calls, wanted)
         if replicated >= wanted:
-            return answer
+            return answers
         log.debug("frontier_write_retried", replicas=replicated, wanted=wanted, attempt=attempt)
     confirmations.missed += 1
     log.warning("frontier_write_not_replicated", replicas=replicated, wanted=wanted, tries=tries)
-    return answer
+    return answers
 
 
-async def _eval_and_wait(
-    redis: Client, script: str, keys: list[str], args: list[Any], wanted: int
-) -> tuple[Any, int]:
+async def _eval_and_wait(redis: Client, calls: list[Eval], wanted: int) -> tuple[list[Any], int]:
     target = {}
     if isinstance(redis, RedisCluster):
-        target = {"target_nodes": redis.get_node_from_key(keys[0])}
+        target = {"target_nodes": redis.get_node_from_key(calls[0][1][0])}
     try:
         async with redis.pipeline(transaction=False) as pipe:
-            pipe.execute_command("EVAL", script, len(keys), *keys, *args, **target)
-            pipe.execute_command("WAIT", wanted, REPLICA_WAIT_MS, **target)
-            answer, replicated = await pipe.execute()
+            for script, keys, args in calls:
+                pipe.execute_command("EVAL", script, len(keys), *keys, *args, **target)
+            if wanted:
+                pipe.execute_command("WAIT", wanted, REPLICA_WAIT_MS, **target)
+            answers = list(await pipe.execute(raise_on_error=False))
     except RedisClusterException as exc:  # the node went mid-call: the caller asks again
         raise RedisConnectionError(str(exc)) from exc
-    return answer, int(replicated)
+    for answer in answers:  # a script's own error (``LOST``), not wrapped by the pipeline
+        if isinstance(answer, Exception):
+            raise answer
+    return answers, int(answers.pop()) if wanted else 0
