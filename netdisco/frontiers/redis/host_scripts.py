@@ -23,9 +23,11 @@ next, hostof, hosted, inbox, payload, leases, owner, owned, trace, epoch, take
 token; ARGV key prefix, delay (us), slots per host, trace (1/0), channel, epoch.
 The KEYS, and the host keys the scripts build from the prefix, share one hash tag
 (a shard's), so each script touches one slot of a Redis Cluster. Wake-ups publish
-the prefix: engines then ask that shard first. A host that becomes ready wakes the
-takers, and so does the last lease of a shard ending with nothing queued: the takers
-that wait while leases remain then see at once that the crawl is over.
+the prefix: engines then ask that shard first. A host that becomes the first due in
+``ready`` wakes the takers (one due later does not: they wait for the first already,
+and a wake-up costs every engine a round trip), and so does the last lease of a shard
+ending with nothing queued: the takers that wait while leases remain then see at once
+that the crawl is over.
 """
 
 from __future__ import annotations
@@ -110,12 +112,17 @@ local function trace(what, host, id, at)
     redis.call('RPUSH', K_trace, what .. ' ' .. int(at) .. ' ' .. host .. ' ' .. id)
   end
 end
--- in the ready set while it has queued requests and a free slot; woken engines retry
+-- in the ready set while it has queued requests and a free slot. A host that becomes
+-- the first due wakes the takers; one due later does not: they already wait for the
+-- first, and ask again when it is due (every wake-up costs each engine a round trip)
 local function refresh(host)
   local queued = redis.call('EXISTS', pre .. 'hq:' .. host) == 1
   if queued and redis.call('SCARD', pre .. 'busy:' .. host) < cap then
     local at = redis.call('HGET', K_next, host) or '0'
-    if redis.call('ZADD', K_ready, at, host) == 1 then redis.call('PUBLISH', channel, pre) end
+    if redis.call('ZADD', K_ready, at, host) == 1
+      and redis.call('ZRANGE', K_ready, 0, 0)[1] == host then
+      redis.call('PUBLISH', channel, pre)
+    end
   else
     redis.call('ZREM', K_ready, host)
   end
@@ -207,7 +214,7 @@ if prior then
   redis.call('PEXPIRE', K_token, ADD_TOKEN_MS)
   return cjson.decode(prior)
 end
-local out, added = {}, 0
+local out = {}
 for i = 9, #ARGV, 5 do
   out[#out + 1] = 0
   if mark_seen(ARGV[7], ARGV[i], K_seen, K_seen_n) or ARGV[i + 1] == '1' then
@@ -216,10 +223,8 @@ for i = 9, #ARGV, 5 do
     enqueue(ARGV[i + 3], id, -tonumber(ARGV[i + 2]))
     refresh(ARGV[i + 3])
     out[#out] = 1
-    added = added + 1
   end
 end
-if added > 0 then redis.call('PUBLISH', channel, pre) end
 redis.call('SET', K_token, cjson.encode(out), 'PX', ADD_TOKEN_MS)
 return out
 """.replace("ADD_TOKEN_MS", str(ADD_TOKEN_MS))
