@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import structlog
+from redis.asyncio.cluster import RedisCluster
 
 from netdisco.exceptions import ConfigError
 from netdisco.frontiers.base import Codec, Queued, R
@@ -44,7 +45,7 @@ from netdisco.frontiers.redis.host_scripts import (
 )
 from netdisco.frontiers.redis.leases import Client, Keys, shard_of
 from netdisco.frontiers.redis.options import RedisOptions
-from netdisco.frontiers.redis.replication import eval_replicated, replicas_for
+from netdisco.frontiers.redis.replication import eval_replicated, raise_first, replicas_for
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -255,9 +256,17 @@ class HostQueueFrontier(RedisFrontier[R]):
     async def _replicated(self, *calls: Call, tries: int = 1) -> list[Any]:
         """Run the scripts in one round trip; with ``replicas``, their writes reach them
         before they count: an add's links, and with ``wait=all`` a take's lease and slot."""
-        evals = [(script.script, keys, args) for script, keys, args in calls]
         wanted = self._wanted(calls[0][1])
-        return await eval_replicated(self._redis, evals, wanted, self._confirmations, tries=tries)
+        if wanted or isinstance(self._redis, RedisCluster):
+            evals = [(script.script, keys, args) for script, keys, args in calls]
+            return await eval_replicated(
+                self._redis, evals, wanted, self._confirmations, tries=tries
+            )
+        async with self._redis.pipeline(transaction=False) as pipe:  # EVALSHA: less to send
+            for script, keys, args in calls:
+                await script(keys=keys, args=args, client=pipe)
+            answers = list(await pipe.execute(raise_on_error=False))
+        return raise_first(answers)
 
     async def _claim_all(self, requests: Sequence[Queued]) -> list[Any]:
         return await by_shard(

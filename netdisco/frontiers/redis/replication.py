@@ -86,7 +86,14 @@ async def _eval_and_wait(redis: Client, calls: list[Eval], wanted: int) -> tuple
             answers = list(await pipe.execute(raise_on_error=False))
     except RedisClusterException as exc:  # the node went mid-call: the caller asks again
         raise RedisConnectionError(str(exc)) from exc
-    for answer in answers:  # a script's own error (``LOST``), not wrapped by the pipeline
+    raise_first(answers)
+    return answers, int(answers.pop()) if wanted else 0
+
+
+def raise_first(answers: list[Any]) -> list[Any]:
+    """A pipeline's answers, or its first error as the command gave it (a script's
+    ``LOST`` must reach the frontier as it is, not wrapped by the pipeline)."""
+    for answer in answers:
         if isinstance(answer, Exception):
             raise answer
-    return answers, int(answers.pop()) if wanted else 0
+    return answers
