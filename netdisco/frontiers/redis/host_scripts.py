@@ -23,9 +23,9 @@ next, hostof, hosted, inbox, payload, leases, owner, owned, trace, epoch, take
 token; ARGV key prefix, delay (us), slots per host, trace (1/0), channel, epoch.
 The KEYS, and the host keys the scripts build from the prefix, share one hash tag
 (a shard's), so each script touches one slot of a Redis Cluster. Wake-ups publish
-the prefix: engines then ask that shard first. A host that becomes the first due in
-``ready`` wakes the takers (one due later does not: they wait for the first already,
-and a wake-up costs every engine a round trip), and so does the last lease of a shard
+the prefix: engines then ask that shard first. A host that becomes ready wakes the
+takers if it is due now or first (one due after another does not: they wait for that
+one already, and a wake-up costs every engine a round trip), and so does the last lease of a shard
 ending with nothing queued: the takers that wait while leases remain then see at once
 that the crawl is over.
 """
@@ -113,14 +113,15 @@ local function trace(what, host, id, at)
   end
 end
 -- in the ready set while it has queued requests and a free slot. A host that becomes
--- the first due wakes the takers; one due later does not: they already wait for the
--- first, and ask again when it is due (every wake-up costs each engine a round trip)
+-- ready wakes the takers if it is due now or due first; one due after another does
+-- not: they already wait for that one, and ask again when it is due (a wake-up costs
+-- every engine a round trip)
 local function refresh(host)
   local queued = redis.call('EXISTS', pre .. 'hq:' .. host) == 1
   if queued and redis.call('SCARD', pre .. 'busy:' .. host) < cap then
     local at = redis.call('HGET', K_next, host) or '0'
-    if redis.call('ZADD', K_ready, at, host) == 1
-      and redis.call('ZRANGE', K_ready, 0, 0)[1] == host then
+    if redis.call('ZADD', K_ready, at, host) == 1 and (tonumber(at) <= now
+      or redis.call('ZRANGE', K_ready, 0, 0)[1] == host) then
       redis.call('PUBLISH', channel, pre)
     end
   else
