@@ -141,7 +141,7 @@ async def test_back_off_rests_the_host_for_every_engine(frontier: Factory, spide
     await a.add(on(spider, "limited.test", "p0", "p1"))
     p0 = await a.take()
     assert path(p0) == "p0"
-    await b.add(on(spider, "free.test", "q0"))  # b holds nothing, so takes nothing along
+    await a.add(on(spider, "free.test", "q0"))
     assert p0 is not None
     p0.attempts = 2
     seconds, micros = await a._redis.time()  # the Redis clock, just before the back-off
@@ -448,23 +448,3 @@ async def test_the_page_after_a_robots_fetch_waits_the_delay(redis_url: str) -> 
     assert stats.succeeded == PAGES - 1  # the last page is disallowed
     assert len(site.robots_visits) == 1
     assert closest_starts(site.visits + site.robots_visits) >= delay
-
-
-async def test_a_worker_that_adds_links_takes_its_next_request_in_the_same_round_trip(
-    frontier: Factory, spider: SiteSpider
-) -> None:
-    """A worker adds the links of the request it holds, then takes: both go in one
-    round trip, and a worker already waiting gets one of them without asking Redis
-    again. An add by an engine that holds nothing (seeds, a push) leases nothing."""
-    f = frontier("a", per_host=8)
-    await f.add(on(spider, "a.test", "p0"))
-    assert await f.counts() == (1, 0, 1)
-    held = await f.take()
-    assert held is not None
-    waiting = asyncio.create_task(f.take())  # nothing queued: it waits for a wake-up
-    await eventually(lambda: f._wanting == 1)
-    before = f.round_trips
-    await f.add(on(spider, "a.test", "p1", "p2"))
-    nxt = await f.take()
-    assert sorted([path(nxt), path(await waiting)]) == ["p1", "p2"]
-    assert f.round_trips - before == 1

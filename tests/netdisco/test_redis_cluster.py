@@ -261,25 +261,3 @@ async def test_a_master_killed_mid_crawl_is_replaced_and_nothing_is_lost(tmp_pat
         "closest_starts": min(closest_starts(site.visits) for _, site in sites),
     }
     print("failover:", json.dumps(report))
-
-
-async def test_a_workers_add_and_next_take_share_one_round_trip_and_wait(
-    cluster: RedisClusterServer,
-):
-    """On a cluster too, a worker's add carries its next take: one pipeline to the
-    shard's master, ending in one ``WAIT`` for the replica that covers both."""
-    spider = SiteSpider(start_urls=[])
-    url = f"{cluster.url}?prefix=w{uuid.uuid4().hex[:10]}"
-    frontier = HostQueueFrontier(RedisOptions.from_url(url), "s", RequestCodec(spider))
-    frontier.set_politeness(0.0, 8)
-    await frontier.add([make_request(spider, "http://127.0.0.9:80/p0")])
-    held = await frontier.take()
-    assert held is not None
-    before, missed = frontier.round_trips, frontier._confirmations.missed
-    await frontier.add([make_request(spider, f"http://127.0.0.9:80/p{n}") for n in (1, 2)])
-    taken = await frontier.take()
-    assert taken is not None
-    assert taken.url.endswith("/p1")
-    assert frontier.round_trips - before == 1
-    assert frontier._confirmations.missed == missed  # the replica confirmed both
-    await frontier.close(hand_back=False)

@@ -36,7 +36,7 @@ from redis.asyncio.cluster import RedisCluster
 from netdisco.exceptions import ConfigError
 from netdisco.frontiers.base import Codec, Queued, R
 from netdisco.frontiers.redis.batching import by_shard
-from netdisco.frontiers.redis.frontier import RedisFrontier, leased
+from netdisco.frontiers.redis.frontier import RedisFrontier
 from netdisco.frontiers.redis.host_scripts import (
     HOST_ADD_LUA,
     HOST_DONE_LUA,
@@ -45,7 +45,7 @@ from netdisco.frontiers.redis.host_scripts import (
 )
 from netdisco.frontiers.redis.leases import Client, Keys, shard_of
 from netdisco.frontiers.redis.options import RedisOptions
-from netdisco.frontiers.redis.replication import eval_replicated, raise_first, replicas_for
+from netdisco.frontiers.redis.replication import eval_replicated, replicas_for
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -89,7 +89,6 @@ class HostQueueFrontier(RedisFrontier[R]):
         self._per_host = 8
         self._taking = asyncio.Lock()
         self._wanting = 0  # workers in take(): a take asks Redis for one each
-        self._adding = 0  # workers in add(): an add takes for them too
         self._ended: dict[str, float] = {}  # id -> when its response ended (monotonic)
         self._freeing: list[str] = []  # downloads over, slots not freed in Redis yet
         self._due = [0.0] * options.shards  # shard -> when to ask it again (loop time)
@@ -170,13 +169,6 @@ class HostQueueFrontier(RedisFrontier[R]):
         """Ours for ``ROBOTS_LOCK`` s: if we die meanwhile, another engine fetches."""
         return self._redis.set(key, self.owner, nx=True, ex=ROBOTS_LOCK)
 
-    async def add(self, requests: Sequence[R]) -> list[bool]:
-        self._adding += 1  # a worker that adds a page's links is about to take
-        try:
-            return await super().add(requests)
-        finally:
-            self._adding -= 1
-
     async def take(self) -> R | None:
         self._wanting += 1
         try:
@@ -220,53 +212,23 @@ class HostQueueFrontier(RedisFrontier[R]):
         args: list[str | int | bytes] = [*self._prelude(shard), self.options.seen]
         args += [nonce, *(x for row in rows for x in row)]
         add = (self._host_add, keys, args)
-        if count := self._take_along(shard):
-            return await self._add_and_take(shard, add, count)
         return list((await self._call(lambda: self._replicated(add, tries=ADD_TRIES)))[0])
-
-    def _take_along(self, shard: int) -> int:
-        """How many requests an add takes along: one per worker about to ask (a worker
-        adds the links of a request it holds), unless the shard rests. An add alone
-        (seeds, a push, the frontier used on its own) leases nothing."""
-        if not self._ids or self._due[shard] > asyncio.get_running_loop().time():
-            return 0
-        return max(0, self._adding + self._wanting - len(self._buffer))
-
-    async def _add_and_take(self, shard: int, add: Call, count: int) -> list[Any]:
-        """The add, and in the same round trip (one pipeline, one ``WAIT``) a take for
-        the workers that will ask next (the one that added is about to): a page then
-        costs one trip. Both are idempotent, so a retry until replicated is safe."""
-        take, acks = self._take_call(shard, count)
-        tries = ADD_TRIES if self._wanted(add[1]) else 1
-        try:
-            added, found = await self._call(lambda: self._replicated(add, take, tries=tries))
-        finally:
-            self._unacked.difference_update(acks)
-        self._idle[shard] = found == 0
-        if not isinstance(found, int):  # waiting takers find them in the buffer
-            self._buffer.extend(leased(found))
-            self._work.set()
-            self._work = asyncio.Event()
-        return list(added)
 
     def _wanted(self, keys: list[str]) -> int:
         """How many replicas a write to the slot of ``keys`` waits for (``replication``)."""
         return replicas_for(self._redis, keys[0], self.options.replicas)
 
     async def _replicated(self, *calls: Call, tries: int = 1) -> list[Any]:
-        """Run the scripts in one round trip; with ``replicas``, their writes reach them
-        before they count: an add's links, and with ``wait=all`` a take's lease and slot."""
+        """Run the scripts (with ``replicas`` in one round trip); with ``replicas``, their
+        writes reach them before they count: an add's links, and with ``wait=all`` a
+        take's lease and slot."""
         wanted = self._wanted(calls[0][1])
         if wanted or isinstance(self._redis, RedisCluster):
             evals = [(script.script, keys, args) for script, keys, args in calls]
             return await eval_replicated(
                 self._redis, evals, wanted, self._confirmations, tries=tries
             )
-        async with self._redis.pipeline(transaction=False) as pipe:  # EVALSHA: less to send
-            for script, keys, args in calls:
-                await script(keys=keys, args=args, client=pipe)
-            answers = list(await pipe.execute(raise_on_error=False))
-        return raise_first(answers)
+        return [await script(keys=keys, args=args) for script, keys, args in calls]
 
     async def _claim_all(self, requests: Sequence[Queued]) -> list[Any]:
         return await by_shard(
@@ -285,8 +247,6 @@ class HostQueueFrontier(RedisFrontier[R]):
         loop = asyncio.get_running_loop()
         end = loop.time() + TAKE_WAIT
         while True:
-            if self._buffer:  # an add brought requests along (``_add_and_take``)
-                return []
             wake = self._work  # taken before asking, so no notice slips in between
             found = await self._take_once()
             left = end - loop.time()
