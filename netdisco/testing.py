@@ -280,16 +280,21 @@ class RedisClusterServer:
         return f"redis+cluster://{seeds}/0"
 
     def start(self, timeout: float = 60.0) -> None:
-        """Start the nodes, join them (``redis-cli --cluster create``), wait until served."""
-        for node in self.nodes:
-            node.start()
-        seeds = [f"{n.host}:{n.port}" for n in self.nodes]
-        subprocess.run(
-            ["redis-cli", "--cluster", "create", *seeds, "--cluster-replicas", "1",
-             "--cluster-yes"],
-            check=True, capture_output=True, timeout=timeout,
-        )  # fmt: skip
-        self.wait_ok(timeout)
+        """Start the nodes, join them (``redis-cli --cluster create``), wait until served;
+        a start that fails stops the nodes it started (``__exit__`` would not run)."""
+        try:
+            for node in self.nodes:
+                node.start()
+            seeds = [f"{n.host}:{n.port}" for n in self.nodes]
+            subprocess.run(
+                ["redis-cli", "--cluster", "create", *seeds, "--cluster-replicas", "1",
+                 "--cluster-yes"],
+                check=True, capture_output=True, timeout=timeout,
+            )  # fmt: skip
+            self.wait_ok(timeout)
+        except BaseException:
+            self.stop()
+            raise
 
     def cli(self, node: RedisServer, *args: str) -> str:
         """A command's reply from one node, as ``redis-cli`` prints it."""
