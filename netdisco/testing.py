@@ -280,8 +280,7 @@ class RedisClusterServer:
         return f"redis+cluster://{seeds}/0"
 
     def start(self, timeout: float = 60.0) -> None:
-        """Start the nodes, join them (``redis-cli --cluster create``), wait until served;
-        a start that fails stops the nodes it started (``__exit__`` would not run)."""
+        """Start and join the nodes, wait until served; if that fails, stop them."""
         try:
             for node in self.nodes:
                 node.start()
@@ -329,11 +328,8 @@ class RedisClusterServer:
         """The live node that replicates ``master`` now."""
         lines = [line.split() for line in self.cli(self.live()[0], "cluster", "nodes").splitlines()]
         ports = {f[0]: int(f[1].split("@")[0].rsplit(":", 1)[1]) for f in lines}
-        ids = [f[0] for f in lines if "slave" in f[2] and ports.get(f[3]) == master.port]
-        for node in self.live():
-            if any(ports[i] == node.port for i in ids):
-                return node
-        raise LookupError(f"no live replica of the master on port {master.port}")
+        found = {ports[f[0]] for f in lines if "slave" in f[2] and ports.get(f[3]) == master.port}
+        return next(node for node in self.live() if node.port in found)
 
     def is_ok(self) -> bool:
         """Every live node says ``cluster_state:ok``, every live replica is in sync, and
