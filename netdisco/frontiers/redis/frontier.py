@@ -210,7 +210,8 @@ class RedisFrontier(Generic[R]):
                 found = await self._take_batch()
                 if isinstance(found, int):
                     return None
-                self._buffer.extend(leased(found))
+                pairs = zip(found[::2], found[1::2], strict=True)
+                self._buffer.extend((rid.decode(), raw) for rid, raw in pairs)
             rid, raw = self._buffer.popleft()
             try:
                 request = self.codec.decode(raw)
@@ -392,8 +393,3 @@ class RedisFrontier(Generic[R]):
         swept = await sweep_leases(self._redis, self.shard_keys)
         if swept:
             log.warning("frontier_expired_leases_requeued", count=swept)
-
-
-def leased(found: list[Any]) -> Iterable[tuple[str, bytes]]:
-    """(id, JSON) of each request a take script answered (``id, JSON, id, JSON...``)."""
-    return ((rid.decode(), raw) for rid, raw in zip(found[::2], found[1::2], strict=True))

@@ -31,7 +31,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import structlog
-from redis.asyncio.cluster import RedisCluster
 
 from netdisco.exceptions import ConfigError
 from netdisco.frontiers.base import Codec, Queued, R
@@ -49,7 +48,6 @@ from netdisco.frontiers.redis.replication import eval_replicated, replicas_for
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
-Call = tuple[Any, list[str], list[Any]]  # a script, its keys and its arguments
 
 #: how long a take waits for a host to be due before it says there is nothing (s)
 TAKE_WAIT = 1.0
@@ -211,24 +209,19 @@ class HostQueueFrontier(RedisFrontier[R]):
         keys = [*self._host_keys(shard, k.add_token(nonce)), k.seen, k.seen_count, k.seq]
         args: list[str | int | bytes] = [*self._prelude(shard), self.options.seen]
         args += [nonce, *(x for row in rows for x in row)]
-        add = (self._host_add, keys, args)
-        return list((await self._call(lambda: self._replicated(add, tries=ADD_TRIES)))[0])
+        add = self._host_add
+        return list(await self._call(lambda: self._replicated(add, keys, args, ADD_TRIES)))
 
-    def _wanted(self, keys: list[str]) -> int:
-        """How many replicas a write to the slot of ``keys`` waits for (``replication``)."""
-        return replicas_for(self._redis, keys[0], self.options.replicas)
-
-    async def _replicated(self, *calls: Call, tries: int = 1) -> list[Any]:
-        """Run the scripts (with ``replicas`` in one round trip); with ``replicas``, their
-        writes reach them before they count: an add's links, and with ``wait=all`` a
-        take's lease and slot."""
-        wanted = self._wanted(calls[0][1])
-        if wanted or isinstance(self._redis, RedisCluster):
-            evals = [(script.script, keys, args) for script, keys, args in calls]
-            return await eval_replicated(
-                self._redis, evals, wanted, self._confirmations, tries=tries
-            )
-        return [await script(keys=keys, args=args) for script, keys, args in calls]
+    async def _replicated(
+        self, script: Any, keys: list[str], args: list[Any], tries: int = 1
+    ) -> Any:
+        """Run ``script``; with ``replicas``, its writes reach them before it counts: an add's
+        links, and with ``wait=all`` a take's lease and slot (``replication``)."""
+        wanted = replicas_for(self._redis, keys[0], self.options.replicas)
+        if not wanted:
+            return await script(keys=keys, args=args)
+        done = self._confirmations
+        return await eval_replicated(self._redis, script.script, keys, args, wanted, done, tries)
 
     async def _claim_all(self, requests: Sequence[Queued]) -> list[Any]:
         return await by_shard(
@@ -283,25 +276,20 @@ class HostQueueFrontier(RedisFrontier[R]):
         return max(1, min([*waits, *resting], default=1))
 
     async def _take_in(self, shard: int) -> Any:
-        call, acks = self._take_call(shard, max(self.options.prefetch, self._wanting))
-        take, keys, args = call
-        try:
-            if self.options.wait == "all":
-                return (await self._call(lambda: self._replicated(call)))[0]
-            return await self._call(lambda: take(keys=keys, args=args))
-        finally:
-            self._unacked.difference_update(acks)
-
-    def _take_call(self, shard: int, count: int) -> tuple[Call, list[str]]:
-        """A take of ``count`` from ``shard``, carrying its frees and acks (returned: they
-        are not ours to resend once the call is made)."""
         token = self.shard_keys[shard].take_token(uuid.uuid4().hex)  # the same for every retry
         frees = self._frees(shard)
         acks = [rid for rid in self._acks if self._shard_of_id(rid) == shard]
         self._acks = [rid for rid in self._acks if self._shard_of_id(rid) != shard]
-        args: list[Any] = [*self._prelude(shard), self.owner, self._ttl_ms, count, len(frees)]
+        ttl, count = self._ttl_ms, max(self.options.prefetch, self._wanting)
+        args = [*self._prelude(shard), self.owner, ttl, count, len(frees)]
         args += [x for rid in frees + acks for x in self._credit(rid)]
-        return (self._host_take, self._host_keys(shard, token), args), acks
+        keys = self._host_keys(shard, token)
+        try:
+            if self.options.wait == "all":
+                return await self._call(lambda: self._replicated(self._host_take, keys, args))
+            return await self._call(lambda: self._host_take(keys=keys, args=args))
+        finally:
+            self._unacked.difference_update(acks)
 
     async def _release(self, rids: list[str], *, requeue: bool, what: str = "") -> None:
         """End our leases (put back with ``requeue``), or with ``what="2"`` free their slots."""

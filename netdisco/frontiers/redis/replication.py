@@ -48,52 +48,41 @@ class Confirmations:
         self.missed = 0
 
 
-#: a Lua script's text, its keys and its arguments
-Eval = tuple[str, list[str], list[Any]]
-
-
 async def eval_replicated(
     redis: Client,
-    calls: list[Eval],
+    script: str,
+    keys: list[str],
+    args: list[Any],
     wanted: int,
     confirmations: Confirmations,
-    *,
     tries: int = 1,
-) -> list[Any]:
-    """Each ``EVAL`` of ``calls`` (one slot's), then ``WAIT wanted``, in one pipeline on one
-    connection: one round trip. Up to ``tries`` times while fewer replicas confirm them
-    (the scripts must be idempotent); their answers."""
+) -> Any:
+    """``EVAL script`` then ``WAIT wanted`` on one connection, up to ``tries`` times
+    while fewer replicas confirm it (``script`` must be idempotent); its answer."""
     for attempt in range(1, tries + 1):
-        answers, replicated = await _eval_and_wait(redis, calls, wanted)
+        answer, replicated = await _eval_and_wait(redis, script, keys, args, wanted)
         if replicated >= wanted:
-            return answers
+            return answer
         log.debug("frontier_write_retried", replicas=replicated, wanted=wanted, attempt=attempt)
     confirmations.missed += 1
     log.warning("frontier_write_not_replicated", replicas=replicated, wanted=wanted, tries=tries)
-    return answers
+    return answer
 
 
-async def _eval_and_wait(redis: Client, calls: list[Eval], wanted: int) -> tuple[list[Any], int]:
+async def _eval_and_wait(
+    redis: Client, script: str, keys: list[str], args: list[Any], wanted: int
+) -> tuple[Any, int]:
     target = {}
     if isinstance(redis, RedisCluster):
-        target = {"target_nodes": redis.get_node_from_key(calls[0][1][0])}
+        target = {"target_nodes": redis.get_node_from_key(keys[0])}
     try:
         async with redis.pipeline(transaction=False) as pipe:
-            for script, keys, args in calls:
-                pipe.execute_command("EVAL", script, len(keys), *keys, *args, **target)
-            if wanted:
-                pipe.execute_command("WAIT", wanted, REPLICA_WAIT_MS, **target)
-            answers = list(await pipe.execute(raise_on_error=False))
+            pipe.execute_command("EVAL", script, len(keys), *keys, *args, **target)
+            pipe.execute_command("WAIT", wanted, REPLICA_WAIT_MS, **target)
+            answer, replicated = await pipe.execute(raise_on_error=False)
     except RedisClusterException as exc:  # the node went mid-call: the caller asks again
         raise RedisConnectionError(str(exc)) from exc
-    raise_first(answers)
-    return answers, int(answers.pop()) if wanted else 0
-
-
-def raise_first(answers: list[Any]) -> list[Any]:
-    """A pipeline's answers, or its first error as the command gave it (a script's
-    ``LOST`` must reach the frontier as it is, not wrapped by the pipeline)."""
-    for answer in answers:
-        if isinstance(answer, Exception):
-            raise answer
-    return answers
+    for result in (answer, replicated):  # the script's own error (``LOST``), not wrapped
+        if isinstance(result, Exception):  # by the pipeline, so the frontier knows it
+            raise result
+    return answer, int(replicated)
