@@ -47,7 +47,7 @@ from netdisco.exceptions import (
     RedirectHandedOff,
     RequestError,
 )
-from netdisco.frontiers import Connected, Frontier, Persistent, page_store
+from netdisco.frontiers import Frontier
 
 log = structlog.get_logger(__name__)
 __all__ = ["TERMINAL", "Crawler", "PushResult", "SpiderState", "frontier_for"]
@@ -84,10 +84,10 @@ class Crawler:
         self.scheduler = Scheduler(self.settings, self.scope, self.frontier, self.stats)
         self.stream = ItemStream(self.stats, self.settings.item_buffer)
         self.scraper = Scraper(self._admit, self.stream, self.stats)
-        self.fetch = PageFetcher(spider, s, self.stats, self.scraper, page_store(self.frontier))
+        self.fetch = PageFetcher(spider, s, self.stats, self.scraper, self.frontier.pages())
         self.downloader = self.fetch.downloader = Downloader(
-            s, self.stats, self.scope.reason, spider=spider, claim=self.scheduler.claim,
-            first=self.fetch.middlewares(),
+            s, self.stats, self.scope.reason, spider=spider, frontier=self.frontier,
+            claim=self.scheduler.claim, first=self.fetch.middlewares(),
         )  # fmt: skip
         self.parking = Parking(self.downloader, 4 * self.settings.concurrency)
         self.run_id: str | None = None  # a schedule's tick: a finished crawl begins it anew
@@ -103,6 +103,7 @@ class Crawler:
         self._unpaused = asyncio.Event()
         self._work = asyncio.Event()
         self._idle_workers = 0
+        self._taking = 0  # workers waiting in the frontier's take
         self._seeding = True
         self._stopping = False
         self._finished = False
@@ -142,9 +143,7 @@ class Crawler:
             raise InvalidTransition(self.name, "starting", "start")
         self._opening = True
         try:
-            self.downloader.defer_to(self.frontier)  # host queues in Redis hold politeness
-            if isinstance(self.frontier, Connected):
-                await self.frontier.open()  # an unreachable Redis fails here, clearly
+            await self.frontier.open()  # an unreachable Redis fails here, clearly
             await begin_run(self.frontier, self.fetch.pages, self.settings, self.run_id)
             for feed in self.feeds:
                 feed.prepare()  # an unwritable feed fails here, naming its path
@@ -158,7 +157,7 @@ class Crawler:
             raise
         finally:
             self._opening = False
-        if isinstance(self.frontier, Persistent) and self._resume(self.frontier):
+        if self._resume():
             return
         self.started_at = time.time()
         self.stats.restart_clock()
@@ -168,10 +167,12 @@ class Crawler:
             self._run(), name=f"crawler:{self.name}", context=self._context
         )
 
-    def _resume(self, frontier: Persistent) -> bool:
+    def _resume(self) -> bool:
         """Carry on from a stored crawl; True when it already finished (nothing to do)."""
-        self.stats.restore(frontier.stored_stats())
-        if not frontier.finished:
+        stored = self.frontier.stored_stats()
+        if stored:  # none kept (a new crawl, or a frontier that keeps none): counted from here
+            self.stats.restore(stored)
+        if not self.frontier.finished:
             return False
         self._main = asyncio.create_task(self._close(SpiderState.FINISHED), context=self._context)
         return True
@@ -324,12 +325,21 @@ class Crawler:
             if self._budget_spent():
                 await self._idle()
                 continue
-            request = self.parking.ready() or await self.frontier.take()
+            request = self.parking.ready() or await self._take()
             if request is None:
                 await self._idle()
                 continue
             if not self.parking.park(request):
                 await self._process(request)
+
+    async def _take(self) -> Request | None:
+        """The frontier's next request; a take under way counts against ``max_pages``
+        (a shared frontier's take waits, and every worker would pass the check)."""
+        self._taking += 1
+        try:
+            return await self.frontier.take()
+        finally:
+            self._taking -= 1
 
     def _budget_spent(self) -> bool:
         limit = self.settings.max_pages
@@ -337,7 +347,7 @@ class Crawler:
             return False
         if self.stats.succeeded >= limit:
             self._finish()
-        return self.stats.succeeded + self.stats.in_flight >= limit
+        return self.stats.succeeded + self.stats.in_flight + self._taking >= limit
 
     async def _idle(self) -> None:
         """Wait for work, or end the crawl when nothing is queued or in flight anywhere."""

@@ -51,7 +51,7 @@ from netdisco.exceptions import (
     RobotsDenied,
     TooManyRedirects,
 )
-from netdisco.frontiers import HostReserving, SharedRobots
+from netdisco.frontiers import Frontier
 
 if TYPE_CHECKING:
     from netdisco.crawl.render import RenderingHandler
@@ -135,15 +135,18 @@ class Downloader:
         scope: ScopeCheck,
         *,
         spider: Spider,
+        frontier: Frontier[Request],
         claim: Claim | None = None,
         first: Sequence[Middleware] = (),
     ) -> None:
         """``claim`` marks redirect targets seen (the crawler's scheduler does, in the
-        frontier); ``first`` are the crawl's own middlewares, ahead of the configured."""
+        frontier); ``first`` are the crawl's own middlewares, ahead of the configured.
+        A ``frontier`` that reserves hosts holds per-host politeness for every engine."""
         self.settings = settings
         self.stats = stats
         self.scope = scope
         self.spider = spider
+        self.frontier = frontier
         self.middlewares = [*first, *build_middlewares(settings, spider)]
         self.claim = claim
         self._slots: LRU[str, HostSlot] = LRU(settings.host_cache_size, HostSlot.idle)
@@ -152,15 +155,9 @@ class Downloader:
         self.renderer: RenderingHandler | None = None
         self.chain = Chain(self.middlewares, spider, self._transfer)
         self.robots: RobotsCache | None = None
-        #: a frontier that reserves each request's host slot; then we keep no limits here
-        self.reserved_by: HostReserving[Request] | None = None
-
-    def defer_to(self, frontier: object) -> None:
-        """Leave per-host politeness to ``frontier`` if it holds it (for every engine)."""
-        if isinstance(frontier, HostReserving):
-            s = self.settings
-            frontier.set_politeness(s.download_delay, s.per_host_concurrency)
-            self.reserved_by = frontier
+        #: the frontier when it reserves each request's host slot; then we keep no limits
+        self.reserved_by = frontier if frontier.reserves_hosts else None
+        frontier.set_politeness(settings.download_delay, settings.per_host_concurrency)
 
     async def open(self) -> None:
         """Create the session (inside the running loop); start Chromium if ``render`` is set."""
@@ -174,8 +171,7 @@ class Downloader:
         )
         self._http = AiohttpHandler(self._session, s)
         if s.obey_robots:
-            shared = self.reserved_by if isinstance(self.reserved_by, SharedRobots) else None
-            self.robots = RobotsCache(self._session, s, shared)
+            self.robots = RobotsCache(self._session, s, self.frontier.robots_txt)
         log.info("downloader_chain", middlewares=self.chain.names, render=s.render)
         if s.render:
             await self._renderer().start()  # a missing browser fails the start, named

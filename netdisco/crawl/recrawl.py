@@ -44,7 +44,7 @@ from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
 from netdisco.crawl.stats import Stats
 from netdisco.exceptions import RequestNotShareable, UnexpectedNotModified
-from netdisco.frontiers import Frontier, PageStore, Persistent
+from netdisco.frontiers import Frontier, PageStore
 
 log = structlog.get_logger(__name__)
 
@@ -262,14 +262,6 @@ class PageFetcher:
         await self.store.put_page(request.fingerprint, page.encode())
 
 
-async def crawl_finished(frontier: Frontier[Request]) -> bool:
-    """Whether the stored crawl ran to its end: a run may begin anew on it."""
-    if isinstance(frontier, Persistent):
-        return frontier.finished
-    queued, leased, seen = await frontier.counts()
-    return queued == 0 and leased == 0 and seen > 0
-
-
 async def begin_run(
     frontier: Frontier[Request], store: PageStore | None, settings: Settings, run: str | None
 ) -> None:
@@ -281,7 +273,7 @@ async def begin_run(
     """
     if store is None or (run is None and not wants_pages(settings)):
         return
-    if not await crawl_finished(frontier):
+    if not await frontier.ran_to_end():
         return
     run = run or f"run-{uuid.uuid4().hex}"
     if await store.begin_run(run):

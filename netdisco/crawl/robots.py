@@ -12,7 +12,8 @@
 
 At most ``robots_cache_size`` origins are kept (least recently used go first).
 
-With a frontier that shares robots.txt (``SharedRobots``: host queues in Redis) one
+The text comes through the frontier's ``robots_txt``: by default it runs our fetch;
+a frontier that shares robots.txt (host queues in Redis) lets one
 engine of the crawl fetches it and the others read its copy, for ``robots_max_age``;
 an answer to back off from (5xx, timeout) is not shared: each engine backs off.
 """
@@ -23,6 +24,7 @@ import asyncio
 import functools
 import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -32,9 +34,11 @@ from protego import Protego
 
 from netdisco.crawl.lru import LRU
 from netdisco.crawl.settings import Settings
-from netdisco.frontiers import SharedRobots
 
 log = structlog.get_logger(__name__)
+
+#: ``Frontier.robots_txt``: the rules for an origin, through the crawl's frontier
+RobotsSource = Callable[[str, Callable[[], Awaitable[str | None]], float], Awaitable[str | None]]
 
 #: RFC 9309 asks crawlers to parse at least 500 KiB
 MAX_ROBOTS_SIZE = 512 * 1024
@@ -60,10 +64,10 @@ class RobotsCache:
     """One robots.txt per origin; concurrent asks for one origin share one fetch."""
 
     def __init__(
-        self, session: aiohttp.ClientSession, settings: Settings, shared: SharedRobots | None = None
+        self, session: aiohttp.ClientSession, settings: Settings, source: RobotsSource
     ) -> None:
         self.session = session
-        self.shared = shared
+        self.source = source
         self.settings = settings
         self.user_agent = settings.user_agent
         self.timeout = aiohttp.ClientTimeout(total=settings.timeout)
@@ -120,12 +124,9 @@ class RobotsCache:
             entry.task = None
 
     async def _answer(self, entry: _Origin) -> Protego | None:
-        """The rules, from the crawl's shared copy (one engine fetches) or fetched here."""
-        if self.shared is None:
-            text = await self._fetch(entry)
-        else:
-            fetch = functools.partial(self._fetch, entry)
-            text = await self.shared.robots_txt(entry.origin, fetch, self.settings.robots_max_age)
+        """The rules, through the frontier: fetched here, or a shared copy."""
+        fetch = functools.partial(self._fetch, entry)
+        text = await self.source(entry.origin, fetch, self.settings.robots_max_age)
         return None if text is None else Protego.parse(text)
 
     async def _fetch(self, entry: _Origin) -> str | None:

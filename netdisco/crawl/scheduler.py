@@ -16,7 +16,7 @@ from netdisco.crawl.request import Request
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.stats import Stats
 from netdisco.crawl.urls import canonical_url, check_url
-from netdisco.frontiers import Claims, Frontier
+from netdisco.frontiers import Frontier
 
 
 def fingerprint(request: Request) -> bytes:
@@ -119,7 +119,5 @@ class Scheduler:
 
     async def claim(self, request: Request) -> bool:
         """Mark a redirect target seen without queueing it; False if it was seen already."""
-        if not isinstance(self.frontier, Claims):
-            return True
         request.fingerprint = fingerprint(request)
         return (await self.frontier.claim([request]))[0]

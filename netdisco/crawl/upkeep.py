@@ -14,7 +14,7 @@ from netdisco.crawl.request import Request
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.stats import Stats
 from netdisco.exceptions import FrontierFailed, NetdiscoError
-from netdisco.frontiers import Connected, Frontier, Persistent
+from netdisco.frontiers import Frontier
 
 log = structlog.get_logger(__name__)
 
@@ -41,8 +41,7 @@ async def report_progress(
         except FrontierFailed as exc:
             on_failure(exc)
             return
-        if isinstance(frontier, Persistent):
-            frontier.store_stats(stats.totals())
+        frontier.store_stats(stats.totals())
         interval = settings.progress_interval
         if interval and time.monotonic() - last_line >= interval:
             last_line = time.monotonic()
@@ -95,11 +94,10 @@ async def close_frontier(frontier: Frontier[Request], stats: Stats) -> None:
             await refresh_counts(frontier, stats)
     except (TimeoutError, NetdiscoError) as exc:
         log.warning("frontier_counts_unavailable", error=repr(exc))
-    if isinstance(frontier, Connected):
-        try:  # hands our leases back; what it cannot, the others' lease sweep will
-            await frontier.close()
-        except Exception as exc:
-            log.warning("frontier_close_failed", error=repr(exc))
+    try:  # hands our leases back; what it cannot, the others' lease sweep will
+        await frontier.close()
+    except Exception as exc:
+        log.warning("frontier_close_failed", error=repr(exc))
 
 
 def report_failure(stats: Stats, exc: Exception) -> None:
@@ -113,8 +111,6 @@ def report_failure(stats: Stats, exc: Exception) -> None:
 async def persist(frontier: Frontier[Request], stats: Stats, finished: bool) -> bool:
     """Store a persistent frontier's totals and whether the crawl finished; False when
     the frontier cannot (the spider then ends failed)."""
-    if not isinstance(frontier, Persistent):
-        return True
     frontier.store_stats(stats.totals())
     if finished:
         try:

@@ -11,34 +11,17 @@ below the crawl: it queues anything with a fingerprint and a priority
 
 from __future__ import annotations
 
-from netdisco.frontiers.base import (
-    Claims,
-    Codec,
-    Connected,
-    Frontier,
-    HostReserving,
-    PageStore,
-    Persistent,
-    Queued,
-    R,
-    SharedRobots,
-)
+from netdisco.frontiers.base import Codec, Frontier, PageStore, Queued, R
 from netdisco.frontiers.memory import MemoryFrontier
 
 __all__ = [
-    "Claims",
     "Codec",
-    "Connected",
     "Frontier",
-    "HostReserving",
     "MemoryFrontier",
     "PageStore",
-    "Persistent",
     "Queued",
-    "SharedRobots",
     "is_shared",
     "open_frontier",
-    "page_store",
 ]
 
 
@@ -77,20 +60,3 @@ def open_frontier(
     options = RedisOptions.from_url(url)
     kind = HostQueueFrontier if options.politeness == "cluster" else RedisFrontier
     return kind(options, name, codec, owner=owner)
-
-
-def page_store(frontier: object) -> PageStore | None:
-    """Where ``frontier``'s crawl keeps its pages between runs; None for the memory frontier.
-
-    A SQLite ``state_dir`` keeps them in its own database; a Redis frontier in a hash
-    under the crawl's keys (:mod:`netdisco.frontiers.redis.pages`), on its connection.
-    """
-    if isinstance(frontier, PageStore):
-        return frontier
-    from netdisco.frontiers.redis.frontier import RedisFrontier  # redis-py is installed
-
-    if isinstance(frontier, RedisFrontier):
-        from netdisco.frontiers.redis.pages import RedisPages
-
-        return RedisPages(frontier)
-    return None

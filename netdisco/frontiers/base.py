@@ -1,16 +1,44 @@
-"""Where scheduled requests wait: the ``Frontier`` protocol.
+"""Where scheduled requests wait: the ``Frontier`` contract.
 
 A frontier dedups by fingerprint, orders by priority and tracks requests taken
 but not yet done (leases), so that a shared frontier (Redis) can hand a dead
 engine's work to the living. Frontiers know nothing about HTTP or spiders: they
 queue anything ``Queued``, and a shared one stores it through a ``Codec`` that
 the crawl layer supplies (``netdisco.crawl.codec``).
+
+``Frontier`` names every ability the crawl uses. Five are required of every
+frontier (``add``, ``claim``, ``take``, ``done``, ``counts``); the others have a
+default whose behaviour is written on it, so that a frontier lacking an ability
+is a visible decision here, never a silent skip where the crawl uses it:
+
+=====================  ==========================  ===============================
+ability                methods                     default
+=====================  ==========================  ===============================
+connection             ``open``, ``close``         nothing to open or hand back
+resume                 ``finished``,               nothing stored: a rerun starts
+                       ``stored_stats``,           afresh, the counters from zero
+                       ``store_stats``,
+                       ``mark_finished``,
+                       ``ran_to_end``
+page store             ``pages``                   None: no re-crawls (refused
+                                                   at start by ``check_recrawl``)
+host reservation       ``reserves_hosts``,         False: the crawl keeps
+                       ``set_politeness``,         per-host politeness itself;
+                       ``responded``, ``fetched``  the three are no-ops and
+                       ``back_off``                ``back_off`` refuses
+shared robots.txt      ``robots_txt``              not shared: this process
+                                                   fetches (and caches) it
+=====================  ==========================  ===============================
+
+Which frontier has which (``memory``, ``state_dir`` SQLite, Redis, Redis host
+queues) is tabled in ``docs/architecture.md``.
 """
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import ClassVar, Generic, Protocol, TypeVar
 
 
 class Queued(Protocol):
@@ -33,7 +61,6 @@ class Queued(Protocol):
 
 
 R = TypeVar("R", bound=Queued)
-R_contra = TypeVar("R_contra", bound=Queued, contravariant=True)
 
 
 class Codec(Protocol[R]):
@@ -48,111 +75,6 @@ class Codec(Protocol[R]):
         ...
 
 
-class Frontier(Protocol[R]):
-    """The four operations the crawler needs from a frontier."""
-
-    async def add(self, requests: Sequence[R]) -> list[bool]:
-        """Queue each request whose fingerprint is new; say for each whether it was."""
-        ...
-
-    async def take(self) -> R | None:
-        """The next request by priority (leased to us), or None if none is queued now."""
-        ...
-
-    async def done(self, request: R, *, requeue: bool = False) -> None:
-        """Release the lease on a request we took: finished, or put back when ``requeue``."""
-        ...
-
-    async def counts(self) -> tuple[int, int, int]:
-        """``(queued, leased, seen)``, across every engine sharing this frontier."""
-        ...
-
-
-@runtime_checkable
-class HostReserving(Protocol[R_contra]):
-    """A frontier that holds per-host politeness itself, for every engine sharing it.
-
-    What ``take`` hands out already holds one of its host's slots, reserved at the
-    frontier's clock, and ``done`` releases it: the crawl must then keep no limits
-    of its own, which would hold a slot twice and park requests that hold one.
-    """
-
-    def set_politeness(self, delay: float, per_host: int) -> None:
-        """The crawl's ``download_delay`` and ``per_host_concurrency``."""
-
-    def responded(self, request: R_contra) -> None:
-        """The response to a taken ``request`` has fully arrived (its host's delay runs)."""
-
-    def fetched(self, request: R_contra) -> None:
-        """The download of ``request`` is over, response or failure, and no retry of it
-        waits: its host's slot may go to another request (``done`` follows later)."""
-
-    async def back_off(self, request: R_contra, seconds: float) -> None:
-        """Put a taken ``request`` back and keep its host idle ``seconds`` (429, 503...)."""
-
-
-@runtime_checkable
-class SharedRobots(Protocol):
-    """A frontier that keeps robots.txt for every engine: one fetch per host per crawl."""
-
-    async def robots_txt(
-        self, origin: str, fetch: Callable[[], Awaitable[str | None]], max_age: float
-    ) -> str | None:
-        """The rules for ``origin``: cached (``max_age`` s), or fetched by one engine only;
-        None, not cached, when ``fetch`` says the site did not answer."""
-        ...
-
-
-@runtime_checkable
-class Connected(Protocol):
-    """A frontier with a connection (Redis): opened at start, closed at the end.
-
-    ``close`` hands back whatever this engine still holds, so others can take it.
-    """
-
-    async def open(self) -> None:
-        """Connect, or raise ``FrontierUnavailable`` with the reason."""
-
-    async def close(self) -> None:
-        """Hand back our leases and disconnect."""
-
-
-@runtime_checkable
-class Persistent(Protocol):
-    """A frontier that outlives the process (SQLite ``state_dir``): a rerun resumes it.
-
-    It remembers that its crawl finished, so that a rerun says so instead of crawling
-    again, and keeps the crawl's counters with its commits.
-    """
-
-    @property
-    def finished(self) -> bool:
-        """The crawl stored here ran to its end."""
-        ...
-
-    def stored_stats(self) -> dict[str, int]:
-        """The counters saved by the last run (empty for a new crawl)."""
-        ...
-
-    def store_stats(self, stats: dict[str, int]) -> None:
-        """Save ``stats`` with the next commit."""
-        ...
-
-    async def mark_finished(self) -> None:
-        """Record, durably, that the crawl ran to its end."""
-        ...
-
-
-@runtime_checkable
-class Claims(Protocol):
-    """A frontier that can mark fingerprints seen without queueing them (redirect targets)."""
-
-    async def claim(self, requests: Sequence[Queued]) -> list[bool]:
-        """Mark each request's fingerprint seen; say for each whether it was new."""
-        ...
-
-
-@runtime_checkable
 class PageStore(Protocol):
     """What the last fetch of each page left for the next run, by fingerprint.
 
@@ -176,3 +98,107 @@ class PageStore(Protocol):
         False when that run began already (another engine of a shared crawl began it).
         """
         ...
+
+
+class Frontier(abc.ABC, Generic[R]):
+    """Every ability the crawl uses of a frontier; see the module docstring's table."""
+
+    #: whether ``take`` hands out requests that already hold one of their host's slots,
+    #: reserved at the frontier's clock for every engine sharing it (Redis host queues).
+    #: Then the crawl keeps no per-host limits of its own, which would hold a slot twice.
+    reserves_hosts: ClassVar[bool] = False
+
+    # -- required ------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def add(self, requests: Sequence[R]) -> list[bool]:
+        """Queue each request whose fingerprint is new; say for each whether it was."""
+
+    @abc.abstractmethod
+    async def claim(self, requests: Sequence[Queued]) -> list[bool]:
+        """Mark each fingerprint seen without queueing it (a redirect's target); say for
+        each whether it was new. Every frontier must: a redirect to a page already seen
+        is then dropped on every frontier alike."""
+
+    @abc.abstractmethod
+    async def take(self) -> R | None:
+        """The next request by priority (leased to us), or None if none is queued now."""
+
+    @abc.abstractmethod
+    async def done(self, request: R, *, requeue: bool = False) -> None:
+        """Release the lease on a request we took: finished, or put back when ``requeue``."""
+
+    @abc.abstractmethod
+    async def counts(self) -> tuple[int, int, int]:
+        """``(queued, leased, seen)``, across every engine sharing this frontier."""
+
+    # -- connection ----------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect, or raise ``FrontierUnavailable`` (or ``StateDirError``) with the reason.
+        Default: nothing to open."""
+
+    async def close(self) -> None:
+        """Hand back whatever this process still holds, so others can take it, and
+        disconnect. Default: nothing to hand back."""
+
+    # -- resume ----------------------------------------------------------------------
+
+    @property
+    def finished(self) -> bool:
+        """The crawl stored here is recorded as run to its end, so a rerun ends at once.
+        Default False: nothing is recorded (a rerun crawls what is queued)."""
+        return False
+
+    def stored_stats(self) -> dict[str, int]:
+        """The counters saved by the last run. Default: none (a new crawl)."""
+        return {}
+
+    def store_stats(self, stats: dict[str, int]) -> None:
+        """Save ``stats`` with the next commit. Default: not kept."""
+
+    async def mark_finished(self) -> None:
+        """Record, durably, that the crawl ran to its end. Default: not recorded."""
+
+    async def ran_to_end(self) -> bool:
+        """Whether the stored crawl is over, so a new run (re-crawl) may begin on it.
+        Default: nothing queued or leased, and something seen."""
+        queued, leased, seen = await self.counts()
+        return queued == 0 and leased == 0 and seen > 0
+
+    # -- page store ----------------------------------------------------------------
+
+    def pages(self) -> PageStore | None:
+        """Where this crawl keeps its pages between runs. Default None: no re-crawls."""
+        return None
+
+    # -- host reservation (when ``reserves_hosts``) ----------------------------------
+
+    def set_politeness(self, delay: float, per_host: int) -> None:
+        """The crawl's ``download_delay`` and ``per_host_concurrency``. Default: ignored,
+        the crawl keeps them itself."""
+
+    def responded(self, request: R) -> None:
+        """The response to a taken ``request`` has fully arrived (its host's delay runs).
+        Default: nothing to tell."""
+
+    def fetched(self, request: R) -> None:
+        """The download of ``request`` is over, response or failure, and no retry of it
+        waits: its host's slot may go to another request (``done`` follows later).
+        Default: nothing to tell."""
+
+    async def back_off(self, request: R, seconds: float) -> None:
+        """Put a taken ``request`` back and keep its host idle ``seconds`` (429, 503...).
+        Default: refused, since the crawl itself waits out a retry on a frontier that
+        does not reserve hosts."""
+        raise NotImplementedError(f"{type(self).__name__} does not reserve hosts")
+
+    # -- shared robots.txt ---------------------------------------------------------
+
+    async def robots_txt(
+        self, origin: str, fetch: Callable[[], Awaitable[str | None]], max_age: float
+    ) -> str | None:
+        """The rules for ``origin``: cached for every engine (``max_age`` s), or fetched
+        by one engine only; None, not cached, when ``fetch`` says the site did not
+        answer. Default: not shared, ``fetch`` runs here (the crawl caches the answer)."""
+        return await fetch()

@@ -5,13 +5,15 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Sequence
-from typing import Generic
 
-from netdisco.frontiers.base import Queued, R
+from netdisco.frontiers.base import Frontier, Queued, R
 
 
-class MemoryFrontier(Generic[R]):
-    """A heap of requests and a set of 16-byte fingerprints, in this process."""
+class MemoryFrontier(Frontier[R]):
+    """A heap of requests and a set of 16-byte fingerprints, in this process.
+
+    Every optional ability keeps its default: nothing outlives the process.
+    """
 
     def __init__(self) -> None:
         self._heap: list[tuple[int, int, R]] = []

@@ -33,12 +33,12 @@ import heapq
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
 from netdisco.exceptions import RequestNotShareable, StateDirError
-from netdisco.frontiers.base import Codec, R
+from netdisco.frontiers.base import Codec, Frontier, PageStore, Queued, R
 from netdisco.frontiers.sqlite_store import DB_NAME, LOCK_NAME, SCHEMA_VERSION, Row, Store
 
 __all__ = ["DB_NAME", "LOCK_NAME", "SCHEMA_VERSION", "SqliteFrontier", "Store"]
@@ -51,8 +51,9 @@ T = TypeVar("T")
 KNOWN_MAX = 200_000
 
 
-class SqliteFrontier(Generic[R]):
-    """The ``Frontier`` protocol over SQLite in ``directory`` (see the module docstring)."""
+class SqliteFrontier(Frontier[R]):
+    """A ``Frontier`` over SQLite in ``directory`` (see the module docstring): it resumes
+    and is its own page store; it reserves no hosts and shares no robots.txt."""
 
     def __init__(self, directory: str | Path, name: str, codec: Codec[R]) -> None:
         self.directory = Path(directory)
@@ -155,6 +156,20 @@ class SqliteFrontier(Generic[R]):
                 added[index] = True
         return added
 
+    async def claim(self, requests: Sequence[Queued]) -> list[bool]:
+        """Mark fingerprints seen without queueing them (committed with the next batch)."""
+        fresh = [r.fingerprint for r in requests if r.fingerprint not in self._known]
+        new = set(await self._run(self._store.claim, fresh)) if fresh else set()
+        self._seen += len(new)
+        if len(self._known) > KNOWN_MAX:
+            self._known.clear()
+        self._known.update(r.fingerprint for r in requests)
+        claimed = []
+        for request in requests:  # a fingerprint asked twice is new the first time only
+            claimed.append(request.fingerprint in new)
+            new.discard(request.fingerprint)
+        return claimed
+
     async def take(self) -> R | None:
         if self._failure is not None:
             raise self._failure
@@ -182,7 +197,7 @@ class SqliteFrontier(Generic[R]):
             raise self._failure
         return len(self._heap), len(self._leased), self._seen
 
-    # -- Persistent ------------------------------------------------------------------
+    # -- resume ------------------------------------------------------------------------
 
     @property
     def finished(self) -> bool:
@@ -204,7 +219,13 @@ class SqliteFrontier(Generic[R]):
         await self._commit()
         self._meta["finished"] = "1"
 
-    # -- PageStore -------------------------------------------------------------------
+    async def ran_to_end(self) -> bool:
+        return self.finished
+
+    # -- page store --------------------------------------------------------------------
+
+    def pages(self) -> PageStore:
+        return self
 
     async def get_page(self, fingerprint: bytes) -> bytes | None:
         return await self._run(self._store.get_page, fingerprint)

@@ -159,6 +159,14 @@ class Store:
         except sqlite3.Error as exc:
             raise self._failed(exc) from exc
 
+    def claim(self, fingerprints: Sequence[bytes]) -> list[bytes]:
+        """Mark ``fingerprints`` seen (in the open transaction); those that were new."""
+        try:
+            db = self._begin()
+            return [fp for fp in fingerprints if db.execute(_INSERT_SEEN, (fp,)).rowcount == 1]
+        except sqlite3.Error as exc:
+            raise self._failed(exc) from exc
+
     def commit(self, done: Sequence[int], meta: dict[str, str]) -> None:
         """Delete the acknowledged rows, save ``meta``, commit everything since the last one."""
         try:

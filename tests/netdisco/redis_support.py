@@ -115,13 +115,13 @@ async def engine(redis_url: str, zk_hosts: str, base: str, engine_id: str) -> di
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
     await crawler.start()
     await _until_done_or_stopped(crawler, registration, stopping)
-    handed_back = await frontier.close()
+    await frontier.close()
     await recovery.stop()
     return {
         "event": "done",
         "state": crawler.state.value,
         "pages": crawler.stats.succeeded,
-        "handed_back": handed_back,
+        "handed_back": frontier.handed_back,
         "round_trips": frontier.round_trips,
         "recoveries": [r.__dict__ for r in recovery.recoveries],
     }

@@ -15,7 +15,6 @@ from netdisco import Crawler, Request, Settings
 from netdisco.crawl.codec import RequestCodec
 from netdisco.crawl.crawler import frontier_for
 from netdisco.exceptions import ConfigError, CrawlLost
-from netdisco.frontiers import HostReserving
 from netdisco.frontiers.redis import RedisFrontier, RedisOptions
 from netdisco.frontiers.redis.host_scripts import HostKeys
 from netdisco.frontiers.redis.hosts import HostQueueFrontier
@@ -73,10 +72,10 @@ def path(request: Request | None) -> str:
 async def test_the_redis_setting_picks_host_queues_unless_told_otherwise(spider: SiteSpider):
     shared = frontier_for(Settings(frontier="redis://127.0.0.1:1/0"), spider, None)
     assert isinstance(shared, HostQueueFrontier)
-    assert isinstance(shared, HostReserving)
+    assert shared.reserves_hosts
     alone = frontier_for(Settings(frontier="redis://127.0.0.1:1/0?politeness=engine"), spider, None)
     assert isinstance(alone, RedisFrontier)
-    assert not isinstance(alone, HostReserving)
+    assert not alone.reserves_hosts
     with pytest.raises(ConfigError, match="politeness must be cluster or engine"):
         RedisOptions.from_url("redis://127.0.0.1:1/0?politeness=host")
     with pytest.raises(ConfigError, match="a flag is 0 or 1"):

@@ -8,13 +8,13 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 from redis.exceptions import RedisError, SlotNotCoveredError
 
 from netdisco.exceptions import CrawlLost, FrontierUnavailable, NetdiscoError, RequestNotShareable
-from netdisco.frontiers.base import Codec, Queued, R
+from netdisco.frontiers.base import Codec, Frontier, Queued, R
 from netdisco.frontiers.redis.batching import GroupCommit
 from netdisco.frontiers.redis.epochs import join_epoch, read_counts
 from netdisco.frontiers.redis.leases import Client, Keys, renew_leases, return_leases, spiders_key
@@ -22,6 +22,9 @@ from netdisco.frontiers.redis.leases import sweep_expired as sweep_leases
 from netdisco.frontiers.redis.options import RedisOptions, bloom_offsets, connect, redact, refusal
 from netdisco.frontiers.redis.replication import Confirmations
 from netdisco.frontiers.redis.scripts import ADD_LUA, CLAIM_LUA, DONE_LUA, LOST, TAKE_LUA
+
+if TYPE_CHECKING:
+    from netdisco.frontiers.redis.pages import RedisPages
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -33,8 +36,9 @@ WORK_WAIT = 0.25
 _RETRY_FIRST, _RETRY_MAX = 0.05, 1.0  # seconds between tries while Redis cannot answer
 
 
-class RedisFrontier(Generic[R]):
-    """The ``Frontier`` protocol over Redis, shared by every engine crawling ``name``.
+class RedisFrontier(Frontier[R]):
+    """A ``Frontier`` over Redis, shared by every engine crawling ``name``: connected,
+    with a page store (``pages``); its counters are not stored (the ``finished`` default).
 
     ``codec`` turns requests into JSON and back (callbacks by name, say).
     ``owner`` names the leases: pass the engine's incarnation so that
@@ -80,6 +84,8 @@ class RedisFrontier(Generic[R]):
         self._down_since: float | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self.epoch = ""  # the crawl we joined: see open()
+        self.handed_back = 0  # leases returned by close()
+        self._pages: RedisPages | None = None
 
     async def open(self) -> None:
         """Check Redis answers (``FrontierUnavailable`` if not) and start the heartbeat."""
@@ -117,10 +123,19 @@ class RedisFrontier(Generic[R]):
             "FLUSHALL or failover to an empty replica); its queue, leases and seen set are gone"
         )
 
-    async def close(self, *, hand_back: bool = True) -> int:
-        """Stop the heartbeat, hand our leases back (graceful stop), disconnect."""
+    def pages(self) -> RedisPages:
+        """The crawl's pages in a hash beside its keys, on this frontier's connection."""
+        if self._pages is None:
+            from netdisco.frontiers.redis.pages import RedisPages
+
+            self._pages = RedisPages(self)
+        return self._pages
+
+    async def close(self, *, hand_back: bool = True) -> None:
+        """Stop the heartbeat, hand our leases back (graceful stop: ``handed_back`` says
+        how many), disconnect."""
         if self._closed:
-            return 0
+            return
         self._closed = True
         tasks = [task for task in (self._heartbeat, self._listener) if task is not None]
         for task in tasks:
@@ -138,8 +153,8 @@ class RedisFrontier(Generic[R]):
         self._ids.clear()
         self._buffer.clear()
         await self._redis.aclose()
+        self.handed_back = returned
         log.info("frontier_closed", owner=self.owner, handed_back=returned)
-        return returned
 
     # -- the Frontier protocol ---------------------------------------------------------
 

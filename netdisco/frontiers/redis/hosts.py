@@ -66,7 +66,10 @@ class HostQueueFrontier(RedisFrontier[R]):
 
     Every engine sharing the crawl must use the same ``download_delay``,
     ``per_host_concurrency`` and ``shards`` (they run one spider's settings).
+    It reserves hosts and shares robots.txt (``Frontier``'s host abilities).
     """
+
+    reserves_hosts = True
 
     def __init__(
         self,
