@@ -19,14 +19,17 @@ from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
+from netdisco.crawl.transport import DownloadHandler, MockHandler
 from netdisco.exceptions import DropItem, NetdiscoError
 
 __all__ = [
     "CallablePipeline",
     "ConsolePipeline",
     "Crawler",
+    "DownloadHandler",
     "DropItem",
     "JsonLinesPipeline",
+    "MockHandler",
     "NetdiscoError",
     "Pipeline",
     "PushResult",

@@ -10,6 +10,8 @@ NetdiscoError
 │   ├── RobotsDenied         robots.txt disallows the URL
 │   ├── TooManyRedirects     redirect cap reached or a redirect loop
 │   ├── ResponseTooLarge     the body passed ``max_response_size``
+│   ├── TransferFailed       one attempt failed on the network (``retryable``: try again)
+│   │   └── TransferTimeout  ... because it took longer than ``timeout``
 │   ├── DownloadFailed       network error, retries exhausted
 │   ├── RetryDeferred        a retry handed back to host queues, to wait out its back-off
 │   ├── RedirectHandedOff    a redirect to another host, queued for that host (host queues)
@@ -90,6 +92,20 @@ class TooManyRedirects(RequestError):
 
 class ResponseTooLarge(RequestError):
     """The body grew past ``max_response_size``; reading stopped there."""
+
+
+class TransferFailed(RequestError):
+    """One attempt failed on the way: no connection, no such host, a timeout, a body cut
+    short or an answer that is not HTTP. Download handlers raise it in place of their
+    library's errors; ``retryable`` says whether another attempt may mend it."""
+
+    def __init__(self, message: str, *, url: str, retryable: bool) -> None:
+        super().__init__(message, url=url)
+        self.retryable = retryable
+
+
+class TransferTimeout(TransferFailed):
+    """One attempt took longer than the ``timeout`` (or ``connect_timeout``) allows."""
 
 
 class DownloadFailed(RequestError):

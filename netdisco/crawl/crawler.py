@@ -31,6 +31,7 @@ from netdisco.crawl.scraper import Scraper
 from netdisco.crawl.settings import Settings, check_recrawl
 from netdisco.crawl.spider import Spider
 from netdisco.crawl.stats import Stats
+from netdisco.crawl.transport import DownloadHandler
 from netdisco.crawl.upkeep import (
     admit_in_batches,
     close_frontier,
@@ -59,7 +60,8 @@ POLL_INTERVAL = 0.25
 
 class Crawler:
     """Runs one spider; see the module docstring. ``engine`` names the engine in feed
-    paths (``{engine}``; the host name if None)."""
+    paths (``{engine}``; the host name if None). ``download_handler`` fetches every hop
+    and robots.txt in place of aiohttp (``MockHandler`` for tests with no sockets)."""
 
     def __init__(
         self,
@@ -70,6 +72,7 @@ class Crawler:
         frontier: Frontier[Request] | None = None,
         owner: str | None = None,
         engine: str | None = None,
+        download_handler: DownloadHandler | None = None,
     ) -> None:
         self.spider = spider
         self.name = spider.name
@@ -87,7 +90,7 @@ class Crawler:
         self.fetch = PageFetcher(spider, s, self.stats, self.scraper, self.frontier.pages())
         self.downloader = self.fetch.downloader = Downloader(
             s, self.stats, self.scope.reason, spider=spider, frontier=self.frontier,
-            claim=self.scheduler.claim, first=self.fetch.middlewares(),
+            claim=self.scheduler.claim, first=self.fetch.middlewares(), handler=download_handler,
         )  # fmt: skip
         self.parking = Parking(self.downloader, 4 * self.settings.concurrency)
         self.run_id: str | None = None  # a schedule's tick: a finished crawl begins it anew

@@ -23,7 +23,7 @@ import aiohttp
 import structlog
 
 from netdisco.crawl.lru import LRU
-from netdisco.crawl.middleware import Chain, DownloadHandler, Middleware, build_middlewares
+from netdisco.crawl.middleware import Chain, Middleware, build_middlewares
 from netdisco.crawl.parking import Parking as Parking  # where it lived before
 from netdisco.crawl.redirects import (
     REDIRECT_STATUSES,
@@ -37,7 +37,7 @@ from netdisco.crawl.response import Response
 from netdisco.crawl.robots import RobotsCache
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.stats import Stats
-from netdisco.crawl.transport import AiohttpHandler
+from netdisco.crawl.transport import AiohttpHandler, DownloadHandler, describe
 from netdisco.crawl.urls import canonical_url, check_url, origin
 from netdisco.exceptions import (
     BrowserCrashed,
@@ -50,6 +50,7 @@ from netdisco.exceptions import (
     RetryDeferred,
     RobotsDenied,
     TooManyRedirects,
+    TransferFailed,
 )
 from netdisco.frontiers import Frontier
 
@@ -60,13 +61,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 RETRY_STATUSES = frozenset({408, 429, *range(500, 600)})
-#: network failures worth another try; DNS failures are not (the name will not appear)
-RETRY_ERRORS = (
-    aiohttp.ClientConnectionError,
-    aiohttp.ClientPayloadError,
-    TimeoutError,
-    BrowserCrashed,
-)
 
 ScopeCheck = Callable[[str, str], "str | None"]
 #: marks a redirect target seen; False if it was already (fetched or queued)
@@ -138,10 +132,12 @@ class Downloader:
         frontier: Frontier[Request],
         claim: Claim | None = None,
         first: Sequence[Middleware] = (),
+        handler: DownloadHandler | None = None,
     ) -> None:
         """``claim`` marks redirect targets seen (the crawler's scheduler does, in the
         frontier); ``first`` are the crawl's own middlewares, ahead of the configured.
-        A ``frontier`` that reserves hosts holds per-host politeness for every engine."""
+        A ``frontier`` that reserves hosts holds per-host politeness for every engine.
+        ``handler`` downloads each hop (default: aiohttp over a session of ours)."""
         self.settings = settings
         self.stats = stats
         self.scope = scope
@@ -151,7 +147,8 @@ class Downloader:
         self.claim = claim
         self._slots: LRU[str, HostSlot] = LRU(settings.host_cache_size, HostSlot.idle)
         self._session: aiohttp.ClientSession | None = None
-        self._http: AiohttpHandler | None = None
+        self._http: DownloadHandler | None = handler
+        self._own_session = handler is None
         self.renderer: RenderingHandler | None = None
         self.chain = Chain(self.middlewares, spider, self._transfer)
         self.robots: RobotsCache | None = None
@@ -162,16 +159,12 @@ class Downloader:
     async def open(self) -> None:
         """Create the session (inside the running loop); start Chromium if ``render`` is set."""
         s = self.settings
-        connector = aiohttp.TCPConnector(limit=s.concurrency, limit_per_host=0, ttl_dns_cache=300)
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(total=s.timeout, sock_connect=s.connect_timeout),
-            headers={"User-Agent": s.user_agent},
-            cookie_jar=aiohttp.DummyCookieJar(),
-        )
-        self._http = AiohttpHandler(self._session, s)
+        if self._own_session:
+            self._session = _session(s)
+            self._http = AiohttpHandler(self._session, s)
+        assert self._http is not None
         if s.obey_robots:
-            self.robots = RobotsCache(self._session, s, self.frontier.robots_txt)
+            self.robots = RobotsCache(self._http, s, self.frontier.robots_txt)
         log.info("downloader_chain", middlewares=self.chain.names, render=s.render)
         if s.render:
             await self._renderer().start()  # a missing browser fails the start, named
@@ -219,12 +212,11 @@ class Downloader:
             request.attempts += 1
             try:
                 response = await self._follow(request, claimed)
-            except RETRY_ERRORS as exc:
-                if request.attempts > s.retries or isinstance(exc, aiohttp.ClientConnectorDNSError):
-                    raise DownloadFailed(_describe(exc), url=request.url) from exc
+            except (TransferFailed, BrowserCrashed) as exc:
+                retryable = not isinstance(exc, TransferFailed) or exc.retryable
+                if request.attempts > s.retries or not retryable:
+                    raise DownloadFailed(describe(exc), url=request.url) from exc
                 delay = self._backoff(request.attempts)
-            except aiohttp.ClientError as exc:  # a malformed answer: retrying will not mend it
-                raise DownloadFailed(_describe(exc), url=request.url) from exc
             else:
                 if response.status < 400:
                     return response
@@ -367,8 +359,13 @@ class Downloader:
         return response
 
 
-def _describe(exc: BaseException) -> str:
-    """A readable reason for a network failure (TimeoutError has no message)."""
-    if isinstance(exc, TimeoutError):
-        return "timed out"
-    return f"{type(exc).__name__}: {exc}"
+def _session(s: Settings) -> aiohttp.ClientSession:
+    """The spider's session: its connection limits, timeouts and agent, no cookies (the
+    cookie middleware keeps them)."""
+    connector = aiohttp.TCPConnector(limit=s.concurrency, limit_per_host=0, ttl_dns_cache=300)
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=s.timeout, sock_connect=s.connect_timeout),
+        headers={"User-Agent": s.user_agent},
+        cookie_jar=aiohttp.DummyCookieJar(),
+    )

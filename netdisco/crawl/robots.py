@@ -26,14 +26,17 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
-import aiohttp
 import structlog
 from protego import Protego
 
 from netdisco.crawl.lru import LRU
+from netdisco.crawl.redirects import REDIRECT_STATUSES
+from netdisco.crawl.request import Request
 from netdisco.crawl.settings import Settings
+from netdisco.crawl.transport import DownloadHandler
+from netdisco.exceptions import InvalidURL, ResponseTooLarge, TransferFailed, TransferTimeout
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +45,8 @@ RobotsSource = Callable[[str, Callable[[], Awaitable[str | None]], float], Await
 
 #: RFC 9309 asks crawlers to parse at least 500 KiB
 MAX_ROBOTS_SIZE = 512 * 1024
+#: redirects followed to robots.txt (RFC 9309: at least five)
+MAX_REDIRECTS = 10
 
 
 @dataclass(eq=False)
@@ -63,14 +68,11 @@ class _Origin:
 class RobotsCache:
     """One robots.txt per origin; concurrent asks for one origin share one fetch."""
 
-    def __init__(
-        self, session: aiohttp.ClientSession, settings: Settings, source: RobotsSource
-    ) -> None:
-        self.session = session
+    def __init__(self, handler: DownloadHandler, settings: Settings, source: RobotsSource) -> None:
+        self.handler = handler
         self.source = source
         self.settings = settings
         self.user_agent = settings.user_agent
-        self.timeout = aiohttp.ClientTimeout(total=settings.timeout)
         self._origins: LRU[str, _Origin] = LRU(settings.robots_cache_size, _Origin.idle)
         self.fetches = 0  # robots.txt requests made
 
@@ -131,37 +133,35 @@ class RobotsCache:
 
     async def _fetch(self, entry: _Origin) -> str | None:
         """The file's text, "" (allow all: 4xx, no connection), or None (5xx, timeout)."""
-        url = entry.origin + "/robots.txt"
         self.fetches += 1
         try:
-            async with self.session.get(
-                url, timeout=self.timeout, allow_redirects=True, proxy=entry.proxy
-            ) as resp:
-                if resp.status >= 500:
-                    return None
-                if resp.status >= 400:
-                    return ""
-                body = await _read_up_to(resp, MAX_ROBOTS_SIZE)
-        except TimeoutError:
-            return None
-        except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a bad URL
-            log.info("robots_fetch_failed", url=url, error=repr(exc))
-            return ""
+            return await self._follow(entry)
         finally:
             entry.fetched = time.monotonic()
-        return body.decode("utf-8", errors="replace")
+
+    async def _follow(self, entry: _Origin) -> str | None:
+        """Through the crawl's download handler, following up to ``MAX_REDIRECTS`` hops."""
+        url = entry.origin + "/robots.txt"
+        for _ in range(MAX_REDIRECTS + 1):
+            try:
+                response = await self.handler.fetch(Request(url, proxy=entry.proxy))
+            except TransferTimeout:
+                return None
+            except (TransferFailed, InvalidURL, ResponseTooLarge) as exc:
+                log.info("robots_fetch_failed", url=url, error=str(exc))
+                return ""
+            location = response.headers.get("Location")
+            if response.status in REDIRECT_STATUSES and location:
+                url = urljoin(url, location)
+                continue
+            if response.status >= 500:
+                return None
+            if response.status >= 400:
+                return ""
+            return response.body[:MAX_ROBOTS_SIZE].decode("utf-8", errors="replace")
+        return ""  # RFC 9309: past the redirects followed, as if unavailable (allow all)
 
 
 def _origin(url: str) -> str:
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}"
-
-
-async def _read_up_to(resp: aiohttp.ClientResponse, limit: int) -> bytes:
-    """The first ``limit`` bytes of the body (``content.read(n)`` stops at the first chunk)."""
-    data = bytearray()
-    async for chunk in resp.content.iter_chunked(65536):
-        data += chunk
-        if len(data) >= limit:
-            break
-    return bytes(data[:limit])

@@ -1,13 +1,45 @@
-"""The default download handler: one request, one hop, over the spider's aiohttp session."""
+"""Download handlers: one request, one hop, no redirects followed.
+
+``AiohttpHandler`` is the default, over the spider's aiohttp session; ``MockHandler``
+answers from a function, for tests that need no sockets (``Crawler(...,
+download_handler=MockHandler(...))``, as httpx's ``MockTransport``). aiohttp's errors
+stop here: above a handler only netdisco's (``TransferFailed``) are raised.
+"""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
+
 import aiohttp
+from multidict import CIMultiDict
 
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.settings import Settings
-from netdisco.exceptions import InvalidURL, ResponseTooLarge
+from netdisco.exceptions import InvalidURL, ResponseTooLarge, TransferFailed, TransferTimeout
+
+#: network failures worth another try; DNS failures are not (the name will not appear)
+_RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
+
+
+class DownloadHandler(Protocol):
+    """What turns one request (one hop, no redirects followed) into a response."""
+
+    async def fetch(self, request: Request) -> Response:
+        """The response to ``request``; a network failure raises ``TransferFailed``."""
+        ...
+
+
+def describe(exc: BaseException) -> str:
+    """A readable reason for a failure (TimeoutError has no message; a TransferFailed
+    carries its reason already)."""
+    if isinstance(exc, TransferFailed):
+        return str(exc)
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return f"{type(exc).__name__}: {exc}"
 
 
 class AiohttpHandler:
@@ -18,7 +50,7 @@ class AiohttpHandler:
         self.settings = settings
 
     async def fetch(self, request: Request) -> Response:
-        """The response; aiohttp's network errors are raised as they are, for retries."""
+        """The response; aiohttp's errors come out as ``TransferFailed`` or ``InvalidURL``."""
         url = request.url
         try:
             async with self.session.request(
@@ -32,6 +64,14 @@ class AiohttpHandler:
                 data = await self._read(resp, url)
         except (aiohttp.InvalidURL, ValueError) as exc:
             raise InvalidURL(f"cannot request {url!r}: {exc}", url=url) from exc
+        except TimeoutError as exc:
+            raise TransferTimeout(describe(exc), url=url, retryable=True) from exc
+        except aiohttp.ClientConnectorDNSError as exc:  # the name will not appear on a retry
+            raise TransferFailed(describe(exc), url=url, retryable=False) from exc
+        except _RETRYABLE as exc:
+            raise TransferFailed(describe(exc), url=url, retryable=True) from exc
+        except aiohttp.ClientError as exc:  # a malformed answer: retrying will not mend it
+            raise TransferFailed(describe(exc), url=url, retryable=False) from exc
         return Response(url, resp.status, resp.headers, data, request)
 
     async def _read(self, resp: aiohttp.ClientResponse, url: str) -> bytes:
@@ -48,3 +88,39 @@ class AiohttpHandler:
             if len(data) > limit:
                 raise ResponseTooLarge(f"body passed {limit} bytes", url=url)
         return bytes(data)
+
+
+Respond = Callable[[Request], "Response | Awaitable[Response]"]
+
+
+class MockHandler:
+    """Answers every request from ``respond(request)`` (plain or async): no sockets.
+
+    ``MockHandler.pages({url: body})`` answers those URLs 200 (HTML) and others 404.
+    ``requests`` lists what was asked, in order, for tests to assert on.
+    """
+
+    def __init__(self, respond: Respond) -> None:
+        self.respond = respond
+        self.requests: list[Request] = []
+
+    @classmethod
+    def pages(
+        cls, pages: Mapping[str, str | bytes], *, content_type: str = "text/html"
+    ) -> MockHandler:
+        """A handler serving ``pages`` by exact URL; any other URL is a 404."""
+
+        def respond(request: Request) -> Response:
+            body = pages.get(request.url)
+            if body is None:
+                return Response(request.url, 404, CIMultiDict(), b"", request)
+            data = body.encode() if isinstance(body, str) else body
+            headers = CIMultiDict({"Content-Type": content_type})
+            return Response(request.url, 200, headers, data, request)
+
+        return cls(respond)
+
+    async def fetch(self, request: Request) -> Response:
+        self.requests.append(request)
+        answer = self.respond(request)
+        return await answer if inspect.isawaitable(answer) else answer

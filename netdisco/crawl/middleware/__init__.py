@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from netdisco.crawl.middleware.base import Chain, DownloadHandler, Middleware, middleware_name
+from netdisco.crawl.middleware.base import Chain, Middleware, middleware_name
 from netdisco.crawl.middleware.builtin import (
     Cookies,
     DefaultHeaders,
@@ -74,7 +74,6 @@ __all__ = [
     "Chain",
     "Cookies",
     "DefaultHeaders",
-    "DownloadHandler",
     "Middleware",
     "ProxyRotation",
     "UserAgentRotation",

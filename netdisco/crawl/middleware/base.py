@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
@@ -25,14 +25,6 @@ if TYPE_CHECKING:
 
 Download = Callable[[Request], Awaitable[Response]]
 HOOKS = ("process_request", "process_response", "process_exception")
-
-
-class DownloadHandler(Protocol):
-    """What turns one request (one hop, no redirects followed) into a response."""
-
-    async def fetch(self, request: Request) -> Response:
-        """The response to ``request``; network failures raise as they are (for retries)."""
-        ...
 
 
 class Middleware:

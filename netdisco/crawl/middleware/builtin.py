@@ -20,6 +20,7 @@ from yarl import URL
 from netdisco.crawl.middleware.base import Middleware
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
+from netdisco.exceptions import TransferFailed
 
 if TYPE_CHECKING:
     from netdisco.crawl.spider import Spider
@@ -99,7 +100,7 @@ class ProxyRotation(Middleware):
 
     async def process_exception(self, request: Request, exc: BaseException, spider: Spider) -> None:
         proxy = request.proxy
-        if proxy in self.failures and isinstance(exc, aiohttp.ClientError | TimeoutError):
+        if proxy in self.failures and isinstance(exc, TransferFailed):
             self._failed(proxy)
 
     def _failed(self, proxy: str) -> None:

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 from multidict import CIMultiDict
 
-from netdisco.crawl.middleware import DownloadHandler
 from netdisco.crawl.render.pool import BrowserPool
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.stats import Stats
+from netdisco.crawl.transport import DownloadHandler
 from netdisco.exceptions import (
     BrowserCrashed,
     BrowserUnavailable,
