@@ -142,12 +142,17 @@ def test_an_upward_import_added_by_hand_is_caught(
     assert all(statement.split()[1] in problem for problem in found), found
 
 
-def test_no_module_over_400_lines_and_no_function_over_40() -> None:
+#: a module aims at about 400 lines, and may reach this when that keeps one concept in one
+#: file: modules are split by concept, never to meet a number
+MODULE_LINES = 600
+
+
+def test_no_module_over_600_lines_and_no_function_over_40() -> None:
     """Short modules and functions keep the data flow readable (the house rule, enforced)."""
     long_modules, long_functions = [], []
     for path in sources():
         text = path.read_text(encoding="utf-8")
-        if text.count("\n") > 400:
+        if text.count("\n") > MODULE_LINES:
             long_modules.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):

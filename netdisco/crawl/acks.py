@@ -11,15 +11,14 @@ seconds, and the workers do not wait for them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
 
 import structlog
 
+from netdisco.crawl.context import CrawlContext
 from netdisco.crawl.pipelines import ItemStream
 from netdisco.crawl.request import Request
-from netdisco.crawl.settings import Settings
-from netdisco.crawl.stats import Stats
 from netdisco.exceptions import NetdiscoError
 from netdisco.frontiers import Frontier
 
@@ -29,35 +28,33 @@ log = structlog.get_logger(__name__)
 class Acker:
     """Batches flush-then-acknowledge for the requests the workers finished."""
 
-    def __init__(
-        self,
-        frontier: Frontier[Request],
-        stream: ItemStream,
-        stats: Stats,
-        settings: Settings,
-        on_failure: Callable[[Exception], None],
-    ) -> None:
-        self.frontier = frontier
+    def __init__(self, ctx: CrawlContext, stream: ItemStream) -> None:
+        self.ctx = ctx
+        self.frontier = ctx.frontier
         self.stream = stream
-        self.stats = stats
-        self.interval = settings.flush_interval
-        self.items = settings.flush_items
-        self._on_failure = on_failure
+        self.stats = ctx.stats
+        self.interval = ctx.settings.flush_interval
+        self.items = ctx.settings.flush_items
         self._pending: list[Request] = []
         self._wake = asyncio.Event()
         self._full = asyncio.Event()
         self._mark = 0  # stats.items at the last flush
         self._closing = False
-        self._task: asyncio.Task[None] | None = None
+        self._ended = asyncio.Event()  # the batching loop returned (or never ran)
+        self._ended.set()
 
     @property
     def pending(self) -> int:
         """Requests finished and not yet acknowledged."""
         return len(self._pending)
 
-    def start(self) -> None:
-        """Run the batching loop on the running event loop."""
-        self._task = asyncio.create_task(self._loop(), name="acks")
+    async def run(self) -> None:
+        """The batching loop, until ``close``; run it as a task of the crawl's group."""
+        self._ended.clear()
+        try:
+            await self._loop()
+        finally:
+            self._ended.set()
 
     def add(self, request: Request) -> None:
         """``request`` is finished: acknowledge it after the next flush."""
@@ -74,7 +71,7 @@ class Acker:
                     await asyncio.wait_for(self._full.wait(), self.interval)
                 await self.flush()
         except Exception as exc:  # the crawl cannot go on without its acknowledgements
-            self._on_failure(exc)
+            self.ctx.fail(exc)
 
     async def flush(self) -> None:
         """Flush every pipeline, then acknowledge every request finished before it."""
@@ -94,13 +91,12 @@ class Acker:
         self._full.set()
         try:
             async with asyncio.timeout(timeout):
-                if self._task is not None:
-                    await asyncio.gather(self._task, return_exceptions=True)
+                await self._ended.wait()
                 await self.flush()
         except TimeoutError:
             log.warning("acks_not_flushed", pending=len(self._pending), timeout=timeout)
         except Exception as exc:  # not acknowledged: fetched again next time, never lost
-            self._on_failure(exc)
+            self.ctx.fail(exc)
 
 
 async def return_parked(
@@ -118,3 +114,20 @@ async def return_parked(
             await asyncio.gather(*(frontier.done(r, requeue=True) for r in requests))
     except (TimeoutError, NetdiscoError) as exc:
         log.warning("parked_not_returned", count=len(requests), error=repr(exc))
+
+
+async def release(
+    frontier: Frontier[Request], request: Request, *, requeue: bool, bounded: bool
+) -> None:
+    """End our lease on ``request``; ``bounded`` (closing): a frontier that is down gets 1 s.
+
+    Mid-crawl, a frontier that is down is waited for: the crawl pauses until it is back.
+    """
+    if not bounded:
+        await frontier.done(request, requeue=requeue)
+        return
+    try:
+        async with asyncio.timeout(1.0):
+            await frontier.done(request, requeue=requeue)
+    except (TimeoutError, NetdiscoError) as exc:
+        log.warning("lease_not_released", url=request.url, error=repr(exc))

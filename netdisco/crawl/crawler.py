@@ -1,9 +1,18 @@
 """One spider's crawl: the data flow of steps 1-5, with its lifecycle.
 
-``Crawler`` wires the scheduler (2), the downloader (3), the scraper (4) and the
-item stream (5) around a frontier, runs ``concurrency`` worker tasks on the
-running loop, and moves through ``SpiderState`` on start, pause, resume, stop
-and when the frontier is drained.
+``Crawler`` makes the crawl's stages around one ``CrawlContext`` (spider, settings,
+counters, frontier): the scheduler (2), the downloader (3), the scraper (4) and the
+item stream (5), and, only when the settings ask for re-crawls, ``Recrawl``. It runs
+``concurrency`` workers, the seeding, the acknowledgements and the progress line in
+one ``TaskGroup``, and moves through ``SpiderState`` on start, pause, resume, stop and
+when the frontier is drained.
+
+One request's trip: ``Scheduler.admit_seeds`` (or ``push``, or a callback's links
+through ``Scraper.admit``) queues it in the frontier; a worker takes it (or a request
+the downloader parked for its busy host), ``Downloader.fetch`` downloads it through
+the middleware chain and the download handler, ``Scraper.scrape`` runs its callback
+(items to the ``ItemStream``, links back to the scheduler), and ``Acker`` ends its
+lease once its items are flushed.
 """
 
 from __future__ import annotations
@@ -11,35 +20,29 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import Callable, Iterable, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import structlog
 from reactivex import Observable
 
 from netdisco.crawl import settings as settings_module
-from netdisco.crawl.acks import Acker, return_parked
+from netdisco.crawl.acks import Acker, release, return_parked
 from netdisco.crawl.codec import frontier_for
-from netdisco.crawl.downloader import Downloader, Parking
+from netdisco.crawl.context import CrawlContext
+from netdisco.crawl.downloader import Downloader
 from netdisco.crawl.feeds import feed_pipelines
 from netdisco.crawl.lifecycle import ALLOWED, TERMINAL, PushResult, SpiderState
 from netdisco.crawl.pipelines import ItemStream, Pipeline
-from netdisco.crawl.recrawl import PageFetcher, begin_run
+from netdisco.crawl.recrawl import Recrawl, wants_pages
 from netdisco.crawl.request import Request
-from netdisco.crawl.scheduler import Scheduler, Scope
+from netdisco.crawl.scheduler import Scheduler
 from netdisco.crawl.scraper import Scraper
 from netdisco.crawl.settings import Settings, check_recrawl
 from netdisco.crawl.spider import Spider
 from netdisco.crawl.stats import Stats
 from netdisco.crawl.transport import DownloadHandler
-from netdisco.crawl.upkeep import (
-    admit_in_batches,
-    close_frontier,
-    persist,
-    release,
-    report_failure,
-    report_progress,
-)
 from netdisco.exceptions import (
     DownloadFailed,
     FrontierFailed,
@@ -59,14 +62,15 @@ POLL_INTERVAL = 0.25
 
 
 class Crawler:
-    """Runs one spider; see the module docstring. ``engine`` names the engine in feed
-    paths (``{engine}``; the host name if None). ``download_handler`` fetches every hop
-    and robots.txt in place of aiohttp (``MockHandler`` for tests with no sockets)."""
+    """Runs one spider; see the module docstring. ``settings`` is a ``Settings`` or a
+    mapping of them (over the spider's ``custom_settings``). ``engine`` names the engine
+    in feed paths (``{engine}``; the host name if None). ``download_handler`` fetches
+    every hop and robots.txt in place of aiohttp (``MockHandler``: tests, no sockets)."""
 
     def __init__(
         self,
         spider: Spider,
-        settings: Settings | None = None,
+        settings: Settings | Mapping[str, Any] | None = None,
         *,
         pipelines: Sequence[Pipeline] = (),
         frontier: Frontier[Request] | None = None,
@@ -76,46 +80,38 @@ class Crawler:
     ) -> None:
         self.spider = spider
         self.name = spider.name
-        self.settings = settings or settings_module.from_mapping(spider.custom_settings)
+        self.settings = s = _settings(spider, settings)
+        check_recrawl(s)
         self.stats = Stats()
         self.state = SpiderState.IDLE
         self.started_at: float | None = None
-        s = self.settings
-        check_recrawl(s)
         self.frontier: Frontier[Request] = frontier or frontier_for(s, spider, owner)
-        self.scope = Scope(spider.allowed_domains, s.allow, s.deny, s.host_cache_size)
-        self.scheduler = Scheduler(self.settings, self.scope, self.frontier, self.stats)
-        self.stream = ItemStream(self.stats, self.settings.item_buffer)
-        self.scraper = Scraper(self._admit, self.stream, self.stats)
-        self.fetch = PageFetcher(spider, s, self.stats, self.scraper, self.frontier.pages())
-        self.downloader = self.fetch.downloader = Downloader(
-            s, self.stats, self.scope.reason, spider=spider, frontier=self.frontier,
-            claim=self.scheduler.claim, first=self.fetch.middlewares(), handler=download_handler,
-        )  # fmt: skip
-        self.parking = Parking(self.downloader, 4 * self.settings.concurrency)
+        self.ctx = ctx = CrawlContext(spider, s, self.stats, self.frontier)
+        self.scheduler = Scheduler(ctx)
+        self.stream = ItemStream(self.stats, s.item_buffer)
+        self.scraper = Scraper(ctx, self.scheduler, self.stream)
+        self.downloader = Downloader(ctx, self.scheduler, handler=download_handler)
+        self.recrawl = Recrawl.wanted(ctx, self.downloader, self.scraper)
+        self.acks = Acker(ctx, self.stream)
         self.run_id: str | None = None  # a schedule's tick: a finished crawl begins it anew
-        self.acks = Acker(self.frontier, self.stream, self.stats, self.settings, self._fail)
-        self.failure: Exception | None = None  # why the crawl must end failed
-        self.feeds = feed_pipelines(self.settings.feeds, spider=self.name, engine=engine)
+        self.feeds = feed_pipelines(s.feeds, spider=self.name, engine=engine)
         self._pipelines = [*pipelines, *spider.pipelines(), *self.feeds]
         self._listeners: list[Callable[[Crawler], None]] = []
-        self._init_run_state()
-
-    def _init_run_state(self) -> None:
-        """What the workers share while the crawl runs; logs carry the spider's name."""
         self._unpaused = asyncio.Event()
-        self._work = asyncio.Event()
-        self._idle_workers = 0
         self._taking = 0  # workers waiting in the frontier's take
         self._seeding = True
         self._stopping = False
-        self._finished = False
         self._workers: list[asyncio.Task[None]] = []
         self._main: asyncio.Task[None] | None = None
         self._opening = False
         self._close_timeout: float | None = None  # for pending pipeline work, once stopping
-        self._context = contextvars.copy_context()
+        self._context = contextvars.copy_context()  # logs carry the spider's name
         self._context.run(structlog.contextvars.bind_contextvars, spider=self.name)
+
+    @property
+    def failure(self) -> Exception | None:
+        """Why the crawl must end failed (the frontier or the acknowledgements gave up)."""
+        return self.ctx.failure
 
     # ----------------------------------------------------------------- lifecycle
     @property
@@ -147,7 +143,7 @@ class Crawler:
         self._opening = True
         try:
             await self.frontier.open()  # an unreachable Redis fails here, clearly
-            await begin_run(self.frontier, self.fetch.pages, self.settings, self.run_id)
+            await self._begin_run()
             for feed in self.feeds:
                 feed.prepare()  # an unwritable feed fails here, naming its path
             if self.settings.render:
@@ -169,6 +165,21 @@ class Crawler:
         self._main = asyncio.create_task(
             self._run(), name=f"crawler:{self.name}", context=self._context
         )
+
+    async def _begin_run(self) -> None:
+        """Begin a new run (generation) of a finished stored crawl: seen set emptied, pages
+        kept. ``run_id`` is a scheduled tick's (the same on every engine of a shared
+        crawl); unscheduled, only a crawl that re-crawls (``recrawl``/``age``) begins a new
+        run, and otherwise a finished state stays finished. One that did not finish resumes.
+        """
+        store = self.frontier.pages()
+        if store is None or (self.run_id is None and not wants_pages(self.settings)):
+            return
+        if not await self.frontier.ran_to_end():
+            return
+        run = self.run_id or f"run-{uuid.uuid4().hex}"
+        if await store.begin_run(run):
+            log.info("run_begun", run=run)
 
     def _resume(self) -> bool:
         """Carry on from a stored crawl; True when it already finished (nothing to do)."""
@@ -200,7 +211,7 @@ class Crawler:
         self._set_state(SpiderState.STOPPING)
         self._stopping = True
         self._unpaused.set()
-        self._notify()
+        self.ctx.notify()
         limit = self.settings.stop_deadline if deadline is None else deadline
         self._close_timeout = limit
         workers = [w for w in self._workers if not w.done()]
@@ -227,7 +238,7 @@ class Crawler:
         self._check("push")
         urls = list(urls)
         requests = [Request(url, callback=self.spider.parse) for url in urls]
-        reasons = await self._admit(requests)
+        reasons = await self.scheduler.admit(requests)
         result = PushResult()
         for url, reason in zip(urls, reasons, strict=True):
             if reason is None:
@@ -247,92 +258,139 @@ class Crawler:
 
     # ----------------------------------------------------------------- the crawl
     async def _run(self) -> None:
-        progress = asyncio.create_task(
-            report_progress(self.frontier, self.stats, self.settings, self._fail)
-        )
         end = SpiderState.FAILED
         try:
-            await self.downloader.open()
-            await self.stream.open(self._pipelines)
-            self.acks.start()
-            seeding = asyncio.create_task(self._seed())
-            self._workers = [
-                asyncio.create_task(self._worker()) for _ in range(self.settings.concurrency)
-            ]
-            await asyncio.gather(*self._workers, return_exceptions=True)
-            seeding.cancel()
-            if self.failure is not None:
-                raise self.failure
+            async with asyncio.TaskGroup() as group:
+                progress = group.create_task(self._report_progress())
+                await self.downloader.open()
+                await self.stream.open(self._pipelines)
+                acking = group.create_task(self.acks.run())
+                seeding = group.create_task(self._seed())
+                self._workers = [
+                    group.create_task(self._worker()) for _ in range(self.settings.concurrency)
+                ]
+                await asyncio.wait(self._workers)
+                seeding.cancel()
+                progress.cancel()
+                await self.acks.close(max(self._close_limit(), 1.0))
+                acking.cancel()  # a flush that outlived the close's bound (a hung pipeline)
+            if self.ctx.failure is not None:
+                raise self.ctx.failure
             end = SpiderState.STOPPED if self._stopping else SpiderState.FINISHED
         except Exception as exc:  # reported as the spider's failure
-            report_failure(self.stats, exc)
+            self._report_failure(_unwrap(exc))
         finally:
-            progress.cancel()
             await self._close(end)
 
-    def _fail(self, exc: Exception) -> None:
-        """End the crawl failed: the frontier or the acknowledgements cannot go on."""
-        if self.failure is None:
-            self.failure = exc
-        self._finish()
+    def _close_limit(self) -> float:
+        """How long closing may wait on pending work: ``stop``'s deadline, or the setting."""
+        return self.settings.stop_deadline if self._close_timeout is None else self._close_timeout
 
     async def _close(self, end: SpiderState) -> None:
         """Acknowledge what is flushed, close pipelines and frontier, enter ``end``."""
-        limit = self.settings.stop_deadline if self._close_timeout is None else self._close_timeout
-        await self.acks.close(max(limit, 1.0))
+        limit = self._close_limit()
+        await self.acks.close(max(limit, 1.0))  # at once if it closed already
         await self.stream.close(self._close_timeout)
         await self.downloader.close()
-        await return_parked(self.frontier, self.parking.drain(), max(limit, 1.0))
-        if end is SpiderState.FINISHED and self.failure is not None:
-            report_failure(self.stats, self.failure)
+        await return_parked(self.frontier, self.downloader.drain(), max(limit, 1.0))
+        if end is SpiderState.FINISHED and self.ctx.failure is not None:
+            self._report_failure(self.ctx.failure)
             end = SpiderState.FAILED
-        if not await persist(self.frontier, self.stats, end is SpiderState.FINISHED):
+        if not await self._persist(end is SpiderState.FINISHED):
             end = SpiderState.FAILED
         self._set_state(end)
         log.info("spider_closed", state=end.value, **self.stats.as_dict())
-        await close_frontier(self.frontier, self.stats)
+        await self._close_frontier()
+
+    async def _persist(self, finished: bool) -> bool:
+        """Store the frontier's totals and whether the crawl finished; False when the
+        frontier cannot (the spider then ends failed)."""
+        self.frontier.store_stats(self.stats.totals())
+        if finished:
+            try:
+                await self.frontier.mark_finished()
+            except FrontierFailed as exc:
+                self._report_failure(exc)
+                return False
+        return True
+
+    async def _close_frontier(self) -> None:
+        """Last gauges, then close: a shared frontier that is down must not keep us open."""
+        try:
+            async with asyncio.timeout(1.0):
+                await self._refresh_counts()
+        except (TimeoutError, NetdiscoError) as exc:
+            log.warning("frontier_counts_unavailable", error=repr(exc))
+        try:  # hands our leases back; what it cannot, the others' lease sweep will
+            await self.frontier.close()
+        except Exception as exc:
+            log.warning("frontier_close_failed", error=repr(exc))
+
+    def _report_failure(self, exc: Exception) -> None:
+        """One error line: a frontier's failure says all (no traceback), others are bugs."""
+        clear = isinstance(exc, FrontierFailed)
+        error = str(exc) if clear else repr(exc)
+        self.stats.error(f"spider failed: {error}")
+        log.error("spider_failed", error=error, exc_info=None if clear else exc)
+
+    async def _refresh_counts(self) -> None:
+        """Copy the frontier's queue size and seen count into the gauges."""
+        queued, _, seen = await self.frontier.counts()
+        self.stats.queue_size, self.stats.seen = queued, seen
+
+    async def _report_progress(self) -> None:
+        """Refresh gauges (and a stored frontier's totals) twice a second; log a progress
+        line every ``progress_interval``. A frontier that failed ends the crawl."""
+        last_line = time.monotonic()
+        while True:
+            await asyncio.sleep(0.5)
+            try:
+                await self._refresh_counts()
+            except FrontierFailed as exc:
+                self.ctx.fail(exc)
+                return
+            self.frontier.store_stats(self.stats.totals())
+            interval = self.settings.progress_interval
+            if interval and time.monotonic() - last_line >= interval:
+                last_line = time.monotonic()
+                log.info(
+                    "progress",
+                    pages=self.stats.succeeded,
+                    pages_per_second=round(self.stats.pages.per_second(5), 1),
+                    queue=self.stats.queue_size,
+                    in_flight=self.stats.in_flight,
+                )
 
     async def _seed(self) -> None:
         try:
-            await admit_in_batches(self.spider.start(), self._admit)
+            await self.scheduler.admit_seeds(self.spider.start())
         except Exception as exc:  # a broken seed source: the seeds it gave still count
             self.stats.callback_errors += 1
             self.stats.error(f"start(): {exc!r}")
             log.error("seed_error", error=repr(exc), exc_info=exc)
         finally:
             self._seeding = False
-            self._notify()
-
-    async def _admit(self, requests: list[Request]) -> list[str | None]:
-        reasons = await self.scheduler.admit(requests)
-        self._notify()
-        return reasons
-
-    def _notify(self) -> None:
-        """Wake idle workers: there is new work, or the crawl may be over."""
-        if self._idle_workers:
-            self._work.set()
-            self._work = asyncio.Event()
+            self.ctx.notify()
 
     async def _worker(self) -> None:
         try:
             await self._work_loop()
         except FrontierFailed as exc:
-            self._fail(exc)
+            self.ctx.fail(exc)
 
     async def _work_loop(self) -> None:
-        while not (self._stopping or self._finished):
+        while not (self._stopping or self.ctx.finished):
             if not self._unpaused.is_set():
                 await self._unpaused.wait()
                 continue
             if self._budget_spent():
                 await self._idle()
                 continue
-            request = self.parking.ready() or await self._take()
+            request = self.downloader.ready() or await self._take()
             if request is None:
                 await self._idle()
                 continue
-            if not self.parking.park(request):
+            if not self.downloader.park(request):
                 await self._process(request)
 
     async def _take(self) -> Request | None:
@@ -349,7 +407,7 @@ class Crawler:
         if not limit:
             return False
         if self.stats.succeeded >= limit:
-            self._finish()
+            self.ctx.finish()
         return self.stats.succeeded + self.stats.in_flight + self._taking >= limit
 
     async def _idle(self) -> None:
@@ -357,27 +415,16 @@ class Crawler:
         if not self._seeding and self.stats.in_flight == 0:
             queued, leased, _ = await self.frontier.counts()
             if queued == 0 and leased == 0:
-                self._finish()
+                self.ctx.finish()
                 return
-        event = self._work
-        self._idle_workers += 1
-        try:
-            await asyncio.wait_for(event.wait(), POLL_INTERVAL)
-        except TimeoutError:
-            pass
-        finally:
-            self._idle_workers -= 1
-
-    def _finish(self) -> None:
-        self._finished = True
-        self._notify()
+        await self.ctx.wait_for_work(POLL_INTERVAL)
 
     async def _process(self, request: Request) -> None:
         self.stats.in_flight += 1
         finished = False
         try:
             try:
-                await self.fetch(request)  # downloaded (or not: re-crawls) and scraped
+                await self._fetch_and_scrape(request)
             except RequestError as exc:
                 await self._failed(request, exc)
             except FrontierFailed:
@@ -392,11 +439,19 @@ class Crawler:
                 self.acks.add(request)
             else:
                 await release(self.frontier, request, requeue=True, bounded=self._stopping)
-            self._notify()
+            self.ctx.notify()
+
+    async def _fetch_and_scrape(self, request: Request) -> None:
+        """Steps 3 and 4; a re-crawl may skip the download or reuse what it stored."""
+        if self.recrawl is not None:
+            await self.recrawl.process(request)
+            return
+        response = await self.downloader.fetch(request)
+        await self.scraper.scrape(request, response)
 
     async def _failed(self, request: Request, exc: RequestError) -> None:
         if isinstance(exc, RedirectHandedOff):  # queued for its host before we are acked
-            await self._admit([exc.hop])
+            await self.scraper.admit([exc.hop])
         if exc.deferred:  # waits in the frontier (host queues): not a failure
             return
         self.stats.count_failure(exc)
@@ -406,3 +461,17 @@ class Crawler:
             await self.scraper.run(
                 request.errback, request, exc, url=request.url, depth=request.depth + 1
             )
+
+
+def _settings(spider: Spider, given: Settings | Mapping[str, Any] | None) -> Settings:
+    """``given`` as ``Settings``: a mapping goes over the spider's ``custom_settings``."""
+    if isinstance(given, Settings):
+        return given
+    return settings_module.from_mapping({**spider.custom_settings, **(given or {})})
+
+
+def _unwrap(exc: Exception) -> Exception:
+    """The one error a task group raised (its body's, or a task's), not the group."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

@@ -13,7 +13,8 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
@@ -24,7 +25,6 @@ import structlog
 
 from netdisco.crawl.lru import LRU
 from netdisco.crawl.middleware import Chain, Middleware, build_middlewares
-from netdisco.crawl.parking import Parking as Parking  # where it lived before
 from netdisco.crawl.redirects import (
     REDIRECT_STATUSES,
     defrag,
@@ -36,46 +36,40 @@ from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.robots import RobotsCache
 from netdisco.crawl.settings import Settings
-from netdisco.crawl.stats import Stats
 from netdisco.crawl.transport import AiohttpHandler, DownloadHandler, describe
-from netdisco.crawl.urls import canonical_url, check_url, origin
+from netdisco.crawl.urls import canonical_url, origin
 from netdisco.exceptions import (
     BrowserCrashed,
     DownloadFailed,
-    DuplicateRedirect,
     HttpStatusError,
-    InvalidURL,
-    OutOfScope,
     RequestError,
     RetryDeferred,
     RobotsDenied,
     TooManyRedirects,
     TransferFailed,
 )
-from netdisco.frontiers import Frontier
 
 if TYPE_CHECKING:
+    from netdisco.crawl.context import CrawlContext
     from netdisco.crawl.render import RenderingHandler
-    from netdisco.crawl.spider import Spider
+    from netdisco.crawl.scheduler import Scheduler
 
 log = structlog.get_logger(__name__)
 
 RETRY_STATUSES = frozenset({408, 429, *range(500, 600)})
 
-ScopeCheck = Callable[[str, str], "str | None"]
-#: marks a redirect target seen; False if it was already (fetched or queued)
-Claim = Callable[[Request], Awaitable[bool]]
-
 
 class HostSlot:
-    """Politeness for one host: how many requests at once, and when the next may start."""
+    """Politeness for one host: how many requests at once, when the next may start, and
+    the requests set aside until it has room (``Downloader.park``)."""
 
-    __slots__ = ("next_start", "semaphore", "users")
+    __slots__ = ("next_start", "semaphore", "users", "waiting")
 
     def __init__(self, concurrency: int) -> None:
         self.semaphore = asyncio.Semaphore(concurrency)
         self.next_start = 0.0
         self.users = 0  # requests holding or waiting for the semaphore
+        self.waiting: deque[Request] = deque()
 
     async def __aenter__(self) -> None:
         self.users += 1
@@ -90,8 +84,9 @@ class HostSlot:
         self.users -= 1
 
     def idle(self) -> bool:
-        """Nobody uses it and its delay has run out: forgetting it changes nothing."""
-        return self.users == 0 and self.next_start <= time.monotonic()
+        """Nobody uses it or waits for it, and its delay has run out: forgetting it
+        changes nothing."""
+        return self.users == 0 and not self.waiting and self.next_start <= time.monotonic()
 
     async def wait_turn(self, delay: float) -> None:
         """Sleep until this host's next start time, and book the one after it."""
@@ -124,34 +119,35 @@ class Downloader:
 
     def __init__(
         self,
-        settings: Settings,
-        stats: Stats,
-        scope: ScopeCheck,
+        ctx: CrawlContext,
+        scheduler: Scheduler,
         *,
-        spider: Spider,
-        frontier: Frontier[Request],
-        claim: Claim | None = None,
         first: Sequence[Middleware] = (),
         handler: DownloadHandler | None = None,
     ) -> None:
-        """``claim`` marks redirect targets seen (the crawler's scheduler does, in the
-        frontier); ``first`` are the crawl's own middlewares, ahead of the configured.
-        A ``frontier`` that reserves hosts holds per-host politeness for every engine.
-        ``handler`` downloads each hop (default: aiohttp over a session of ours)."""
+        """``scheduler`` admits redirect targets (scope, seen set); ``first`` are the
+        crawl's own middlewares, ahead of the configured; ``handler`` downloads each hop
+        (default: aiohttp over a session of ours). A frontier that reserves hosts holds
+        per-host politeness for every engine."""
+        settings, frontier = ctx.settings, ctx.frontier
         self.settings = settings
-        self.stats = stats
-        self.scope = scope
-        self.spider = spider
+        self.stats = ctx.stats
+        self.spider = ctx.spider
         self.frontier = frontier
-        self.middlewares = [*first, *build_middlewares(settings, spider)]
-        self.claim = claim
+        self.scheduler = scheduler
+        self.middlewares = [*first, *build_middlewares(settings, ctx.spider)]
         self._slots: LRU[str, HostSlot] = LRU(settings.host_cache_size, HostSlot.idle)
         self._session: aiohttp.ClientSession | None = None
         self._http: DownloadHandler | None = handler
         self._own_session = handler is None
         self.renderer: RenderingHandler | None = None
-        self.chain = Chain(self.middlewares, spider, self._transfer)
+        self.chain = Chain(self.middlewares, ctx.spider, self._transfer)
         self.robots: RobotsCache | None = None
+        #: hosts with requests set aside (``park``), and how many, bounded by
+        #: ``4 * concurrency``: past that a worker waits for its host (memory stays bounded)
+        self._parked: dict[str, HostSlot] = {}
+        self._parked_count = 0
+        self._park_limit = 4 * settings.concurrency
         #: the frontier when it reserves each request's host slot; then we keep no limits
         self.reserved_by = frontier if frontier.reserves_hosts else None
         frontier.set_politeness(settings.download_delay, settings.per_host_concurrency)
@@ -286,21 +282,12 @@ class Downloader:
     async def _check_redirect(
         self, request: Request, hop: Request, key: str, claimed: set[str]
     ) -> None:
-        """A redirect target must be a valid URL in scope, and not fetched or queued yet
-        (it is marked seen here, so that a link to it later is not fetched again)."""
-        reason, host = check_url(hop.url)
-        if reason is not None:
-            raise InvalidURL(f"redirect to {hop.url!r}: {reason}", url=hop.url)
-        reason = self.scope(hop.url, host)
-        if reason is not None:
-            raise OutOfScope(f"redirect to {hop.url}: {reason}", url=hop.url)
-        if self.claim is None or key in claimed:
+        """The scheduler admits the target (valid, in scope, not seen), once per request:
+        a retry does not find its own earlier claim."""
+        if key in claimed:
             return
         claimed.add(key)
-        if not await self.claim(hop) and not request.dont_filter:
-            raise DuplicateRedirect(
-                f"redirect to {hop.url}, already fetched or queued", url=hop.url
-            )
+        await self.scheduler.admit_redirect(hop, dont_filter=request.dont_filter)
 
     async def _check_robots(self, hop: Request) -> None:
         """robots.txt's answer; while it is unreachable the request waits, it does not fail."""
@@ -325,6 +312,43 @@ class Downloader:
             return True
         slot = self._slots.peek(host)
         return slot is not None and slot.semaphore.locked()
+
+    def park(self, request: Request) -> bool:
+        """Set ``request`` aside if its host is busy or its robots.txt unreachable (and
+        there is room), so that a worker serves another host instead of waiting: one slow
+        host must not hold every worker. Say if it was."""
+        host = urlsplit(request.url).netloc
+        if self._parked_count >= self._park_limit or not self.busy(host, request.url):
+            return False
+        slot = self._slot(request.url)
+        slot.waiting.append(request)
+        self._parked[host] = slot
+        self._parked_count += 1
+        return True
+
+    def ready(self) -> Request | None:
+        """A parked request whose host has room now, oldest first per host."""
+        if not self._parked_count:
+            return None
+        for host, slot in self._parked.items():
+            if not self.busy(host, slot.waiting[0].url):
+                request = slot.waiting.popleft()
+                if not slot.waiting:
+                    del self._parked[host]
+                self._parked_count -= 1
+                return request
+        return None
+
+    def drain(self) -> list[Request]:
+        """Every parked request (to hand back to the frontier on close)."""
+        requests = [r for slot in self._parked.values() for r in slot.waiting]
+        for slot in self._parked.values():
+            slot.waiting.clear()
+        if self.robots is not None:  # handed back while their robots.txt did not answer
+            self.stats.robots_deferred += sum(self.robots.unreachable(r.url) for r in requests)
+        self._parked.clear()
+        self._parked_count = 0
+        return requests
 
     def _slot(self, url: str) -> HostSlot:
         key = urlsplit(url).netloc

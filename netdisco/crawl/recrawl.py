@@ -26,7 +26,6 @@ import json
 import math
 import re
 import time
-import uuid
 import zlib
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -35,16 +34,15 @@ from typing import Any
 import structlog
 
 from netdisco.crawl.codec import RequestCodec
+from netdisco.crawl.context import CrawlContext
 from netdisco.crawl.downloader import Downloader
-from netdisco.crawl.middleware import Middleware
+from netdisco.crawl.middleware.builtin import VALIDATORS
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.scraper import Scraper
 from netdisco.crawl.settings import Settings
-from netdisco.crawl.spider import Spider
-from netdisco.crawl.stats import Stats
 from netdisco.exceptions import RequestNotShareable, UnexpectedNotModified
-from netdisco.frontiers import Frontier, PageStore
+from netdisco.frontiers import PageStore
 
 log = structlog.get_logger(__name__)
 
@@ -108,20 +106,6 @@ class PageRecord:
         return headers
 
 
-class Revalidation(Middleware):
-    """Adds the stored validators to every hop of a request being revalidated (first in
-    the chain, so the other middlewares see them); a request's own headers win."""
-
-    def __init__(self) -> None:
-        self.pending: dict[bytes, dict[str, str]] = {}
-
-    async def process_request(self, request: Request, spider: Spider) -> None:
-        headers = self.pending.get(request.fingerprint)
-        if headers:
-            present = {name.lower() for name in request.headers}
-            request.headers.update((k, v) for k, v in headers.items() if k.lower() not in present)
-
-
 def _asks_itself(request: Request) -> bool:
     """The spider's own request is conditional: its callback gets the 304, as it asked."""
     return any(k.lower() in ("if-none-match", "if-modified-since") for k in request.headers)
@@ -132,42 +116,35 @@ def wants_pages(settings: Settings) -> bool:
     return settings.recrawl != "always" or settings.age is not None
 
 
-class PageFetcher:
-    """Gets one page and runs its callback: fetched, revalidated, or followed from the store.
+class Recrawl:
+    """Gets a page of a re-crawl: skipped (fresh), revalidated, or fetched and stored.
 
-    ``pages`` is the crawl's page store (None: the memory frontier); it is read and
-    written only when the settings ask for re-crawls, and begins runs in any case.
-    ``downloader`` is set by the crawler, which makes it with ``middlewares()``.
+    Made only when the settings ask for re-crawls (``wanted``): a crawl without them
+    never enters this module. ``store`` is the crawl's page store.
     """
 
     def __init__(
-        self, spider: Spider, settings: Settings, stats: Stats, scraper: Scraper,
-        pages: PageStore | None,
-    ) -> None:  # fmt: skip
-        self.spider = spider
-        self.stats = stats
+        self, ctx: CrawlContext, store: PageStore, downloader: Downloader, scraper: Scraper
+    ) -> None:
+        self.spider = ctx.spider
+        self.stats = ctx.stats
+        self.store = store
+        self.downloader = downloader
         self.scraper = scraper
-        self.pages = pages
-        self.store = pages if wants_pages(settings) else None
-        self.revalidation = Revalidation()
-        self.downloader: Downloader | None = None
-        self.codec = RequestCodec(spider)
-        self.conditional = settings.recrawl == "conditional"
-        self.age = settings.age
+        self.codec = RequestCodec(ctx.spider)
+        self.conditional = ctx.settings.recrawl == "conditional"
+        self.age = ctx.settings.age
 
-    def middlewares(self) -> list[Middleware]:
-        """Ours, first in the downloader's chain."""
-        return [self.revalidation] if self.conditional else []
+    @classmethod
+    def wanted(cls, ctx: CrawlContext, downloader: Downloader, scraper: Scraper) -> Recrawl | None:
+        """A ``Recrawl`` when the settings ask for one and the frontier keeps pages."""
+        store = ctx.frontier.pages()
+        if store is None or not wants_pages(ctx.settings):
+            return None
+        return cls(ctx, store, downloader, scraper)
 
-    async def _download(self, request: Request) -> Response:
-        assert self.downloader is not None, "PageFetcher.downloader was not set"
-        return await self.downloader.fetch(request)
-
-    async def __call__(self, request: Request) -> None:
+    async def process(self, request: Request) -> None:
         """Process ``request``; a ``RequestError`` when it came to nothing."""
-        if self.store is None:
-            await self._scrape(request, await self._download(request), None)
-            return
         page = await self._stored(request)
         if page is not None and self.age is not None and time.time() - page.fetched_at < self.age:
             self.stats.age_skipped += 1
@@ -179,11 +156,10 @@ class PageFetcher:
             await self._not_modified(request, response, page if conditions else None)
             return
         links: list[Request] = []
-        await self._scrape(request, response, links)
+        await self.scraper.scrape(request, response, links)
         await self._keep(request, response, links)
 
     async def _stored(self, request: Request) -> PageRecord | None:
-        assert self.store is not None
         raw = await self.store.get_page(request.fingerprint)
         if raw is None:
             return None
@@ -195,21 +171,12 @@ class PageFetcher:
 
     async def _fetch(self, request: Request, headers: dict[str, str]) -> Response:
         if not headers:
-            return await self._download(request)
-        self.revalidation.pending[request.fingerprint] = headers
+            return await self.downloader.fetch(request)
+        request.meta[VALIDATORS] = headers  # the Revalidation middleware adds them per hop
         try:
-            return await self._download(request)
+            return await self.downloader.fetch(request)
         finally:
-            self.revalidation.pending.pop(request.fingerprint, None)
-
-    async def _scrape(
-        self, request: Request, response: Response, keep: list[Request] | None
-    ) -> None:
-        self.stats.succeeded += 1
-        self.stats.pages.add()
-        callback = request.callback or self.spider.parse
-        depth = request.depth + 1
-        await self.scraper.run(callback, response, url=response.url, depth=depth, keep=keep)
+            request.meta.pop(VALIDATORS, None)
 
     async def _not_modified(
         self, request: Request, response: Response, page: PageRecord | None
@@ -258,23 +225,4 @@ class PageFetcher:
         await self._put(request, PageRecord(etag, modified, time.time(), tuple(bodies)))
 
     async def _put(self, request: Request, page: PageRecord) -> None:
-        assert self.store is not None
         await self.store.put_page(request.fingerprint, page.encode())
-
-
-async def begin_run(
-    frontier: Frontier[Request], store: PageStore | None, settings: Settings, run: str | None
-) -> None:
-    """Begin a new run (generation) of a finished stored crawl: seen set emptied, pages kept.
-
-    ``run`` is the scheduled tick's id (the same on every engine of a shared crawl).
-    Unscheduled, only a crawl that re-crawls (``recrawl``/``age``) begins a new run;
-    otherwise a finished state stays finished. A crawl that did not finish resumes.
-    """
-    if store is None or (run is None and not wants_pages(settings)):
-        return
-    if not await frontier.ran_to_end():
-        return
-    run = run or f"run-{uuid.uuid4().hex}"
-    if await store.begin_run(run):
-        log.info("run_begun", run=run)

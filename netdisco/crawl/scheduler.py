@@ -2,21 +2,24 @@
 
 In order, as Heritrix's preselector: a valid http(s) URL, in scope (allowed
 domains with their subdomains, then ``allow``/``deny`` patterns), within
-``depth_limit``, not yet seen (fingerprint of the canonical URL).
+``depth_limit``, not yet seen (fingerprint of the canonical URL). A redirect's
+target passes the same checks (but depth) before the downloader follows it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
+from netdisco.crawl.context import CrawlContext
 from netdisco.crawl.lru import LRU
 from netdisco.crawl.request import Request
-from netdisco.crawl.settings import Settings
-from netdisco.crawl.stats import Stats
 from netdisco.crawl.urls import canonical_url, check_url
-from netdisco.frontiers import Frontier
+from netdisco.exceptions import DuplicateRedirect, InvalidURL, OutOfScope
+
+#: seeds admitted at a time, so that a seed source of millions streams
+SEED_BATCH = 100
 
 
 def fingerprint(request: Request) -> bytes:
@@ -69,15 +72,18 @@ class Scope:
 
 
 class Scheduler:
-    """Turns requests from callbacks and pushes into frontier entries, counting rejections."""
+    """Turns requests from callbacks and pushes into frontier entries, counting rejections.
 
-    def __init__(
-        self, settings: Settings, scope: Scope, frontier: Frontier[Request], stats: Stats
-    ) -> None:
-        self.settings = settings
-        self.scope = scope
-        self.frontier = frontier
-        self.stats = stats
+    ``scope`` defaults to the spider's ``allowed_domains`` and the ``allow``/``deny``
+    settings."""
+
+    def __init__(self, ctx: CrawlContext, scope: Scope | None = None) -> None:
+        s = ctx.settings
+        self.ctx = ctx
+        self.settings = s
+        self.stats = ctx.stats
+        self.frontier = ctx.frontier
+        self.scope = scope or Scope(ctx.spider.allowed_domains, s.allow, s.deny, s.host_cache_size)
 
     def reject_reason(self, request: Request) -> str | None:
         """Why ``request`` may not be queued, before the duplicate check."""
@@ -97,7 +103,8 @@ class Scheduler:
         return reason
 
     async def admit(self, requests: Sequence[Request]) -> list[str | None]:
-        """Queue what may be queued; for each request, None or the reason it was not."""
+        """Queue what may be queued; for each request, None or the reason it was not.
+        Idle workers are woken for what was queued."""
         reasons: list[str | None] = []
         candidates: list[Request] = []
         for request in requests:
@@ -115,9 +122,35 @@ class Scheduler:
                 self.stats.filtered += 1
             elif reason is None:
                 self.stats.scheduled += 1
+        self.ctx.notify()
         return reasons
 
-    async def claim(self, request: Request) -> bool:
-        """Mark a redirect target seen without queueing it; False if it was seen already."""
-        request.fingerprint = fingerprint(request)
-        return (await self.frontier.claim([request]))[0]
+    async def admit_seeds(self, seeds: AsyncIterator[Request]) -> None:
+        """Admit seeds ``SEED_BATCH`` at a time; those read before an error are admitted
+        all the same (the error goes on to the caller)."""
+        batch: list[Request] = []
+        try:
+            async for request in seeds:
+                batch.append(request)
+                if len(batch) >= SEED_BATCH:
+                    await self.admit(batch)
+                    batch = []
+        finally:
+            if batch:
+                await self.admit(batch)
+
+    async def admit_redirect(self, hop: Request, *, dont_filter: bool) -> None:
+        """A redirect's target must be a valid URL in scope, and not fetched or queued yet
+        unless ``dont_filter``: it is marked seen here (the frontier's ``claim``), so that
+        a link to it later is not fetched again."""
+        reason, host = check_url(hop.url)
+        if reason is not None:
+            raise InvalidURL(f"redirect to {hop.url!r}: {reason}", url=hop.url)
+        reason = self.scope.reason(hop.url, host)
+        if reason is not None:
+            raise OutOfScope(f"redirect to {hop.url}: {reason}", url=hop.url)
+        hop.fingerprint = fingerprint(hop)
+        if not (await self.frontier.claim([hop]))[0] and not dont_filter:
+            raise DuplicateRedirect(
+                f"redirect to {hop.url}, already fetched or queued", url=hop.url
+            )

@@ -8,28 +8,41 @@ what it yielded before the error is kept, and the crawl goes on.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from functools import partial
 from typing import Any
 
 import structlog
 
+from netdisco.crawl.context import CrawlContext
 from netdisco.crawl.pipelines import ItemStream
 from netdisco.crawl.request import CallbackResult, Request
-from netdisco.crawl.stats import Stats
+from netdisco.crawl.response import Response
+from netdisco.crawl.scheduler import Scheduler
 from netdisco.exceptions import FrontierFailed
 
 log = structlog.get_logger(__name__)
-Admit = Callable[[list[Request]], Awaitable[Any]]
 
 
 class Scraper:
     """Feeds callback output to the scheduler (requests) and the item stream (items)."""
 
-    def __init__(self, admit: Admit, items: ItemStream, stats: Stats) -> None:
-        self.admit = admit
+    def __init__(self, ctx: CrawlContext, scheduler: Scheduler, items: ItemStream) -> None:
+        self.spider = ctx.spider
+        self.stats = ctx.stats
+        self.scheduler = scheduler
         self.items = items
-        self.stats = stats
+
+    async def scrape(
+        self, request: Request, response: Response, keep: list[Request] | None = None
+    ) -> None:
+        """A page downloaded: counted, and its callback (the spider's ``parse`` unless
+        the request names one) run on it; ``keep`` as for ``run``."""
+        self.stats.succeeded += 1
+        self.stats.pages.add()
+        callback = request.callback or self.spider.parse
+        depth = request.depth + 1
+        await self.run(callback, response, url=response.url, depth=depth, keep=keep)
 
     async def run(
         self,
@@ -70,13 +83,13 @@ class Scraper:
             )
         finally:
             if requests:
-                await self._admit(requests)
+                await self.admit(requests)
 
-    async def _admit(self, requests: list[Request]) -> None:
+    async def admit(self, requests: list[Request]) -> None:
         """Queue a page's links; if the frontier cannot, the crawl cannot go on: a page
         counted failed would be acknowledged, and its links lost with it."""
         try:
-            await self.admit(requests)
+            await self.scheduler.admit(requests)
         except FrontierFailed:
             raise
         except Exception as exc:
@@ -91,7 +104,7 @@ class Scraper:
             if keep is not None:
                 keep.append(value)
             if len(requests) >= 256:  # bound the batch for huge pages
-                await self._admit(requests[:])
+                await self.admit(requests[:])
                 requests.clear()
         elif value is not None:
             await self.items.emit(value)

@@ -70,7 +70,7 @@ async def test_a_busy_host_does_not_hold_the_workers(hosts: tuple[Host, Host]) -
     crawler = Crawler(TwoHosts(slow.base, fast.base), settings)
     stats = await crawler.run()
     assert stats.succeeded == 16
-    assert crawler.parking.drain() == []
+    assert crawler.downloader.drain() == []
     # the slow host served one request at a time, 0.5 s each; every fast page was asked
     # for before the slow host's second request even started
     second_slow = sorted(slow.arrivals.values())[1]

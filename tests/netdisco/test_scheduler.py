@@ -9,6 +9,7 @@ from urllib.parse import quote
 import pytest
 
 from netdisco import Request, Response, Settings, Spider
+from netdisco.crawl.context import CrawlContext
 from netdisco.crawl.scheduler import Scheduler, Scope, fingerprint
 from netdisco.crawl.stats import Stats
 from netdisco.crawl.urls import canonical_url, check_url
@@ -86,9 +87,8 @@ def test_scope_domains_with_subdomains_and_patterns() -> None:
 async def test_admit_counts_each_reason() -> None:
     stats, frontier = Stats(), MemoryFrontier[Request]()
     settings = Settings(depth_limit=1, deny=(r"/private/",))
-    scheduler = Scheduler(
-        settings, Scope(["a.test"], settings.allow, settings.deny), frontier, stats
-    )
+    ctx = CrawlContext(Spider(), settings, stats, frontier)
+    scheduler = Scheduler(ctx, Scope(["a.test"], settings.allow, settings.deny))
     requests = [
         Request("http://a.test/1"),
         Request("http://a.test/1#again"),

@@ -2,13 +2,15 @@
 
 Order (``process_request`` top to bottom, ``process_response`` bottom to top):
 
-1. ``DefaultHeaders``     (``default_headers``)
-2. ``UserAgentRotation``  (``user_agents``)
-3. ``Cookies``            (``cookies = true``)
-4. ``ProxyRotation``      (``proxies``)
-5. the ``middlewares`` setting's import paths, in order
-6. the spider's ``middlewares()``, in order
-7. the download handler (aiohttp, or Chromium for rendered requests)
+1. ``Revalidation``       (``recrawl = "conditional"``: the stored validators)
+2. ``DefaultHeaders``     (``default_headers``)
+3. ``UserAgentRotation``  (``user_agents``)
+4. ``Cookies``            (``cookies = true``)
+5. ``ProxyRotation``      (``proxies``)
+6. the ``middlewares`` setting's import paths, in order
+7. the spider's ``middlewares()``, in order
+8. the download handler (aiohttp, Chromium for rendered requests, or the crawl's
+   ``download_handler``)
 
 Around the chain the downloader keeps, outside in: retries, redirect following
 (the chain runs once per hop), then per hop the scope, seen-set and robots.txt
@@ -25,6 +27,7 @@ from netdisco.crawl.middleware.builtin import (
     Cookies,
     DefaultHeaders,
     ProxyRotation,
+    Revalidation,
     UserAgentRotation,
 )
 from netdisco.exceptions import ConfigError
@@ -57,6 +60,8 @@ def load_middleware(path: str) -> Middleware:
 def build_middlewares(settings: Settings, spider: Spider) -> list[Middleware]:
     """The spider's middlewares in chain order (see the module docstring)."""
     chain: list[Middleware] = []
+    if settings.recrawl == "conditional":  # first: the others see the validators
+        chain.append(Revalidation())
     if settings.default_headers:
         chain.append(DefaultHeaders(header_pairs(settings.default_headers)))
     if settings.user_agents:
@@ -76,6 +81,7 @@ __all__ = [
     "DefaultHeaders",
     "Middleware",
     "ProxyRotation",
+    "Revalidation",
     "UserAgentRotation",
     "build_middlewares",
     "load_middleware",

@@ -151,3 +151,18 @@ def _set_cookies(headers: Mapping[str, str]) -> Iterable[str]:
         return values
     value = headers.get("Set-Cookie")
     return [] if value is None else [value]
+
+
+#: ``Request.meta`` key of the validators a re-crawl sends (``netdisco.crawl.recrawl``)
+VALIDATORS = "netdisco.validators"
+
+
+class Revalidation(Middleware):
+    """Adds the stored validators a re-crawl put in ``meta`` to every hop of the request
+    (first in the chain, so the other middlewares see them); a request's own headers win."""
+
+    async def process_request(self, request: Request, spider: Spider) -> None:
+        headers = request.meta.get(VALIDATORS)
+        if headers:
+            present = {name.lower() for name in request.headers}
+            request.headers.update((k, v) for k, v in headers.items() if k.lower() not in present)

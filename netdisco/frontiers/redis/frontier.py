@@ -78,8 +78,7 @@ class RedisFrontier(Frontier[R]):
         self._known: set[bytes] = set()  # fingerprints certainly in the seen set
         self._confirmations = Confirmations()  # writes no replica confirmed: see add()
         self._adds: GroupCommit[list[str | bytes], Any] = GroupCommit(self._add_entries)
-        self._opened = False
-        self._closed = False
+        self._opened = self._closed = False
         self._open_lock = asyncio.Lock()
         self._down_since: float | None = None
         self._heartbeat: asyncio.Task[None] | None = None
