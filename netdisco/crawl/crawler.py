@@ -28,7 +28,7 @@ from netdisco.crawl.recrawl import PageFetcher, begin_run
 from netdisco.crawl.request import Request
 from netdisco.crawl.scheduler import Scheduler, Scope
 from netdisco.crawl.scraper import Scraper
-from netdisco.crawl.settings import Settings, check_recrawl
+from netdisco.crawl.settings import check_recrawl
 from netdisco.crawl.spider import Spider
 from netdisco.crawl.stats import Stats
 from netdisco.crawl.upkeep import (
@@ -64,7 +64,7 @@ class Crawler:
     def __init__(
         self,
         spider: Spider,
-        settings: Settings | None = None,
+        settings: settings_module.SettingsLike | None = None,
         *,
         pipelines: Sequence[Pipeline] = (),
         frontier: Frontier[Request] | None = None,
@@ -73,7 +73,7 @@ class Crawler:
     ) -> None:
         self.spider = spider
         self.name = spider.name
-        self.settings = settings or settings_module.from_mapping(spider.custom_settings)
+        self.settings = settings_module.for_spider(spider, settings)
         self.stats = Stats()
         self.state = SpiderState.IDLE
         self.started_at: float | None = None
