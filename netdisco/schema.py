@@ -257,10 +257,11 @@ def reference(cls: type[Section], *, sections: Iterable[str] = (), title: str = 
         if f.metadata.get("loaded", True):
             grouped.setdefault(f.metadata.get("section", ""), []).append(f)
     lines = [f"### {title}", ""] if title else []
+    several = sum(1 for members in grouped.values() if members) > 1
     for section, members in grouped.items():
         if not members:
             continue
-        if section:
+        if section and several:
             lines += [f"#### {section}", ""]
         lines += ["| name | type | default | |", "|---|---|---|---|"]
         for f in members:

@@ -128,9 +128,7 @@ def test_unknown_setting_lists_the_known_ones() -> None:
     assert "concurrency" in str(caught.value)
 
 
-@pytest.mark.parametrize(
-    ("old", "new"), [("user_agent", "user_agents"), ("proxy", "proxies")]
-)
+@pytest.mark.parametrize(("old", "new"), [("user_agent", "user_agents"), ("proxy", "proxies")])
 def test_a_renamed_setting_names_the_new_one(old: str, new: str) -> None:
     with pytest.raises(ConfigError, match=f"renamed to {new}") as caught:
         from_mapping({old: "x"})
@@ -185,3 +183,20 @@ def test_replace_validates() -> None:
     assert (settings.concurrency, settings.deny) == (8, ("x",))
     with pytest.raises(ConfigError, match="concurrency"):
         settings.replace(concurrency=0)
+
+
+def test_a_crawler_takes_a_mapping_over_the_spiders_custom_settings() -> None:
+    from netdisco import Spider
+    from netdisco.crawl.crawler import Crawler
+
+    class Custom(Spider):
+        name = "custom"
+        custom_settings = {"concurrency": 3, "retries": 5}  # noqa: RUF012
+
+    crawler = Crawler(Custom(), {"max_pages": "5", "retries": 1})
+    s = crawler.settings
+    assert (s.concurrency, s.retries, s.max_pages) == (3, 1, 5)
+    assert Crawler(Custom(), Settings(retries=4)).settings.retries == 4  # Settings as they are
+    with pytest.raises(ConfigError, match="must be greater than 0") as caught:
+        Crawler(Custom(), {"concurrency": 0})
+    assert caught.value.key == "concurrency"

@@ -58,7 +58,9 @@ _SHARDS = "must be from 1 to 1024, and 1 with politeness=engine"
 class RedisOptions(Section):
     """Where the frontier lives and how it behaves; parsed from the ``frontier`` URL."""
 
-    url: str = setting(doc="the redis-py URL, without our options", loaded=False)
+    url: str = setting(
+        doc="the redis-py URL, without our options", section="frontier URL", loaded=False
+    )
     prefix: str = _option(
         DEFAULT_PREFIX,
         "key prefix of every key the crawl writes",
