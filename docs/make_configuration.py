@@ -39,13 +39,13 @@ Renamed or removed keys fail with an error naming what to write instead:
 |---|---|
 | `user_agent` | `user_agents` (a list; one string is an agent) |
 | `proxy` | `proxies` (a list; one string is a proxy) |
-| `[engine] stop_deadline` | the spider setting `stop_deadline` (`-s stop_deadline=N` for every spider) |
+| `[engine] stop_deadline` | the spider setting `stop_deadline` (`-s stop_deadline=N`: all) |
 """
 
 
 def render() -> str:
     """The whole page."""
-    zk_engine = [k for k in ENGINE_KEYS]
+    zk_engine = list(ENGINE_KEYS)
     parts = [
         INTRO,
         "## Spiders\n\n`[[spiders]] settings`, `netdisco crawl --config`, `NETDISCO_<NAME>`, "
@@ -57,7 +57,7 @@ def render() -> str:
         f"`[zookeeper]` of an engine: {', '.join(f'`{k}`' for k in zk_engine)}; "
         "`NETDISCO_ZOOKEEPER_<KEY>`.\n",
         reference(ZooKeeperSettings, title="[zookeeper]"),
-        "## Redis frontier\n\nOptions in the query string of `frontier = \"redis://...\"`; "
+        '## Redis frontier\n\nOptions in the query string of `frontier = "redis://..."`; '
         "the rest of the URL goes to redis-py.\n",
         reference(RedisOptions, title="frontier URL options"),
         "## Monitor\n\n`monitor.toml`, `NETDISCO_MONITOR_<SECTION>_<KEY>`, flags.\n",

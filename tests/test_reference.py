@@ -23,7 +23,8 @@ def test_configuration_md_is_generated_from_the_code() -> None:
     spec = importlib.util.spec_from_file_location(
         "make_configuration", DOCS / "make_configuration.py"
     )
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     written = (DOCS / "configuration.md").read_text(encoding="utf-8")
