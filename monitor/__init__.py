@@ -3,7 +3,7 @@
 The data flow, one module per step (the import graph is the architecture):
 
 1. ``config`` reads TOML, ``NETDISCO_MONITOR_*`` variables and flags into the frozen
-   ``settings`` (``validate`` names the key of any bad value).
+   ``settings`` (each field checks its value and names the key of a bad one).
 2. ``watcher`` owns the ZooKeeper session: one reconcile task, woken by watches,
    reconnects and a periodic resync, lists the root and reads the children.
 3. ``snapshot`` turns two listings into changes with a pure diff (members are

@@ -82,7 +82,7 @@ def run(argv: Sequence[str]) -> int:
     except ConfigError as exc:
         print(f"netdisco-monitor: configuration error: {exc}", file=sys.stderr)
         return 2
-    logs.configure(json=config.log_json, level=config.log_level)
+    logs.configure(json=config.log.json, level=config.log.level)
     from monitor.daemon import Monitor  # after logging is configured
 
     try:

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from monitor import validate
 from monitor.settings import (
     AlertSettings,
     CallableSettings,
@@ -23,12 +22,14 @@ from monitor.settings import (
     ControlSettings,
     EmailSettings,
     HttpSettings,
+    LogSettings,
     MonitorConfig,
     WebhookSettings,
 )
-from netdisco.cluster.settings import ZooKeeperSettings
+from netdisco.cluster.settings import MONITOR_KEYS, ZooKeeperSettings
 from netdisco.exceptions import ConfigError
-from netdisco.values import convert, read_toml
+from netdisco.schema import Section, Source, from_environ, load, loadable
+from netdisco.values import is_loopback, read_toml
 
 __all__ = [
     "AlertSettings",
@@ -37,34 +38,40 @@ __all__ = [
     "ControlSettings",
     "EmailSettings",
     "HttpSettings",
+    "LogSettings",
     "MonitorConfig",
     "WebhookSettings",
     "ZooKeeperSettings",
     "load_config",
+    "schema",
 ]
 
 ENV_PREFIX = "NETDISCO_MONITOR_"
 
-# section -> key -> kind; kinds: str, int, float, bool, list (of str)
-_SCHEMA: dict[str, dict[str, str]] = {
-    "zookeeper": {"hosts": "str", "root": "str", "session_timeout": "float",
-                  "resync_interval": "float", "digest_env": "str", "digest_file": "str",
-                  "tombstone_max_age": "float"},
-    "http": {"host": "str", "port": "int", "recent_events": "int", "poll_status": "float"},
-    "alerts": {"grace": "float", "state_file": "str", "batch_window": "float",
-               "max_age": "float", "retry_initial": "float", "retry_max": "float",
-               "hook_timeout": "float", "offline_events": "list", "leave_window": "float"},
-    "email": {"host": "str", "port": "int", "starttls": "bool", "tls": "bool", "sender": "str",
-              "to": "list", "username_env": "str", "password_env": "str", "events": "list",
-              "subject_prefix": "str"},
-    "webhook": {"url": "str", "events": "list"},
-    "command": {"argv": "list", "events": "list", "timeout": "float"},
-    "callable": {"target": "str", "events": "list"},
-    "control": {"token_env": "str", "monitor_token_env": "str", "timeout": "float"},
-    "log": {"json": "bool", "level": "str"},
-}  # fmt: skip
+#: section -> its settings class; a hook section (and ``[control]``) is optional
+SECTIONS: dict[str, type[Section]] = {
+    "zookeeper": ZooKeeperSettings,
+    "http": HttpSettings,
+    "alerts": AlertSettings,
+    "email": EmailSettings,
+    "webhook": WebhookSettings,
+    "command": CommandSettings,
+    "callable": CallableSettings,
+    "control": ControlSettings,
+    "log": LogSettings,
+}
+#: secrets read from the variables other keys name: section -> field -> its key
+SECRETS = {
+    "email": {"username": "username_env", "password": "password_env"},
+    "control": {"engine_token": "token_env", "token": "monitor_token_env"},
+}
 
 Raw = dict[str, dict[str, Any]]
+
+
+def schema() -> dict[str, tuple[str, ...]]:
+    """The keys each section may hold (what monitor.toml documents)."""
+    return {s: MONITOR_KEYS if s == "zookeeper" else loadable(c) for s, c in SECTIONS.items()}
 
 
 def load_config(
@@ -74,86 +81,86 @@ def load_config(
     overrides: Mapping[str, Any] | None = None,
 ) -> MonitorConfig:
     """Read, merge and check every setting; ``overrides`` maps ``"section.key"`` to values."""
-    raw = _read_toml(path) if path is not None else {}
-    _check_keys(raw)
-    _merge(raw, _from_env(os.environ if env is None else env))
-    _merge(raw, _from_flags(overrides or {}))
-    values = {
-        s: {k: _typed(f"{s}.{k}", v, _SCHEMA[s][k]) for k, v in t.items()} for s, t in raw.items()
-    }
-    return _build(values, os.environ if env is None else env)
+    environ = os.environ if env is None else env
+    layers = _Layers(_read_toml(path) if path is not None else {}, environ, overrides or {})
+    zk = layers.load("zookeeper")
+    http = layers.load("http")
+    control = layers.optional("control")
+    if control is not None:
+        _check_exposure(control, http.host)
+    return MonitorConfig(
+        zookeeper=zk,
+        http=http,
+        alerts=layers.load("alerts", grace=zk.session_timeout + 5.0),
+        email=layers.optional("email"),
+        webhook=layers.optional("webhook"),
+        command=layers.optional("command"),
+        callable=layers.optional("callable"),
+        control=control,
+        log=layers.load("log"),
+    )
 
 
 def _read_toml(path: Path) -> Raw:
     data = read_toml(path, key="--config")
     for section, table in data.items():
+        if section not in SECTIONS:
+            raise ConfigError(section, f"unknown section; known: {', '.join(SECTIONS)}")
         if not isinstance(table, dict):
             raise ConfigError(section, "must be a table ([section])")
     return data
 
 
-def _check_keys(raw: Raw) -> None:
-    for section, table in raw.items():
-        if section not in _SCHEMA:
-            raise ConfigError(section, f"unknown section; known: {', '.join(_SCHEMA)}")
-        for key in table:
-            if key not in _SCHEMA[section]:
-                raise ConfigError(f"{section}.{key}", "unknown key")
+class _Layers:
+    """The file, the ``NETDISCO_MONITOR_*`` variables and the flags, section by section."""
+
+    def __init__(self, raw: Raw, env: Mapping[str, str], overrides: Mapping[str, Any]) -> None:
+        self.raw, self.env = raw, env
+        self.flags: Raw = {}
+        for dotted, value in overrides.items():
+            section, _, key = dotted.partition(".")
+            if section not in SECTIONS:
+                raise ConfigError(section, f"unknown section; known: {', '.join(SECTIONS)}")
+            if value is not None:
+                self.flags.setdefault(section, {})[key] = value
+
+    def sources(self, section: str) -> tuple[Source, ...]:
+        keys = schema()[section]
+        variables = from_environ(
+            SECTIONS[section], self.env, ENV_PREFIX + "{KEY}", name="{key}", keys=keys
+        )
+        return Source(self.raw.get(section, {})), variables, Source(self.flags.get(section, {}))
+
+    def load(self, section: str, **given: Any) -> Any:
+        cls = SECTIONS[section]
+        settings = load(cls, *self.sources(section), keys=schema()[section], given=given)
+        secrets = SECRETS.get(section)
+        if not secrets:
+            return settings
+        read = {name: _secret(cls, settings, key, self.env) for name, key in secrets.items()}
+        return load(cls, base=settings, given=read)
+
+    def optional(self, section: str) -> Any:
+        """A hook section's settings, or None when no source mentions it."""
+        present = section in self.raw or any(s.values for s in self.sources(section)[1:])
+        return self.load(section) if present else None
 
 
-def _from_env(env: Mapping[str, str]) -> Raw:
-    raw: Raw = {}
-    for section, keys in _SCHEMA.items():
-        for key in keys:
-            name = f"{ENV_PREFIX}{section}_{key}".upper()
-            if name in env:
-                raw.setdefault(section, {})[key] = env[name]
-    return raw
+def _secret(cls: type[Section], settings: Any, key: str, env: Mapping[str, str]) -> str | None:
+    variable = getattr(settings, key)
+    if variable is None:
+        return None
+    if variable not in env:
+        raise ConfigError(cls.PREFIX + key, f"names the variable {variable!r}, which is not set")
+    return env[variable]
 
 
-def _from_flags(overrides: Mapping[str, Any]) -> Raw:
-    raw: Raw = {}
-    for dotted, value in overrides.items():
-        section, _, key = dotted.partition(".")
-        if value is not None:
-            raw.setdefault(section, {})[key] = value
-    _check_keys(raw)
-    return raw
-
-
-def _merge(base: Raw, top: Raw) -> None:
-    for section, table in top.items():
-        base.setdefault(section, {}).update(table)
-
-
-_KINDS: dict[str, Any] = {
-    "str": str,
-    "int": int,
-    "float": float,
-    "bool": bool,
-    "list": tuple[str, ...],
-}
-
-
-def _typed(key: str, value: Any, kind: str) -> Any:
-    """One value as its kind: text (environment, flags, TOML strings) is parsed."""
-    return convert(key, value, _KINDS[kind])
-
-
-def _build(values: Raw, env: Mapping[str, str]) -> MonitorConfig:
-    zk = validate.zookeeper(values.get("zookeeper", {}))
-    log = values.get("log", {})
-    http = validate.http(values.get("http", {}))
-    control = values.get("control")
-    return MonitorConfig(
-        zookeeper=zk,
-        http=http,
-        alerts=validate.alerts(values.get("alerts", {}), zk.session_timeout),
-        email=validate.email(values["email"], env) if "email" in values else None,
-        webhook=validate.webhook(values["webhook"]) if "webhook" in values else None,
-        command=validate.command(values["command"]) if "command" in values else None,
-        callable=validate.target(values["callable"]) if "callable" in values else None,
-        control=None if control is None else validate.control(control, env, http.host),
-        log_json=log.get("json"),
-        log_level=validate.level(log.get("level", "info")),
-    )
+def _check_exposure(control: ControlSettings, host: str) -> None:
+    """Control through the monitor; without its own token only on a loopback address."""
+    if control.token is None and not is_loopback(host):
+        raise ConfigError(
+            "control.monitor_token_env",
+            f"the dashboard's control routes would be served on {host!r}, which is not a "
+            "loopback address, without a token; name the variable that holds one, or bind "
+            "http.host to 127.0.0.1",
+        )

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from monitor.config import _SCHEMA, load_config
+from monitor.config import load_config, schema
 from netdisco.cluster.settings import ZooKeeperSettings
 from netdisco.crawl import settings as crawl_settings
-from netdisco.engine.config import _ENGINE_TYPES, parse_config
+from netdisco.engine.config import ENGINE_KEYS, parse_config
 from netdisco.exceptions import ConfigError
 from netdisco.values import read_toml
 from tests.fuzzing import examples
@@ -68,7 +68,7 @@ def test_spider_settings_from_the_environment(text: dict[str, str]) -> None:
 
 @examples(60)
 @given(
-    engine=_table(list(_ENGINE_TYPES)),
+    engine=_table(list(ENGINE_KEYS)),
     zookeeper=_table(["hosts", "root", "session_timeout", "audit_interval", "digest_env"]),
     spiders=st.lists(
         st.fixed_dictionaries(
@@ -85,7 +85,7 @@ def test_engine_config(engine: Any, zookeeper: Any, spiders: Any) -> None:
     _only_config_errors(ZooKeeperSettings.from_mapping, zookeeper, environ={})
 
 
-_MONITOR_KEYS = [f"{section}.{key}" for section, keys in _SCHEMA.items() for key in keys]
+_MONITOR_KEYS = [f"{section}.{key}" for section, keys in schema().items() for key in keys]
 
 
 @examples(60)

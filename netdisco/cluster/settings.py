@@ -12,15 +12,16 @@ import os
 import re
 import urllib.parse
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from kazoo.security import ACL, make_acl, make_digest_acl
 
 from netdisco.cluster.contract import DEFAULT_ROOT, TOMBSTONE_MAX_AGE
 from netdisco.exceptions import ConfigError
-from netdisco.values import check_keys, convert, field_types
+from netdisco.schema import Section, Source, from_environ, load, positive, setting
+from netdisco.values import convert
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: the keys an engine's ``[zookeeper]`` table may hold
@@ -65,50 +66,103 @@ class DigestCredentials:
         ]
 
 
+def _znode_path(value: str) -> str | None:
+    """An absolute znode path: no empty, '.' or '..' components."""
+    parts = value.split("/")
+    if not value.startswith("/") or value == "/" or any(p in ("", ".", "..") for p in parts[1:]):
+        return f"{value!r} is not an absolute znode path like '/netdiscovery'"
+    return None
+
+
+def _hosts(value: str) -> str | None:
+    """'h1:2181,h2:2181/chroot', checked the way kazoo will read it."""
+    hosts, slash, chroot = value.partition("/")
+    if slash and _znode_path(slash + chroot):
+        return _znode_path(slash + chroot)
+    for entry in hosts.split(","):
+        try:
+            parsed = urllib.parse.urlsplit("zk://" + entry.strip())
+            port = parsed.port
+        except ValueError:
+            parsed, port = None, None
+        if parsed is None or not parsed.hostname or (port is not None and port < 1):
+            return f"{entry.strip()!r} is not 'host' or 'host:port'"
+    return None
+
+
+def _env_name(name: str) -> str | None:
+    ok = _ENV_NAME.fullmatch(name)
+    return None if ok else f"{name!r} is not a valid environment variable name"
+
+
+def _seconds(value: float) -> str | None:
+    return (
+        None if positive(value) is None else f"must be a positive number of seconds, not {value!r}"
+    )
+
+
+def _text(key: str, value: Any) -> str:
+    """A string with its blanks trimmed; an empty one is refused."""
+    text: str = convert(key, value, str, text=False).strip()
+    if not text:
+        raise ConfigError(key, f"must be a non-empty string, not {value!r}")
+    return text
+
+
+def _zk(default: Any, doc: str, **more: Any) -> Any:
+    return setting(default, section="zookeeper", doc=doc, **more)
+
+
 @dataclass(frozen=True, kw_only=True)
-class ZooKeeperSettings:
+class ZooKeeperSettings(Section):
     """Where engines register and monitors look; defaults live here and nowhere else."""
 
-    hosts: str  # a /chroot suffix is honoured
-    root: str = DEFAULT_ROOT
-    session_timeout: float = 10.0
-    digest_env: str | None = None
-    digest_file: str | None = None
-    audit_interval: float = 5.0  # engine: how often it re-checks its node anyway
-    resync_interval: float = 30.0  # monitor: full re-read, in case a watch was missed
-    tombstone_max_age: float = TOMBSTONE_MAX_AGE  # leave tombstones older than this go
+    PREFIX: ClassVar[str] = "zookeeper."
+
+    hosts: str = _zk(
+        MISSING,
+        "'host:port,...' of the ensemble; a /chroot suffix is honoured",
+        parse=_text,
+        check=_hosts,
+        required="is required (e.g. '127.0.0.1:2181')",
+    )
+    root: str = _zk(DEFAULT_ROOT, "znode the engines register under", check=_znode_path)
+    session_timeout: float = _zk(
+        10.0, "seconds a lost engine's session outlives it", check=_seconds
+    )
+    digest_env: str | None = _zk(
+        None, "variable holding the digest identity 'user:password'", parse=_text, check=_env_name
+    )
+    digest_file: str | None = _zk(None, "file holding the digest identity", parse=_text)
+    audit_interval: float = _zk(
+        5.0, "engine: seconds between re-checks of its node", check=_seconds
+    )
+    resync_interval: float = _zk(30.0, "monitor: seconds between full re-reads", check=_seconds)
+    tombstone_max_age: float = _zk(
+        TOMBSTONE_MAX_AGE, "seconds before tombstones are removed", check=_seconds
+    )
+
+    def check(self) -> None:
+        if self.digest_env and self.digest_file:
+            raise ConfigError("zookeeper.digest_file", "set digest_env or digest_file, not both")
 
     @classmethod
     def from_mapping(
         cls,
         data: Mapping[str, Any],
         *,
-        prefix: str = "zookeeper",
         environ: Mapping[str, str] | None = None,
         keys: tuple[str, ...] = ENGINE_KEYS,
     ) -> ZooKeeperSettings:
         """Validate a ``[zookeeper]`` table; a ``ConfigError`` names the bad key.
 
-        With ``environ``, ``NETDISCO_<PREFIX>_<KEY>`` variables override the table.
+        With ``environ``, ``NETDISCO_ZOOKEEPER_<KEY>`` variables override the table.
         ``keys`` are the keys this table may hold (``ENGINE_KEYS``, ``MONITOR_KEYS``).
         """
-        check_keys(prefix, data, keys)
-        values = {k: convert(f"{prefix}.{k}", v, _TYPES[k], text=False) for k, v in data.items()}
+        sources = [Source(data, text=False)]
         if environ is not None:
-            found = _from_environ(environ, prefix, keys)
-            values.update({k: convert(f"{prefix}.{k}", v, _TYPES[k]) for k, v in found.items()})
-        if "hosts" not in values:
-            raise ConfigError(f"{prefix}.hosts", "is required (e.g. '127.0.0.1:2181')")
-        settings = cls(
-            hosts=_hosts(values["hosts"], f"{prefix}.hosts"),
-            root=_znode_path(values.get("root", cls.root), f"{prefix}.root"),
-            digest_env=_env_name(values.get("digest_env"), f"{prefix}.digest_env"),
-            digest_file=_optional_str(values.get("digest_file"), f"{prefix}.digest_file"),
-            **{k: _seconds(values[k], f"{prefix}.{k}") for k in _DURATIONS if k in values},
-        )
-        if settings.digest_env and settings.digest_file:
-            raise ConfigError(f"{prefix}.digest_file", "set digest_env or digest_file, not both")
-        return settings
+            sources.append(from_environ(cls, environ, "NETDISCO_{KEY}", name="{key}", keys=keys))
+        return load(cls, *sources, keys=keys)
 
     def credentials(
         self, environ: Mapping[str, str] | None = None, *, prefix: str = "zookeeper"
@@ -134,60 +188,3 @@ class ZooKeeperSettings:
         if not sep or not user or not password:
             raise ConfigError(key, "the secret must have the form 'user:password'")
         return DigestCredentials(user=user, password=password)
-
-
-def _from_environ(environ: Mapping[str, str], prefix: str, keys: tuple[str, ...]) -> dict[str, str]:
-    """``NETDISCO_ZOOKEEPER_SESSION_TIMEOUT=4`` and the like, as text."""
-    names = {key: f"NETDISCO_{prefix.upper()}_{key.upper()}" for key in keys}
-    return {key: environ[name] for key, name in names.items() if name in environ}
-
-
-def _optional_str(value: Any, key: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(key, f"must be a non-empty string, not {value!r}")
-    return value.strip()
-
-
-def _env_name(value: Any, key: str) -> str | None:
-    name = _optional_str(value, key)
-    if name is not None and not _ENV_NAME.fullmatch(name):
-        raise ConfigError(key, f"{name!r} is not a valid environment variable name")
-    return name
-
-
-def _seconds(value: float, key: str) -> float:
-    if value <= 0:
-        raise ConfigError(key, f"must be a positive number of seconds, not {value!r}")
-    return value
-
-
-def _znode_path(value: str, key: str) -> str:
-    """Check an absolute znode path: no empty, '.' or '..' components."""
-    parts = value.split("/")
-    if not value.startswith("/") or value == "/" or any(p in ("", ".", "..") for p in parts[1:]):
-        raise ConfigError(key, f"{value!r} is not an absolute znode path like '/netdiscovery'")
-    return value
-
-
-def _hosts(value: Any, key: str) -> str:
-    """Check 'h1:2181,h2:2181/chroot' the way kazoo will read it."""
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(key, f"must be a non-empty string like '127.0.0.1:2181', not {value!r}")
-    hosts, slash, chroot = value.strip().partition("/")
-    if slash:
-        _znode_path(slash + chroot, key)
-    for entry in hosts.split(","):
-        try:
-            parsed = urllib.parse.urlsplit("zk://" + entry.strip())
-            port = parsed.port
-        except ValueError:
-            parsed, port = None, None
-        if parsed is None or not parsed.hostname or (port is not None and port < 1):
-            raise ConfigError(key, f"{entry.strip()!r} is not 'host' or 'host:port'")
-    return value.strip()
-
-
-_TYPES = field_types(ZooKeeperSettings)
-_DURATIONS = ("session_timeout", "audit_interval", "resync_interval", "tombstone_max_age")

@@ -21,7 +21,7 @@ import asyncio
 import contextvars
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import structlog
@@ -39,7 +39,7 @@ from netdisco.crawl.recrawl import Recrawl, wants_pages
 from netdisco.crawl.request import Request
 from netdisco.crawl.scheduler import Scheduler
 from netdisco.crawl.scraper import Scraper
-from netdisco.crawl.settings import Settings, check_recrawl
+from netdisco.crawl.settings import check_recrawl
 from netdisco.crawl.spider import Spider
 from netdisco.crawl.stats import Stats
 from netdisco.crawl.transport import DownloadHandler
@@ -70,7 +70,7 @@ class Crawler:
     def __init__(
         self,
         spider: Spider,
-        settings: Settings | Mapping[str, Any] | None = None,
+        settings: settings_module.SettingsLike | None = None,
         *,
         pipelines: Sequence[Pipeline] = (),
         frontier: Frontier[Request] | None = None,
@@ -80,7 +80,7 @@ class Crawler:
     ) -> None:
         self.spider = spider
         self.name = spider.name
-        self.settings = s = _settings(spider, settings)
+        self.settings = s = settings_module.for_spider(spider, settings)
         check_recrawl(s)
         self.stats = Stats()
         self.state = SpiderState.IDLE
@@ -461,13 +461,6 @@ class Crawler:
             await self.scraper.run(
                 request.errback, request, exc, url=request.url, depth=request.depth + 1
             )
-
-
-def _settings(spider: Spider, given: Settings | Mapping[str, Any] | None) -> Settings:
-    """``given`` as ``Settings``: a mapping goes over the spider's ``custom_settings``."""
-    if isinstance(given, Settings):
-        return given
-    return settings_module.from_mapping({**spider.custom_settings, **(given or {})})
 
 
 def _unwrap(exc: Exception) -> Exception:

@@ -1,215 +1,68 @@
-"""Crawl settings: one frozen dataclass, defaults in one place.
+"""Crawl settings: one frozen dataclass, defaults, docs and checks on each field.
 
-The same names work with ``-s name=value``, in TOML and as ``NETDISCO_<NAME>``
-environment variables; every value is validated here so that a bad one fails at
-start with the key named, never half-way through a crawl.
+The same names work with ``-s name=value``, in TOML, in an HTTP body and as
+``NETDISCO_<NAME>`` environment variables: every source goes through
+:func:`netdisco.schema.load`, and every value is checked when the settings are
+built, so that a bad one fails at start with the key named, never half-way
+through a crawl. Fields are grouped in sections (``SECTIONS``); :func:`reference`
+renders them for docs/configuration.md.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 from netdisco._version import __version__
 from netdisco.crawl.feeds.spec import FeedSpec, parse_feeds
 from netdisco.exceptions import ConfigError
 from netdisco.frontiers import is_shared
-from netdisco.values import convert, field_types, parse_duration, parse_strings
+from netdisco.schema import (
+    Section,
+    Source,
+    each,
+    from_environ,
+    load,
+    non_negative,
+    one_of,
+    positive,
+    setting,
+)
+from netdisco.schema import (
+    reference as render_reference,
+)
+from netdisco.values import parse_duration, parse_strings
+
+if TYPE_CHECKING:
+    from netdisco.crawl.spider import Spider
 
 DEFAULT_USER_AGENT = f"netdisco/{__version__} (+https://pypi.org/project/netdiscovery/)"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Settings:
-    """How one spider crawls. Sizes in bytes, durations in seconds; 0 means no limit."""
-
-    concurrency: int = 16
-    per_host_concurrency: int = 8
-    download_delay: float = 0.0
-    obey_robots: bool = True
-    max_pages: int = 0
-    depth_limit: int = 0
-    timeout: float = 30.0
-    connect_timeout: float = 10.0
-    retries: int = 2
-    retry_backoff: float = 0.5
-    retry_max_delay: float = 60.0
-    max_redirects: int = 10
-    max_response_size: int = 10 * 1024 * 1024
-    user_agent: str = DEFAULT_USER_AGENT
-    allow: tuple[str, ...] = ()
-    deny: tuple[str, ...] = ()
-    proxy: str | None = None
-    stop_deadline: float = 10.0
-    progress_interval: float = 5.0
-    item_buffer: int = 256
-    frontier: str = "memory"
-    state_dir: str | None = None
-    flush_interval: float = 0.1
-    flush_items: int = 1000
-    #: let ``POST .../requests`` push loopback, link-local and private-range URLs
-    allow_private_targets: bool = False
-    #: hosts whose scope decision and (idle) download slot are kept: about 0.5 KB each
-    host_cache_size: int = 50_000
-    #: origins whose parsed robots.txt is kept: about 3 KB each for a short file
-    robots_cache_size: int = 5_000
-    #: seconds a fetched robots.txt is trusted (RFC 9309: at most 24 h)
-    robots_max_age: float = 86_400.0
-    #: seconds a host with an unreachable robots.txt (5xx, timeout) waits before it is
-    #: asked again; doubled after every failure up to ``robots_max_backoff``
-    robots_backoff: float = 60.0
-    robots_max_backoff: float = 3_600.0
-    # downloader middleware (netdisco.crawl.middleware), in chain order
-    default_headers: tuple[str, ...] = ()  # "Name: value"
-    user_agents: tuple[str, ...] = ()
-    cookies: bool = False
-    proxies: tuple[str, ...] = ()
-    proxy_backoff: float = 30.0
-    middlewares: tuple[str, ...] = ()  # "module:Class" import paths
-    # rendering in headless Chromium (netdisco.crawl.render)
-    render: bool = False
-    render_concurrency: int = 4
-    render_wait: str = "load"  # "load", "domcontentloaded", "networkidle" or a CSS selector
-    render_timeout: float = 30.0
-    render_block: tuple[str, ...] = ("image", "font", "media")
-    chromium: str = "/usr/bin/chromium"
-    # where items go (netdisco.crawl.feeds); parsed by feeds.spec.parse_feeds
-    feeds: tuple[FeedSpec, ...] = ()
-    # re-crawls (netdisco.crawl.recrawl); both need a page store: state_dir or Redis
-    recrawl: str = "always"  # or "conditional": revalidate with the stored ETag/Last-Modified
-    age: float | None = None  # seconds: a page fetched within it is not fetched on the next run
-
-    def __post_init__(self) -> None:
-        _validate(self)
-
-    def replace(self, **changes: Any) -> Settings:
-        """A copy with some values changed (validated)."""
-        return from_mapping(changes, base=self)
-
-
-_FIELDS = {f.name: f for f in fields(Settings)}
-_POSITIVE = (
-    "concurrency",
-    "per_host_concurrency",
-    "timeout",
-    "connect_timeout",
-    "item_buffer",
-    "flush_items",
-    "host_cache_size",
-    "robots_cache_size",
-    "robots_max_age",
-    "robots_backoff",
-    "robots_max_backoff",
-    "render_concurrency",
-    "render_timeout",
-)
-_NON_NEGATIVE = (
-    "download_delay",
-    "max_pages",
-    "depth_limit",
+SECTIONS = (
+    "limits",
+    "scope",
+    "politeness",
+    "robots",
+    "requests",
     "retries",
-    "retry_backoff",
-    "retry_max_delay",
-    "max_redirects",
-    "max_response_size",
-    "stop_deadline",
-    "progress_interval",
-    "flush_interval",
-    "proxy_backoff",
+    "render",
+    "frontier",
+    "recrawl",
+    "feeds",
+    "tuning",
 )
-#: settings with structure of their own, parsed by their module
-_STRUCTURED: dict[str, Callable[[str, Any], Any]] = {
-    "feeds": parse_feeds,
-    "age": lambda key, value: None if value is None else parse_duration(key, value),
-}
 RECRAWL = ("always", "conditional")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
-def _validate(s: Settings) -> None:
-    _validate_numbers(s)
-    for name in ("allow", "deny"):
-        for pattern in getattr(s, name):
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ConfigError(name, f"invalid regular expression {pattern!r}: {exc}") from exc
-    if not (s.frontier.startswith("memory") or is_shared(s.frontier)):
-        raise ConfigError("frontier", f"expected 'memory' or a redis:// URL, got {s.frontier!r}")
-    if s.state_dir is not None and is_shared(s.frontier):
-        raise ConfigError(
-            "state_dir", "applies to the standalone frontier; a Redis frontier keeps its state"
-        )
-    _validate_middleware(s)
-    if s.recrawl not in RECRAWL:
-        raise ConfigError("recrawl", f"expected always or conditional, got {s.recrawl!r}")
-    age = s.age
-    if age is not None and not (isinstance(age, int | float) and math.isfinite(age) and age > 0):
-        raise ConfigError("age", f"must be a positive duration in seconds, got {age!r}")
-    if not s.render_wait.strip():
-        raise ConfigError("render_wait", "expected load, networkidle or a CSS selector")
-
-
-def check_recrawl(s: Settings) -> None:
-    """``recrawl``/``age`` need a store that outlives a run: refuse them without one.
-
-    Checked once the settings are complete (a spider's ``custom_settings`` may ask for
-    ``recrawl`` while ``-s state_dir=...`` comes later), by the crawler and the engine.
-    """
-    if s.state_dir is not None or is_shared(s.frontier):
-        return
-    for key, wanted in (("recrawl", s.recrawl != "always"), ("age", s.age is not None)):
-        if wanted:
-            raise ConfigError(
-                key,
-                "needs a state_dir or a Redis frontier: with the memory frontier nothing "
-                "persists between runs, so no page is stored to revalidate or to skip",
-            )
-
-
-def _validate_middleware(s: Settings) -> None:
-    for header in s.default_headers:
-        name, sep, _ = header.partition(":")
-        if not sep or not _HEADER_NAME.match(name.strip()):
-            raise ConfigError("default_headers", f"expected 'Name: value', got {header!r}")
-    for proxy in s.proxies:
-        if not proxy.startswith(("http://", "https://")):
-            raise ConfigError("proxies", f"expected an http:// or https:// URL, got {proxy!r}")
-    for path in s.middlewares:
-        if not path.strip() or not ("." in path or ":" in path):
-            raise ConfigError("middlewares", f"expected 'module:Class', got {path!r}")
-    if any(not agent.strip() for agent in s.user_agents):
-        raise ConfigError("user_agents", "an empty user agent")
-
-
-def _validate_numbers(s: Settings) -> None:
-    for name in (*_POSITIVE, *_NON_NEGATIVE):
-        if not math.isfinite(getattr(s, name)):  # NaN passes every comparison below
-            raise ConfigError(name, f"must be a finite number, got {getattr(s, name)!r}")
-    for name in _POSITIVE:
-        if getattr(s, name) <= 0:
-            raise ConfigError(name, f"must be greater than 0, got {getattr(s, name)!r}")
-    for name in _NON_NEGATIVE:
-        if getattr(s, name) < 0:
-            raise ConfigError(name, f"must not be negative, got {getattr(s, name)!r}")
-
-
-#: the declared type of every setting: the converter is chosen by it (``netdisco.values``)
-_TYPES = field_types(Settings)
-
-
-def _coerce(name: str, value: Any) -> Any:
-    """Turn a TOML, CLI or environment value into the field's type, or say why not."""
-    if name in _STRUCTURED:
-        return _STRUCTURED[name](name, value)
-    if _TYPES[name] == tuple[str, ...]:
-        return parse_strings(name, value, split=_split_patterns)
-    return convert(name, value, _TYPES[name])
+def _regex(pattern: str) -> str | None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        return f"invalid regular expression {pattern!r}: {exc}"
+    return None
 
 
 def _split_patterns(text: str) -> list[str]:
@@ -233,22 +86,274 @@ def _split_patterns(text: str) -> list[str]:
     return [part for part in parts if part]
 
 
+def _patterns(key: str, value: Any) -> tuple[str, ...]:
+    return parse_strings(key, value, split=_split_patterns)
+
+
+def _agents(key: str, value: Any) -> tuple[str, ...]:
+    """One agent as it is (agents hold commas), or a list of them (TOML, JSON text)."""
+    return parse_strings(key, value, split=lambda text: [text] if text else [])
+
+
+def _age(key: str, value: Any) -> float | None:
+    return None if value is None else parse_duration(key, value)
+
+
+def _header(header: str) -> str | None:
+    name, sep, _ = header.partition(":")
+    ok = sep and _HEADER_NAME.match(name.strip())
+    return None if ok else f"expected 'Name: value', got {header!r}"
+
+
+def _proxy(url: str) -> str | None:
+    ok = url.startswith(("http://", "https://"))
+    return None if ok else f"expected an http:// or https:// URL, got {url!r}"
+
+
+def _import_path(path: str) -> str | None:
+    ok = path.strip() and ("." in path or ":" in path)
+    return None if ok else f"expected 'module:Class', got {path!r}"
+
+
+def _frontier(url: str) -> str | None:
+    ok = url.startswith("memory") or is_shared(url)
+    return None if ok else f"expected 'memory' or a redis:// URL, got {url!r}"
+
+
+def _age_check(age: Any) -> str | None:
+    ok = isinstance(age, int | float) and positive(age) is None
+    return None if ok else f"must be a positive duration in seconds, got {age!r}"
+
+
+def _field(default: Any, section: str, doc: str, **more: Any) -> Any:
+    return setting(default, section=section, doc=doc, **more)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings(Section):
+    """How one spider crawls. Sizes in bytes, durations in seconds; 0 means no limit."""
+
+    KIND: ClassVar[str] = "setting"
+    RENAMED: ClassVar[Mapping[str, str]] = {
+        "user_agent": "renamed to user_agents (a list; one agent is accepted as a string): "
+        "user_agents = ['my-bot/1.0']",
+        "proxy": "renamed to proxies (a list; one URL is accepted as a string): "
+        "proxies = ['http://host:3128']",
+    }
+
+    # limits: how much is fetched
+    max_pages: int = _field(
+        0, "limits", "pages to fetch, then finish (0: no limit)", check=non_negative
+    )
+    depth_limit: int = _field(
+        0, "limits", "links followed from a seed (0: no limit)", check=non_negative
+    )
+    max_response_size: int = _field(
+        10 * 1024 * 1024, "limits", "largest body kept, bytes", check=non_negative
+    )
+    max_redirects: int = _field(10, "limits", "redirects followed per request", check=non_negative)
+    timeout: float = _field(30.0, "limits", "seconds one request may take", check=positive)
+    connect_timeout: float = _field(10.0, "limits", "seconds to connect", check=positive)
+    # scope: which URLs are fetched
+    allow: tuple[str, ...] = _field(
+        (),
+        "scope",
+        "regexes a URL must match one of (none: all)",
+        parse=_patterns,
+        check=each(_regex),
+    )
+    deny: tuple[str, ...] = _field(
+        (), "scope", "regexes no URL may match", parse=_patterns, check=each(_regex)
+    )
+    allow_private_targets: bool = _field(
+        False, "scope", "let POST .../requests push loopback, link-local and private-range URLs"
+    )
+    # politeness: how hard hosts are hit
+    concurrency: int = _field(16, "politeness", "requests in flight", check=positive)
+    per_host_concurrency: int = _field(
+        8, "politeness", "requests in flight per host", check=positive
+    )
+    download_delay: float = _field(
+        0.0, "politeness", "seconds between two requests to a host", check=non_negative
+    )
+    # robots: robots.txt
+    obey_robots: bool = _field(True, "robots", "fetch and obey robots.txt")
+    robots_cache_size: int = _field(
+        5_000, "robots", "origins whose robots.txt is kept (about 3 KB each)", check=positive
+    )
+    robots_max_age: float = _field(
+        86_400.0,
+        "robots",
+        "seconds a robots.txt is trusted (RFC 9309: at most 24 h)",
+        check=positive,
+    )
+    robots_backoff: float = _field(
+        60.0,
+        "robots",
+        "seconds a host with an unreachable robots.txt waits; doubled per failure",
+        check=positive,
+    )
+    robots_max_backoff: float = _field(3_600.0, "robots", "longest such wait", check=positive)
+    # requests: what each request carries (netdisco.crawl.middleware, in chain order)
+    user_agents: tuple[str, ...] = _field(
+        (),
+        "requests",
+        "User-Agent, rotated per request if "
+        "several; robots.txt matches the first (none: "
+        "netdisco/<version>)",
+        parse=_agents,
+        check=each(lambda a: None if a.strip() else "an empty user agent"),
+    )
+    default_headers: tuple[str, ...] = _field(
+        (), "requests", "'Name: value' headers a request does not set", check=each(_header)
+    )
+    cookies: bool = _field(False, "requests", "keep one cookie jar for the spider")
+    proxies: tuple[str, ...] = _field(
+        (),
+        "requests",
+        "HTTP proxies: one is used for every request (and robots.txt), several are rotated",
+        check=each(_proxy),
+    )
+    proxy_backoff: float = _field(
+        30.0, "requests", "seconds a failing rotated proxy rests", check=non_negative
+    )
+    middlewares: tuple[str, ...] = _field(
+        (),
+        "requests",
+        "'module:Class' middlewares, after the built-in ones",
+        check=each(_import_path),
+    )
+    # retries
+    retries: int = _field(2, "retries", "retries of a failed request", check=non_negative)
+    retry_backoff: float = _field(
+        0.5, "retries", "seconds before the first retry, doubled after each", check=non_negative
+    )
+    retry_max_delay: float = _field(
+        60.0, "retries", "longest wait before a retry (Retry-After included)", check=non_negative
+    )
+    # render: headless Chromium (netdisco.crawl.render)
+    render: bool = _field(False, "render", "render every page in Chromium")
+    render_concurrency: int = _field(4, "render", "pages rendered at once", check=positive)
+    render_wait: str = _field(
+        "load",
+        "render",
+        "load, domcontentloaded, networkidle or a CSS selector",
+        check=lambda w: None if w.strip() else "expected load, networkidle or a CSS selector",
+    )
+    render_timeout: float = _field(30.0, "render", "seconds a page may take", check=positive)
+    render_block: tuple[str, ...] = _field(
+        ("image", "font", "media"), "render", "resource types not loaded"
+    )
+    chromium: str = _field("/usr/bin/chromium", "render", "the browser executable")
+    # frontier: where the queue lives
+    frontier: str = _field(
+        "memory", "frontier", "'memory' or a redis:// URL (shared crawl)", check=_frontier
+    )
+    state_dir: str | None = _field(
+        None, "frontier", "directory the memory frontier persists to, so a crawl can resume"
+    )
+    # recrawl: netdisco.crawl.recrawl; both need a page store (state_dir or Redis)
+    recrawl: str = _field(
+        "always",
+        "recrawl",
+        "always, or conditional: revalidate with the stored ETag/Last-Modified",
+        check=one_of(*RECRAWL),
+    )
+    age: float | None = _field(
+        None,
+        "recrawl",
+        "a page fetched within it ('1d', seconds) is not fetched again",
+        parse=_age,
+        check=_age_check,
+    )
+    # feeds: where items go (netdisco.crawl.feeds)
+    feeds: tuple[FeedSpec, ...] = _field(
+        (), "feeds", "URI -> options table (JSON with -s)", parse=parse_feeds
+    )
+    # tuning
+    stop_deadline: float = _field(
+        10.0, "tuning", "seconds in-flight requests get on stop", check=non_negative
+    )
+    progress_interval: float = _field(
+        5.0, "tuning", "seconds between progress lines (0: none)", check=non_negative
+    )
+    item_buffer: int = _field(
+        256, "tuning", "items pending before the spider waits", check=positive
+    )
+    flush_interval: float = _field(
+        0.1, "tuning", "seconds between acknowledgement flushes", check=non_negative
+    )
+    flush_items: int = _field(1000, "tuning", "items that force a flush", check=positive)
+    host_cache_size: int = _field(
+        50_000, "tuning", "hosts whose scope and slot are kept (about 0.5 KB each)", check=positive
+    )
+
+    def check(self) -> None:
+        if self.state_dir is not None and is_shared(self.frontier):
+            raise ConfigError(
+                "state_dir", "applies to the standalone frontier; a Redis frontier keeps its state"
+            )
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with some values changed (parsed and checked)."""
+        return from_mapping(changes, base=self)
+
+    @property
+    def user_agent(self) -> str:
+        """The agent robots.txt is matched against and sent by default (not a setting)."""
+        return self.user_agents[0] if self.user_agents else DEFAULT_USER_AGENT
+
+    @property
+    def proxy(self) -> str | None:
+        """The proxy of every request when ``proxies`` names one (not a setting)."""
+        return self.proxies[0] if len(self.proxies) == 1 else None
+
+
+def check_recrawl(s: Settings) -> None:
+    """``recrawl``/``age`` need a store that outlives a run: refuse them without one.
+
+    Checked once the settings are complete (a spider's ``custom_settings`` may ask for
+    ``recrawl`` while ``-s state_dir=...`` comes later), by the crawler and the engine.
+    """
+    if s.state_dir is not None or is_shared(s.frontier):
+        return
+    for key, wanted in (("recrawl", s.recrawl != "always"), ("age", s.age is not None)):
+        if wanted:
+            raise ConfigError(
+                key,
+                "needs a state_dir or a Redis frontier: with the memory frontier nothing "
+                "persists between runs, so no page is stored to revalidate or to skip",
+            )
+
+
 def from_mapping(data: Mapping[str, Any], *, base: Settings | None = None) -> Settings:
     """Settings from a mapping (TOML table, ``-s`` pairs); unknown keys are errors."""
-    values: dict[str, Any] = {}
-    for name, raw in data.items():
-        if name not in _FIELDS:
-            known = ", ".join(sorted(_FIELDS))
-            raise ConfigError(name, f"unknown setting (known settings: {known})")
-        values[name] = _coerce(name, raw)
-    return dataclasses.replace(base or Settings(), **values)
+    return load(Settings, Source(data), base=base)
 
 
 def from_env(environ: Mapping[str, str] | None = None, *, base: Settings | None = None) -> Settings:
     """Settings from ``NETDISCO_<NAME>`` variables over ``base``."""
     env = os.environ if environ is None else environ
-    found = {n: env[f"NETDISCO_{n.upper()}"] for n in _FIELDS if f"NETDISCO_{n.upper()}" in env}
-    return from_mapping(found, base=base)
+    return load(Settings, from_environ(Settings, env, "NETDISCO_{KEY}", name="{key}"), base=base)
+
+
+def layered(
+    custom: Mapping[str, Any], *sources: Source, custom_name: str = "custom_settings.{key}"
+) -> Settings:
+    """Defaults < a spider's ``custom_settings`` < ``sources``, all through one load."""
+    return load(Settings, Source(custom, custom_name), *sources)
+
+
+#: what a crawler (and ``SpiderEngine.add_spider``) takes: settings, or a mapping of them
+SettingsLike: TypeAlias = "Settings | Mapping[str, Any]"
+
+
+def for_spider(spider: Spider, settings: SettingsLike | None) -> Settings:
+    """What a crawler of ``spider`` runs with: ``settings`` as given, or a mapping of them
+    over the spider's ``custom_settings`` (``None``: those alone)."""
+    if isinstance(settings, Settings):
+        return settings
+    return layered(spider.custom_settings, Source(settings or {}))
 
 
 def parse_pairs(pairs: list[str]) -> dict[str, str]:
@@ -260,3 +365,8 @@ def parse_pairs(pairs: list[str]) -> dict[str, str]:
             raise ConfigError(pair, "expected name=value")
         result[name.strip()] = value
     return result
+
+
+def reference() -> str:
+    """The crawl settings' reference (docs/configuration.md), section by section."""
+    return render_reference(Settings, sections=SECTIONS, title="Crawl settings")

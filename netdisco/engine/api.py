@@ -23,6 +23,7 @@ from aiohttp import web
 from netdisco.cluster.contract import EnginePayload
 from netdisco.crawl.crawler import Crawler, PushResult, SpiderState
 from netdisco.engine.config import EngineSettings, is_loopback
+from netdisco.engine.lifecycle import EngineState
 from netdisco.engine.metrics import CONTENT_TYPE, EngineMetrics
 from netdisco.engine.replies import (
     Handler,
@@ -55,7 +56,7 @@ class ServedEngine(Protocol):
     def incarnation(self) -> str: ...
 
     @property
-    def state(self) -> str: ...  # "running" while it serves
+    def state(self) -> EngineState: ...  # RUNNING while it serves
 
     @property
     def started_at(self) -> float | None: ...
@@ -146,7 +147,7 @@ BEHIND = web.AppKey("behind", Behind)
 def health_body(engine: ServedEngine) -> tuple[int, dict[str, Any]]:
     """200 while running and registered (or standalone); 503 otherwise."""
     registered = engine.registry_healthy
-    ok = engine.state == "running" and registered is not False
+    ok = engine.state is EngineState.RUNNING and registered is not False
     counts: dict[str, int] = {}
     for crawler in engine.crawlers():
         counts[str(crawler.state)] = counts.get(str(crawler.state), 0) + 1

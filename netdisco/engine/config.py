@@ -15,38 +15,74 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from netdisco.crawl import settings as crawl_settings
 from netdisco.crawl.settings import Settings
 from netdisco.engine.schedules import Schedule, parse_schedule
 from netdisco.exceptions import ConfigError
-from netdisco.values import check_keys, convert, field_types, read_toml
+from netdisco.schema import (
+    Section,
+    Source,
+    from_environ,
+    load,
+    loadable,
+    non_negative,
+    positive,
+    setting,
+)
+from netdisco.schema import port as port_check
+from netdisco.values import check_keys, read_toml
 from netdisco.values import is_loopback as is_loopback  # re-exported: callers import it here
 
 DEFAULT_PORT = 8715
 
 
+def _engine_id(value: str) -> str | None:
+    ok = value and "/" not in value
+    return None if ok else f"must be a non-empty name without '/', got {value!r}"
+
+
+def _engine(default: Any, doc: str, **more: Any) -> Any:
+    return setting(default, section="engine", doc=doc, **more)
+
+
 @dataclass(frozen=True, kw_only=True)
-class EngineSettings:
+class EngineSettings(Section):
     """How one engine identifies itself and serves HTTP; durations in seconds."""
 
-    id: str | None = None  # None: derived from host name and port
-    host: str = "127.0.0.1"
-    port: int = DEFAULT_PORT  # 0 picks a free port (tests)
-    advertise: str | None = None  # host written into status_url
-    token_env: str | None = "NETDISCO_TOKEN"
-    token: str | None = field(default=None, repr=False)
-    http: bool = True  # serve the HTTP endpoint at all
-    control: bool = True  # accept POST control routes
-    max_body: int = 1024 * 1024  # largest accepted request body, bytes
-    status_cache: float = 0.1  # seconds a rendered /spiders answer may be reused
-    api_process: bool = False  # serve HTTP from a child process (polling costs the crawl nothing)
-    stop_deadline: float | None = None  # None: each spider's own settings.stop_deadline
-    spider_modules: tuple[str, ...] = ()  # modules POST /netdiscovery/spiders may load from
+    PREFIX: ClassVar[str] = "engine."
+    RENAMED: ClassVar[Mapping[str, str]] = {
+        "stop_deadline": "removed: stop_deadline is a spider setting; set it for every spider "
+        "with -s stop_deadline=N or NETDISCO_STOP_DEADLINE, or in [[spiders]] settings",
+    }
 
-    def __post_init__(self) -> None:
-        _validate_engine(self)
+    id: str | None = _engine(None, "the engine's name (none: host name and port)", check=_engine_id)
+    host: str = _engine(
+        "127.0.0.1",
+        "address the HTTP endpoint binds to",
+        check=lambda h: None if h else "must not be empty",
+    )
+    port: int = _engine(DEFAULT_PORT, "HTTP port (0: any free one)", check=port_check)
+    advertise: str | None = _engine(None, "host written into status_url (none: host)")
+    token_env: str | None = _engine("NETDISCO_TOKEN", "variable that holds the control token")
+    token: str | None = _engine(
+        None, "the control token (read from token_env)", loaded=False, shown=False
+    )
+    http: bool = _engine(True, "serve the HTTP endpoint at all")
+    control: bool = _engine(True, "accept POST control routes")
+    max_body: int = _engine(1024 * 1024, "largest accepted request body, bytes", check=positive)
+    status_cache: float = _engine(
+        0.1, "seconds a rendered /spiders answer may be reused", check=non_negative
+    )
+    api_process: bool = _engine(False, "serve HTTP from a child process")
+    spider_modules: tuple[str, ...] = _engine(
+        (), "modules POST /netdiscovery/spiders may load spiders from"
+    )
+
+    def check(self) -> None:
+        if self.token is not None and not self.token.strip():
+            raise ConfigError("engine.token_env", "names a variable that holds an empty token")
 
     @property
     def advertised_host(self) -> str:
@@ -69,25 +105,8 @@ def check_exposure(s: EngineSettings) -> None:
         )
 
 
-def _validate_engine(s: EngineSettings) -> None:
-    if s.id is not None and (not s.id or "/" in s.id):
-        raise ConfigError("engine.id", f"must be a non-empty name without '/', got {s.id!r}")
-    if not s.host:
-        raise ConfigError("engine.host", "must not be empty")
-    if not 0 <= s.port <= 65535:
-        raise ConfigError("engine.port", f"must be between 0 and 65535, got {s.port!r}")
-    if s.max_body <= 0:
-        raise ConfigError("engine.max_body", f"must be greater than 0, got {s.max_body!r}")
-    if s.status_cache < 0:
-        raise ConfigError("engine.status_cache", f"must not be negative, got {s.status_cache!r}")
-    if s.stop_deadline is not None and s.stop_deadline < 0:
-        raise ConfigError("engine.stop_deadline", f"must not be negative, got {s.stop_deadline}")
-    if s.token is not None and not s.token.strip():
-        raise ConfigError("engine.token_env", "names a variable that holds an empty token")
-
-
-#: every ``[engine]`` key and its declared type; the token comes only from the environment
-_ENGINE_TYPES = {k: v for k, v in field_types(EngineSettings).items() if k != "token"}
+#: every ``[engine]`` key; the token comes only from the variable ``token_env`` names
+ENGINE_KEYS = loadable(EngineSettings)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,22 +125,13 @@ class SpiderConfig:
 
     def settings(self, custom: Mapping[str, Any] | None = None) -> Settings:
         """Defaults < the spider's ``custom_settings`` < file < environment < ``-s``."""
-        try:
-            base = crawl_settings.from_mapping(custom or {})
-        except ConfigError as exc:
-            raise _renamed(f"{self.spider} custom_settings.{exc.key}", exc) from None
-        try:
-            base = crawl_settings.from_mapping(self.table, base=base)
-        except ConfigError as exc:
-            raise _renamed(f"{self.key}.settings.{exc.key}", exc) from None
-        try:
-            base = crawl_settings.from_env(self.environ, base=base)
-        except ConfigError as exc:
-            raise _renamed(f"NETDISCO_{exc.key.upper()}", exc) from None
-        try:
-            result = crawl_settings.from_mapping(self.pairs, base=base)
-        except ConfigError as exc:
-            raise _renamed(f"-s {exc.key}", exc) from None
+        result = crawl_settings.layered(
+            custom or {},
+            Source(self.table, f"{self.key}.settings.{{key}}"),
+            from_environ(Settings, self.environ, "NETDISCO_{KEY}"),
+            Source(self.pairs, "-s {key}"),
+            custom_name=f"{self.spider} custom_settings.{{key}}",
+        )
         try:
             crawl_settings.check_recrawl(result)  # complete now: what is asked needs a store
         except ConfigError as exc:
@@ -146,27 +156,15 @@ def engine_settings(
 ) -> EngineSettings:
     """``[engine]`` under ``NETDISCO_ENGINE_<KEY>`` under ``overrides`` (command line)."""
     env = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
-    for name, raw in table.items():
-        values[name] = _engine_value(name, raw, text=False)
-    for name in _ENGINE_TYPES:
-        text = env.get(f"NETDISCO_ENGINE_{name.upper()}")
-        if text is not None:
-            values[name] = _engine_value(name, text)
-    for name, raw in (overrides or {}).items():
-        if raw is not None:
-            values[name] = _engine_value(name, raw, text=False)
-    token_env = values.get("token_env", EngineSettings.token_env)
-    token = env.get(token_env) if token_env else None
-    return EngineSettings(**values, token=token)
-
-
-def _engine_value(name: str, raw: Any, *, text: bool = True) -> Any:
-    kind = _ENGINE_TYPES.get(name)
-    if kind is None:
-        known = ", ".join(sorted(_ENGINE_TYPES))
-        raise ConfigError(f"engine.{name}", f"unknown key (known keys: {known})")
-    return convert(f"engine.{name}", raw, kind, text=text)
+    flags = {name: value for name, value in (overrides or {}).items() if value is not None}
+    settings = load(
+        EngineSettings,
+        Source(table, text=False),
+        from_environ(EngineSettings, env, "NETDISCO_{KEY}", name="{key}"),
+        Source(flags, text=False),
+    )
+    token = env.get(settings.token_env) if settings.token_env else None
+    return load(EngineSettings, base=settings, given={"token": token})
 
 
 def spider_configs(

@@ -53,7 +53,9 @@ log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 #: a scheduled spider's next run is built from: the spider (class or object), settings, pipelines
-Recipe = tuple["Spider | type[Spider]", "Settings | None", "tuple[Pipeline, ...]"]
+Recipe = tuple[
+    "Spider | type[Spider]", "Settings | Mapping[str, Any] | None", "tuple[Pipeline, ...]"
+]
 
 
 class SpiderEngine:
@@ -155,12 +157,16 @@ class SpiderEngine:
     def add_spider(
         self,
         spider: Spider | type[Spider],
-        settings: Settings | None = None,
+        settings: Settings | Mapping[str, Any] | None = None,
         *,
         pipelines: Sequence[Pipeline] = (),
         schedule: Schedule | None = None,
     ) -> Crawler:
-        """Add a spider; it starts at once if the engine runs (a scheduled one at its tick)."""
+        """Add a spider; it starts at once if the engine runs (a scheduled one at its tick).
+
+        ``settings`` is a ``Settings``, or a mapping (``{"max_pages": 5}``) loaded like a
+        ``[[spiders]]`` table, over the spider's ``custom_settings``.
+        """
         if self.state in (EngineState.STOPPING, EngineState.STOPPED):
             raise RuntimeError(f"engine {self.id!r} is {self.state}; it takes no new spiders")
         instance = spider() if isinstance(spider, type) else spider
@@ -215,7 +221,7 @@ class SpiderEngine:
     async def stop_spider(self, name: str, deadline: float | None = None) -> SpiderState:
         """Stop one spider; shielded so a caller that goes away cannot cut it short."""
         crawler = self.crawler(name)
-        task = self._spawn(crawler.stop(self._deadline(deadline)))
+        task = self._spawn(crawler.stop(deadline))
         return await asyncio.shield(task)
 
     async def push(self, name: str, urls: Iterable[str]) -> PushResult:
@@ -324,7 +330,7 @@ class SpiderEngine:
     async def _stop_crawler(self, crawler: Crawler, deadline: float | None) -> None:
         try:
             if crawler.state in (SpiderState.RUNNING, SpiderState.PAUSED):
-                await crawler.stop(self._deadline(deadline))
+                await crawler.stop(deadline)
             elif crawler.state is SpiderState.STOPPING:
                 await crawler.wait()
         except Exception as exc:  # one spider's failure must not keep the others running
@@ -340,7 +346,10 @@ class SpiderEngine:
             log.error("spider_start_failed", engine=self.id, spider=crawler.name, error=repr(exc))
 
     def _new_crawler(
-        self, spider: Spider, settings: Settings | None, pipelines: Sequence[Pipeline]
+        self,
+        spider: Spider,
+        settings: Settings | Mapping[str, Any] | None,
+        pipelines: Sequence[Pipeline],
     ) -> Crawler:
         crawler = Crawler(
             spider, settings, pipelines=pipelines, owner=self.incarnation, engine=self.id
@@ -372,9 +381,6 @@ class SpiderEngine:
         await crawler.start()
         self._notify()
         return True
-
-    def _deadline(self, deadline: float | None) -> float | None:
-        return deadline if deadline is not None else self.settings.stop_deadline
 
     def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         task = asyncio.create_task(coro)

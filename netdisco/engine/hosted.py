@@ -46,7 +46,7 @@ def zookeeper_settings(table: Mapping[str, Any]) -> ZooKeeperSettings:
     """``[zookeeper]`` validated now, not at start (``NETDISCO_ZOOKEEPER_*`` win)."""
     from netdisco.cluster.settings import ZooKeeperSettings  # kazoo only when configured
 
-    return ZooKeeperSettings.from_mapping(table, prefix="zookeeper", environ=os.environ)
+    return ZooKeeperSettings.from_mapping(table, environ=os.environ)
 
 
 def zookeeper_registry(settings: ZooKeeperSettings) -> RegistryFactory:

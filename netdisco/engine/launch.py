@@ -19,6 +19,7 @@ from netdisco.crawl.spider import Spider
 from netdisco.engine.config import EngineConfig
 from netdisco.engine.schedules import Schedule, parse_schedule
 from netdisco.exceptions import ConfigError, DuplicateSpider, SpiderLoadError, SpiderNotAllowed
+from netdisco.schema import Source
 
 _BODY_KEYS = frozenset({"spider", "name", "settings", "schedule", "every"})
 
@@ -52,9 +53,8 @@ def check_allowed(ref: str, allowed: Sequence[str]) -> None:
 
 def spider_settings(spider_class: type[Spider], table: Mapping[str, Any], key: str) -> Settings:
     """The spider's ``custom_settings`` under ``table``; errors name ``key.<setting>``."""
-    base = crawl_settings.from_mapping(spider_class.custom_settings)
+    settings = crawl_settings.layered(spider_class.custom_settings, Source(table, f"{key}.{{key}}"))
     try:
-        settings = crawl_settings.from_mapping(table, base=base)
         crawl_settings.check_recrawl(settings)
         return settings
     except ConfigError as exc:

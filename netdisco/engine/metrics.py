@@ -21,9 +21,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from netdisco._version import __version__
+from netdisco.crawl.lifecycle import SpiderState
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-STATES = ("idle", "running", "paused", "stopping", "stopped", "finished", "failed")
 
 
 class ObservedStats(Protocol):
@@ -113,8 +113,9 @@ class EngineCollector(Collector):
         for name, status, outcomes in spiders:
             for outcome, count in sorted(outcomes.items()):
                 requests.add_metric((name, outcome), count)
-            for candidate in STATES:
-                state.add_metric((name, candidate), 1.0 if status["state"] == candidate else 0.0)
+            for candidate in SpiderState:  # one series per state, the current one at 1
+                current = 1.0 if status["state"] == candidate else 0.0
+                state.add_metric((name, candidate.value), current)
         yield requests
         yield state
         yield from _per_spider(spiders, _COUNTERS, CounterMetricFamily)

@@ -59,7 +59,7 @@ async def test_slots_and_robots_are_bounded_in_a_crawl_of_many_hosts(site: Site)
     ]
     spider = seeds(*pages)
     crawler, items = await crawl(
-        spider, proxy=site.base, host_cache_size=16, robots_cache_size=8, concurrency=8
+        spider, proxies=(site.base,), host_cache_size=16, robots_cache_size=8, concurrency=8
     )
     assert len(items) == 310  # every host was crawled, its robots.txt asked
     assert site.count("/robots.txt") >= 301

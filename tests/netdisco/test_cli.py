@@ -79,7 +79,7 @@ async def test_bad_setting_exits_2_naming_the_key(pair: str, message: str) -> No
 
 async def test_config_env_and_s_precedence(site: Site, tmp_path: Path) -> None:
     config = tmp_path / "crawl.toml"
-    config.write_text('max_pages = 5\nconcurrency = 1\nuser_agent = "cli-test/1"\n')
+    config.write_text('max_pages = 5\nconcurrency = 1\nuser_agents = "cli-test/1"\n')
     out = tmp_path / "out.jsonl"
     env = _env(LOCAL_SITE_URL=site.url("/shop/p/0"), NETDISCO_MAX_PAGES="4")
     args = ("crawl", CATALOGUE, "-O", str(out), "--config", str(config))

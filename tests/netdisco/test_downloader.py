@@ -232,7 +232,7 @@ class Proxied(Spider):
 
 
 async def test_user_agent_and_per_request_proxy(site: Site) -> None:
-    _, items = await crawl(Proxied(proxy=site.base), user_agent="settings-agent/1")
+    _, items = await crawl(Proxied(proxy=site.base), user_agents=("settings-agent/1",))
     assert items == [{"url": "http://virtual.test/tree/14"}]
     agents = {(hit.host, hit.path, hit.agent) for hit in site.hits}
     assert agents == {

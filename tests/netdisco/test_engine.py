@@ -212,3 +212,21 @@ async def test_from_config_names_a_spider_that_cannot_load(tmp_path: Path) -> No
     with pytest.raises(ConfigError, match="already runs") as info:
         SpiderEngine.from_config(load_config(path, environ={}))
     assert info.value.key == "spiders[1].spider"
+
+
+async def test_add_spider_takes_a_mapping_of_settings(site: str) -> None:
+    async with SpiderEngine(standalone()) as engine:
+        crawler = engine.add_spider(site_spider("q", site), {"max_pages": 5, "concurrency": 1})
+        assert crawler.settings.max_pages == 5
+        with pytest.raises(ConfigError, match="renamed to proxies") as caught:
+            engine.add_spider(site_spider("p", site), {"proxy": "http://p:1"})
+        assert caught.value.key == "proxy"
+        states = await engine.run()
+    assert states == {"q": SpiderState.FINISHED}
+    assert crawler.stats.succeeded <= 5 + 1
+
+
+def test_engine_stop_deadline_is_a_spider_setting(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="stop_deadline is a spider setting") as caught:
+        load_config(write(tmp_path, "[engine]\nstop_deadline = 5\n"), environ={})
+    assert caught.value.key == "engine.stop_deadline"

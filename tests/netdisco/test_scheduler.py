@@ -178,7 +178,7 @@ async def test_allowed_domains_with_subdomains_through_a_proxy(site: Site) -> No
     ]
     start = "http://example.test/page?" + "&".join(links)
     spider = seeds(start, allowed_domains=["example.test"])
-    crawler, items = await crawl(spider, proxy=site.base)
+    crawler, items = await crawl(spider, proxies=(site.base,))
     assert sorted(item["url"] for item in items) == [start, "http://shop.example.test/tree/14"]
     assert {hit.host for hit in site.hits if hit.path != "/robots.txt"} == {
         "example.test",
@@ -189,7 +189,7 @@ async def test_allowed_domains_with_subdomains_through_a_proxy(site: Site) -> No
 
 async def test_robots_is_fetched_through_the_proxy(site: Site) -> None:
     start = "http://example.test/page?link=/private/1&link=/tree/14"
-    crawler, items = await crawl(seeds(start), proxy=site.base)
+    crawler, items = await crawl(seeds(start), proxies=(site.base,))
     assert site.count("/robots.txt", host="example.test") == 1
     assert crawler.stats.robots_blocked == 1
     assert len(items) == 2

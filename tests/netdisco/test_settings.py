@@ -59,9 +59,12 @@ def test_invalid_values_name_the_key(key: str, value: Any, message: str) -> None
         ("allow", r"/p/\d{1,3},/q/[,;],(a|,b)x", (r"/p/\d{1,3}", "/q/[,;]", "(a|,b)x")),
         ("deny", r"a\,b,,c", (r"a\,b", "c")),
         ("deny", "", ()),
-        ("user_agent", "my bot/1.0 (+http://x.test)", "my bot/1.0 (+http://x.test)"),
-        ("user_agent", "123", "123"),
-        ("proxy", "http://127.0.0.1:3128", "http://127.0.0.1:3128"),
+        ("user_agents", "my bot/1.0 (+http://x.test)", ("my bot/1.0 (+http://x.test)",)),
+        ("user_agents", "Mozilla/5.0 (KHTML, like Gecko)", ("Mozilla/5.0 (KHTML, like Gecko)",)),
+        ("user_agents", '["a, b", "c"]', ("a, b", "c")),
+        ("user_agents", "123", ("123",)),
+        ("proxies", "http://127.0.0.1:3128", ("http://127.0.0.1:3128",)),
+        ("proxies", "http://p1:3128,http://p2:3128", ("http://p1:3128", "http://p2:3128")),
         ("frontier", "redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
     ],
 )
@@ -96,9 +99,9 @@ def test_bad_text_names_the_key(key: str, text: str, message: str) -> None:
         ("obey_robots", 1),
         ("timeout", "fast"),
         ("allow", [1]),
-        ("user_agent", None),
-        ("user_agent", 5),
-        ("proxy", 8080),
+        ("user_agents", None),
+        ("user_agents", 5),
+        ("proxies", 8080),
     ],
 )
 def test_toml_values_of_the_wrong_type(key: str, value: Any) -> None:
@@ -108,12 +111,12 @@ def test_toml_values_of_the_wrong_type(key: str, value: Any) -> None:
 
 
 def test_toml_values_of_the_right_type() -> None:
-    settings = from_mapping({"concurrency": 4, "timeout": 3, "allow": ["/a"], "proxy": None})
-    assert (settings.concurrency, settings.timeout, settings.allow, settings.proxy) == (
+    settings = from_mapping({"concurrency": 4, "timeout": 3, "allow": ["/a"], "proxies": []})
+    assert (settings.concurrency, settings.timeout, settings.allow, settings.proxies) == (
         4,
         3.0,
         ("/a",),
-        None,
+        (),
     )
     assert isinstance(settings.timeout, float)
 
@@ -123,6 +126,24 @@ def test_unknown_setting_lists_the_known_ones() -> None:
         from_mapping({"concurency": 4})
     assert caught.value.key == "concurency"
     assert "concurrency" in str(caught.value)
+
+
+@pytest.mark.parametrize(("old", "new"), [("user_agent", "user_agents"), ("proxy", "proxies")])
+def test_a_renamed_setting_names_the_new_one(old: str, new: str) -> None:
+    with pytest.raises(ConfigError, match=f"renamed to {new}") as caught:
+        from_mapping({old: "x"})
+    assert caught.value.key == old
+    with pytest.raises(ConfigError, match=f"renamed to {new}") as caught:
+        from_env({f"NETDISCO_{old.upper()}": "x"})
+    assert caught.value.key == f"NETDISCO_{old.upper()}"
+
+
+def test_one_agent_or_proxy_is_the_default_of_every_request() -> None:
+    settings = from_mapping({"user_agents": "bot/1", "proxies": "http://p:1"})
+    assert (settings.user_agent, settings.proxy) == ("bot/1", "http://p:1")
+    rotated = from_mapping({"user_agents": ["a", "b"], "proxies": ["http://p:1", "http://q:1"]})
+    assert (rotated.user_agent, rotated.proxy) == ("a", None)  # the rotation picks a proxy
+    assert Settings().user_agent.startswith("netdisco/")
 
 
 def test_parse_pairs() -> None:
@@ -162,3 +183,20 @@ def test_replace_validates() -> None:
     assert (settings.concurrency, settings.deny) == (8, ("x",))
     with pytest.raises(ConfigError, match="concurrency"):
         settings.replace(concurrency=0)
+
+
+def test_a_crawler_takes_a_mapping_over_the_spiders_custom_settings() -> None:
+    from netdisco import Spider
+    from netdisco.crawl.crawler import Crawler
+
+    class Custom(Spider):
+        name = "custom"
+        custom_settings = {"concurrency": 3, "retries": 5}  # noqa: RUF012
+
+    crawler = Crawler(Custom(), {"max_pages": "5", "retries": 1})
+    s = crawler.settings
+    assert (s.concurrency, s.retries, s.max_pages) == (3, 1, 5)
+    assert Crawler(Custom(), Settings(retries=4)).settings.retries == 4  # Settings as they are
+    with pytest.raises(ConfigError, match="must be greater than 0") as caught:
+        Crawler(Custom(), {"concurrency": 0})
+    assert caught.value.key == "concurrency"

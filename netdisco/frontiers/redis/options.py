@@ -18,6 +18,7 @@ from redis.exceptions import SlotNotCoveredError
 
 from netdisco.exceptions import ConfigError, FrontierFailed
 from netdisco.frontiers.redis.leases import DEFAULT_PREFIX, Client
+from netdisco.schema import Section, Source, load, loadable, setting
 
 #: URL schemes of a Redis Cluster (the rest are redis-py's own)
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
@@ -37,96 +38,114 @@ _TRANSIENT = (
     SlotNotCoveredError,
 )
 
-_OPTIONS = (
-    "prefix",
-    "lease_ttl",
-    "seen",
-    "bloom_capacity",
-    "bloom_error",
-    "prefetch",
-    "politeness",
-    "trace",
-    "shards",
-    "replicas",
-    "wait",
-)
+
+def _flag(key: str, text: Any) -> bool:
+    if text not in ("0", "1"):
+        raise ConfigError(key, f"a flag is 0 or 1, not {text!r}")
+    return bool(text == "1")
+
+
+def _option(default: Any, doc: str, problem: str, ok: Any, **more: Any) -> Any:
+    """A query-string option; ``ok(value)`` says whether it is fine, ``problem`` why not."""
+    check = lambda value: None if ok(value) else problem  # noqa: E731
+    return setting(default, section="frontier URL", doc=doc, check=check, **more)
+
+
+_SHARDS = "must be from 1 to 1024, and 1 with politeness=engine"
 
 
 @dataclass(frozen=True, kw_only=True)
-class RedisOptions:
+class RedisOptions(Section):
     """Where the frontier lives and how it behaves; parsed from the ``frontier`` URL."""
 
-    url: str
-    prefix: str = DEFAULT_PREFIX
-    lease_ttl: float = 30.0
-    seen: str = "exact"
-    bloom_capacity: int = 10_000_000
-    bloom_error: float = 0.001
-    #: requests a take leases at least (host queues: one for each worker waiting, if more)
-    prefetch: int = 4
-    #: ``cluster``: host queues in Redis hold per-host limits for every engine together
-    #: (``netdisco.frontiers.redis.hosts``); ``engine``: one queue, each engine polite alone
-    politeness: str = "cluster"
-    #: log every host slot taken and released to a Redis list (tests, debugging)
-    trace: bool = False
-    #: hash tags the host queues are spread over (one slot each on a cluster)
-    shards: int = 1
-    #: replicas an add must reach (``WAIT``) before the page that found the links is
-    #: acknowledged, so that a failover cannot lose them; on a cluster, at most as many
-    #: as the slot has
-    replicas: int = 0
-    #: which writes wait for them: ``all`` (adds and takes: nothing is lost, and a failover
-    #: cannot hand a request or a host's slot out twice), or ``adds`` only (faster)
-    wait: str = "all"
+    url: str = setting(
+        doc="the redis-py URL, without our options", section="frontier URL", loaded=False
+    )
+    prefix: str = _option(
+        DEFAULT_PREFIX,
+        "key prefix of every key the crawl writes",
+        "must be non-empty",
+        lambda p: p and "{" not in p,
+    )
+    lease_ttl: float = _option(
+        30.0, "seconds a taken request stays leased", "must be at least 1 second", lambda t: t >= 1
+    )
+    seen: str = _option(
+        "exact",
+        "exact (a set) or bloom (a Bloom filter) seen-URLs",
+        "must be exact or bloom",
+        lambda s: s in ("exact", "bloom"),
+    )
+    bloom_capacity: int = _option(
+        10_000_000, "URLs the Bloom filter is sized for", "must be positive", lambda c: c > 0
+    )
+    bloom_error: float = _option(
+        0.001, "its false-positive rate", "must be between 0 and 1", lambda e: 0 < e < 1
+    )
+    prefetch: int = _option(
+        4,
+        "requests a take leases at least (host queues: one for each worker waiting, if more)",
+        "must be from 1 to 1000",
+        lambda n: 1 <= n <= 1000,
+    )
+    politeness: str = _option(
+        "cluster",
+        "cluster: per-host limits held in Redis for every "
+        "engine together; engine: one queue, each engine polite alone",
+        "must be cluster or engine",
+        lambda p: p in ("cluster", "engine"),
+    )
+    trace: bool = _option(
+        False,
+        "log every host slot taken and released to a Redis list",
+        "a flag is 0 or 1",
+        lambda t: True,
+        parse=_flag,
+    )
+    shards: int = _option(
+        1,
+        f"hash tags the host queues are spread over (cluster: {CLUSTER_SHARDS})",
+        _SHARDS,
+        lambda n: 1 <= n <= 1024,
+    )
+    replicas: int = _option(
+        0,
+        "replicas an add must reach (WAIT) before its page is acknowledged (cluster: 1)",
+        "must be from 0 to 16",
+        lambda n: 0 <= n <= 16,
+    )
+    wait: str = _option(
+        "all",
+        "which writes wait for them: all (adds and takes) or adds",
+        "must be adds or all",
+        lambda w: w in ("adds", "all"),
+    )
 
     @classmethod
     def from_url(cls, url: str) -> RedisOptions:
         """Our options come from the query string; the rest goes to redis-py."""
         parts = urlsplit(url)
         query = parse_qsl(parts.query, keep_blank_values=True)
-        ours = {k: v for k, v in query if k in _OPTIONS}
-        rest = urlencode([(k, v) for k, v in query if k not in _OPTIONS])
+        names = loadable(cls)
+        ours = {k: v for k, v in query if k in names}
+        rest = urlencode([(k, v) for k, v in query if k not in names])
+        given = {
+            "url": urlunsplit(parts._replace(query=rest)),
+            "shards": _default_shards(url, ours),
+            "replicas": 1 if _is_cluster(url) else 0,
+        }
         try:
-            options = cls(
-                url=urlunsplit(parts._replace(query=rest)),
-                prefix=ours.get("prefix", DEFAULT_PREFIX),
-                lease_ttl=float(ours.get("lease_ttl", cls.lease_ttl)),
-                seen=ours.get("seen", cls.seen),
-                bloom_capacity=int(ours.get("bloom_capacity", cls.bloom_capacity)),
-                bloom_error=float(ours.get("bloom_error", cls.bloom_error)),
-                prefetch=int(ours.get("prefetch", cls.prefetch)),
-                politeness=ours.get("politeness", cls.politeness),
-                trace=_flag(ours.get("trace", "0")),
-                shards=int(ours.get("shards", _default_shards(url, ours))),
-                replicas=int(ours.get("replicas", 1 if _is_cluster(url) else 0)),
-                wait=ours.get("wait", cls.wait),
-            )
-        except ValueError as exc:
-            raise ConfigError("frontier", f"bad option in {redact(url)}: {exc}") from None
-        options.check()
-        return options
+            return load(cls, Source(ours), given=given)
+        except ConfigError as exc:
+            if exc.key not in names:
+                raise
+            problem = str(exc).removeprefix(f"{exc.key}: ")
+            raise ConfigError("frontier", f"option {exc.key} {problem} ({redact(url)})") from None
 
     def check(self) -> None:
         """Fail at start, naming the option, rather than half-way through a crawl."""
-        problems = {
-            "lease_ttl": None if self.lease_ttl >= 1 else "must be at least 1 second",
-            "seen": None if self.seen in ("exact", "bloom") else "must be exact or bloom",
-            "bloom_capacity": None if self.bloom_capacity > 0 else "must be positive",
-            "bloom_error": None if 0 < self.bloom_error < 1 else "must be between 0 and 1",
-            "prefix": None if self.prefix and "{" not in self.prefix else "must be non-empty",
-            "prefetch": None if 1 <= self.prefetch <= 1000 else "must be from 1 to 1000",
-            "politeness": None
-            if self.politeness in ("cluster", "engine")
-            else "must be cluster or engine",
-            "shards": None
-            if 1 <= self.shards <= 1024 and (self.shards == 1 or self.politeness == "cluster")
-            else "must be from 1 to 1024, and 1 with politeness=engine",
-            "replicas": None if 0 <= self.replicas <= 16 else "must be from 0 to 16",
-            "wait": None if self.wait in ("adds", "all") else "must be adds or all",
-        }
-        for name, problem in problems.items():
-            if problem is not None:
-                raise ConfigError("frontier", f"option {name} {problem} ({redact(self.url)})")
+        if self.shards != 1 and self.politeness != "cluster":
+            raise ConfigError("shards", _SHARDS)
         if _is_cluster(self.url):
             cluster_seeds(self.url)
 
@@ -178,12 +197,6 @@ def connect(url: str, **kwargs: Any) -> Client:
     return RedisCluster(
         startup_nodes=nodes, username=username, password=password, ssl=tls, protocol=2, **kwargs
     )
-
-
-def _flag(text: str) -> bool:
-    if text not in ("0", "1"):
-        raise ValueError(f"a flag is 0 or 1, not {text!r}")
-    return text == "1"
 
 
 def redact(url: str) -> str:
