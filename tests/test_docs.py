@@ -177,21 +177,28 @@ def environment(servers: Servers) -> dict[str, str]:
 
 
 def run(argv: list[str], block: Block, cwd: Path, env: dict[str, str], stdin: str = "") -> None:
-    """Run ``argv`` in its own session; kill the session's leftovers when it ends."""
-    process = subprocess.Popen(
-        argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        output, _ = process.communicate(stdin, timeout=BLOCK_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        pytest.fail(f"{block.where}: not done within {BLOCK_TIMEOUT} s\n{output[-4000:]}")
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)  # background jobs of the block
-    assert process.returncode == 0, f"{block.where}: exit {process.returncode}\n{output[-4000:]}"
+    """Run ``argv`` in its own session; kill the session's leftovers when it ends.
+
+    Output goes to a file, not a pipe: a background job that outlives the shell would
+    hold a pipe open.
+    """
+    log = cwd / f".block-{block.line}.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=out,
+            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+        try:
+            process.communicate(stdin, timeout=BLOCK_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)  # background jobs of the block
+    output = log.read_text()[-4000:]
+    assert process.returncode != -signal.SIGKILL, f"{block.where}: not done in time\n{output}"
+    assert process.returncode == 0, f"{block.where}: exit {process.returncode}\n{output}"
 
 
 def load_toml(block: Block, path: Path) -> None:
