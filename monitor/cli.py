@@ -37,7 +37,7 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--zk", metavar="HOSTS", help="ZooKeeper hosts (host:port,...[/chroot])")
     p.add_argument("--root", help="znode the engines register under (/netdiscovery)")
-    p.add_argument("--config", type=Path, help="TOML file (see README)")
+    p.add_argument("--config", type=Path, help="TOML file (see docs/configuration.md)")
     p.add_argument("--host", help="HTTP bind address (127.0.0.1)")
     p.add_argument("--port", type=int, help="HTTP port (8316; 0 picks a free one)")
     p.add_argument("--session-timeout", type=float, help="ZooKeeper session timeout, s")

@@ -1,6 +1,6 @@
 """The monitor's HTTP endpoint (aiohttp.web inside the running loop).
 
-Routes (README, "HTTP API"): ``GET /netdiscovery/monitor`` (engines with state, since,
+Routes (docs/http-api.md): ``GET /netdiscovery/monitor`` (engines with state, since,
 incarnation, status_url), ``GET /netdiscovery/events`` (recent events; ``?since=SEQ``
 for polling, ``?limit=N``), ``GET /netdiscovery/health`` (200, or 503 while the
 view is stale), ``GET /metrics`` (Prometheus), ``GET /netdiscovery/monitor/spiders``

@@ -1,7 +1,7 @@
 """The engine layer: several crawlers in one loop, served over HTTP, registered.
 
 ``engine`` runs the crawlers and their lifecycle; ``api`` serves them
-(README, "HTTP API"); ``metrics`` exposes them to Prometheus; ``config`` reads
+(docs/http-api.md); ``metrics`` exposes them to Prometheus; ``config`` reads
 the engine's TOML file.
 """
 

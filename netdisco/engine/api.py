@@ -1,4 +1,4 @@
-"""The engine's HTTP endpoint: status, lifecycle control and metrics (README, "HTTP API").
+"""The engine's HTTP endpoint: status, lifecycle control and metrics (docs/http-api.md).
 
 It runs inside the engine's own loop (``AppRunner`` / ``TCPSite``), so handlers
 read crawler state directly, without locks. Every answer is JSON with a real
@@ -332,7 +332,7 @@ async def delete_spider(request: web.Request) -> web.Response:
 
 
 def create_app(engine: ServedEngine, *, behind: Behind | None = None) -> web.Application:
-    """The endpoint's application; the routes of the README's "HTTP API" table.
+    """The endpoint's application; the routes of the table in docs/http-api.md.
 
     ``behind`` is the status process when the app is served behind it, on a private
     Unix socket (``netdisco.engine.sidecar``).

@@ -1,6 +1,6 @@
 """The dashboard in headless Chromium, steering a real engine through the monitor.
 
-The screenshot in the README (docs/dashboard.png) is taken by this test: run it with
+The screenshot in docs/monitor.md (docs/dashboard.png) is taken by this test: run it with
 ``NETDISCO_SCREENSHOT=docs/dashboard.png`` to refresh that file; otherwise the picture
 goes to the test's temporary directory, so a test run never changes the checkout.
 """

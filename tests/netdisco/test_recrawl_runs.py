@@ -158,7 +158,7 @@ async def test_a_shared_crawl_revalidates_at_each_new_run(
     assert second.stats.not_modified == 3
     options = RedisOptions.from_url(redis_url)
     redis = aioredis.Redis.from_url(options.url)
-    try:  # the keys the README names, under the crawl's hash tag
+    try:  # the keys docs/redis.md names, under the crawl's hash tag
         assert await redis.hlen(f"{options.prefix}:{{links}}:pages") == 5
         assert await redis.get(f"{options.prefix}:{{links}}:run") == b"tick-2"
     finally:
