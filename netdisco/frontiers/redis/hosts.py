@@ -4,7 +4,7 @@ Without them each engine keeps its own ``per_host_concurrency`` and
 ``download_delay``, so N engines hit a host N times as hard. Here the frontier
 keeps one queue per host and reserves the host's slot in the take itself (one
 Lua script, ``host_scripts``), on the Redis server's clock; the crawl then keeps
-no limits of its own (``HostReserving``). A host that is busy or waiting out its
+no limits of its own (``Frontier.reserves_hosts``). A host that is busy or waiting out its
 delay is simply not picked, so it never holds a worker, and a worker is never
 handed a request it may not start yet. Requests the lease scripts put back
 (recovery, sweep, hand-back) land in the plain queue, the *inbox*, and the next
