@@ -7,6 +7,8 @@ imports inside functions and ``TYPE_CHECKING`` imports count too.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,7 +43,7 @@ def layer(module: str) -> str | None:
         return None
     if parts[1] in ("cluster", "frontiers", "crawl", "engine"):
         return parts[1]
-    return "top"  # cli, demo, testing, __init__
+    return "top"  # cli, demo, testing, _servers, _polling, __init__
 
 
 def module_name(path: Path) -> str:
@@ -156,3 +158,63 @@ def test_no_module_over_400_lines_and_no_function_over_40() -> None:
                     long_functions.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     assert not long_modules, long_modules
     assert not long_functions, long_functions
+
+
+def is_testing(module: str) -> bool:
+    return module == "netdisco.testing" or module.startswith("netdisco.testing.")
+
+
+def imports_of_testing(path: Path, source: str | None = None) -> list[str]:
+    """Each import of ``netdisco.testing`` in ``path`` (none are allowed outside it)."""
+    source = source or module_name(path)
+    if is_testing(source):
+        return []
+    return [
+        f"{path.relative_to(ROOT)}:{line}: imports {target}"
+        for line, target in imports(path, source)
+        if is_testing(resolve(target))
+    ]
+
+
+def test_no_shipped_module_imports_netdisco_testing() -> None:
+    """Test helpers stay out of production: netdisco, monitor, the demo and the examples."""
+    shipped = [*sources(), *sorted(ROOT.glob("examples/**/*.py"))]
+    problems = [problem for path in shipped for problem in imports_of_testing(path)]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "from netdisco.testing import free_port",
+        "import netdisco.testing",
+        "from netdisco.testing.http import serve",
+        "from netdisco import testing",
+    ],
+)
+def test_an_import_of_netdisco_testing_added_by_hand_is_caught(statement: str) -> None:
+    original = ROOT / "netdisco/demo/story.py"
+    copy = original.parent / "_testing_probe_story.py"
+    text = original.read_text(encoding="utf-8")
+    copy.write_text(f"{text}\n\ndef _probe() -> None:\n    {statement}\n", encoding="utf-8")
+    try:
+        found = imports_of_testing(copy, module_name(original))
+    finally:
+        copy.unlink()
+    assert found, f"{statement!r} was not caught"
+
+
+def test_importing_every_shipped_module_leaves_netdisco_testing_out() -> None:
+    """Imported for real, in a fresh interpreter: the CLI, the demo, the monitor, all of it."""
+    names = [name for name in map(module_name, sources()) if not is_testing(name)]
+    script = (
+        "import importlib, sys\n"
+        f"for name in {names!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[:2] == ['netdisco', 'testing']))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", result.stdout
