@@ -26,10 +26,16 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from netdisco import CallablePipeline, Request, Response, Spider
-from netdisco.engine import SpiderEngine
-from netdisco.engine.api import create_app
-from netdisco.engine.config import EngineSettings, is_loopback
+from netdisco import (
+    CallablePipeline,
+    EngineSettings,
+    Request,
+    Response,
+    Spider,
+    SpiderEngine,
+    create_app,
+)
+from netdisco.values import is_loopback
 
 ENGINE = web.AppKey("engine", SpiderEngine)
 TITLES = web.AppKey("titles", dict[str, str])

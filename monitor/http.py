@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 import structlog
 from aiohttp import web
@@ -22,24 +22,13 @@ from aiohttp import web
 from monitor.control import ACTIONS, Control, check_caller
 from netdisco.exceptions import ControlRefused
 
+if TYPE_CHECKING:
+    from monitor.daemon import Monitor  # which imports this module: types only
+
 log = structlog.get_logger(__name__)
 
 
-class MonitorState(Protocol):
-    """What the routes read from the daemon."""
-
-    def snapshot(self) -> dict[str, Any]: ...
-
-    def recent_events(self, since: int, limit: int) -> list[dict[str, Any]]: ...
-
-    def health(self) -> tuple[bool, dict[str, Any]]: ...
-
-    def metrics_text(self) -> bytes: ...
-
-    def spider_history(self) -> dict[str, Any]: ...
-
-
-STATE = web.AppKey("monitor", MonitorState)
+STATE: web.AppKey[Monitor] = web.AppKey("monitor")
 CONTROL = web.AppKey("control", Control)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -118,7 +107,7 @@ async def dashboard(request: web.Request) -> web.Response:
     return web.Response(text=html, content_type="text/html", charset="utf-8")
 
 
-def make_app(state: MonitorState, ctl: Control) -> web.Application:
+def make_app(state: Monitor, ctl: Control) -> web.Application:
     app = web.Application(middlewares=[json_errors])
     app[STATE] = state
     app[CONTROL] = ctl
@@ -135,7 +124,7 @@ def make_app(state: MonitorState, ctl: Control) -> web.Application:
 class HttpServer:
     """AppRunner + TCPSite; ``port`` is the bound one (useful with port 0)."""
 
-    def __init__(self, state: MonitorState, ctl: Control, host: str, port: int) -> None:
+    def __init__(self, state: Monitor, ctl: Control, host: str, port: int) -> None:
         self.host = host
         self.port = port
         self._runner = web.AppRunner(make_app(state, ctl), access_log=None)

@@ -10,33 +10,88 @@ The data flow, step by step (each step is a module):
    new requests go back to step 2.
 6. ``crawler`` runs steps 1-5 for one spider and counts them (``stats``); the engine
    serves it over HTTP and keeps its znode in ZooKeeper current.
+
+The public surface is what this package exports (``__all__``); import it from
+``netdisco``, not from the module that defines it, which may move:
+
+- writing a crawl: ``Spider``, ``Request``, ``Response``, ``Settings``, ``Crawler``
+  (with ``SpiderState``, ``PushResult``), the item pipelines (``Pipeline``,
+  ``CallablePipeline``, ``ConsolePipeline``, ``JsonLinesPipeline``), downloader
+  ``Middleware`` and the download handler seam (``DownloadHandler``; ``MockHandler``
+  answers a crawl with no sockets, for tests);
+- running engines: ``SpiderEngine``, ``EngineSettings``, ``EngineConfig``,
+  ``load_config`` and ``create_app`` (the HTTP API as an aiohttp app to mount); these
+  are imported on first use, so ``import netdisco`` does not load the engine layer;
+- errors: ``NetdiscoError`` (the root of every error, tree in ``netdisco.exceptions``),
+  ``ConfigError``, ``RequestError``, ``HttpStatusError`` and ``DropItem``.
+
+Every other module is internal: docs/internals.md lists them and what each owns.
+``netdisco.testing`` is for tests only.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from netdisco._version import __version__
 from netdisco.crawl.crawler import Crawler, PushResult, SpiderState
+from netdisco.crawl.middleware.base import Middleware
 from netdisco.crawl.pipelines import CallablePipeline, ConsolePipeline, JsonLinesPipeline, Pipeline
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
 from netdisco.crawl.transport import DownloadHandler, MockHandler
-from netdisco.exceptions import DropItem, NetdiscoError
+from netdisco.exceptions import ConfigError, DropItem, HttpStatusError, NetdiscoError, RequestError
+
+if TYPE_CHECKING:
+    from netdisco.engine.api import create_app
+    from netdisco.engine.config import EngineConfig, EngineSettings, load_config
+    from netdisco.engine.engine import SpiderEngine
+
+#: the engine layer's public names -> their module, imported on first use
+_LAZY = {
+    "EngineConfig": "netdisco.engine.config",
+    "EngineSettings": "netdisco.engine.config",
+    "SpiderEngine": "netdisco.engine.engine",
+    "create_app": "netdisco.engine.api",
+    "load_config": "netdisco.engine.config",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CallablePipeline",
+    "ConfigError",
     "ConsolePipeline",
     "Crawler",
     "DownloadHandler",
     "DropItem",
+    "EngineConfig",
+    "EngineSettings",
+    "HttpStatusError",
     "JsonLinesPipeline",
+    "Middleware",
     "MockHandler",
     "NetdiscoError",
     "Pipeline",
     "PushResult",
     "Request",
+    "RequestError",
     "Response",
     "Settings",
     "Spider",
+    "SpiderEngine",
     "SpiderState",
     "__version__",
+    "create_app",
+    "load_config",
 ]

@@ -1,5 +1,8 @@
 """Every error netdisco raises, rooted at one base class.
 
+The tree is complete (``tests/netdisco/test_exceptions_tree.py`` compares it with
+the classes below); a class with a second, built-in base shows it in its line.
+
 NetdiscoError
 ├── ConfigError              a bad setting or config file (names the key)
 ├── SpiderLoadError          FILE.py:Class or module:Class cannot be loaded
@@ -24,6 +27,7 @@ NetdiscoError
 │       ├── RenderTimeout    the page did not settle within ``render_timeout``
 │       └── BrowserCrashed   Chromium died under the page (retried)
 ├── BrowserUnavailable       ``render`` needs Playwright or Chromium, which is missing
+├── BrowserUnresponsive      a call to Chromium outlived its bound; the pool dropped it
 ├── FeedError                a feed cannot be opened or written (names the path)
 ├── DropItem                 raised by a pipeline step to drop one item
 ├── InvalidTransition        a lifecycle control not allowed in the current state
@@ -35,6 +39,9 @@ NetdiscoError
 │   ├── CrawlLost            Redis lost a shared crawl (restart without persistence, FLUSHALL)
 │   └── StateDirError        a ``state_dir`` that cannot be used (names the path)
 ├── RequestNotShareable      a request cannot be stored in a shared frontier (carries ``url``)
+├── HookError                a monitor hook could not deliver an event (names the hook)
+├── ApiError                 an HTTP error answer: status, machine code, sentence
+│   └── ControlRefused       a control call through the monitor, refused or unreachable
 └── DemoFailed               ``netdisco demo``: a step it shows did not happen in time
 """
 

@@ -29,6 +29,8 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from netdisco._polling import eventually, get_json
+from netdisco._servers import ZooKeeperServer, free_port
 from netdisco.demo.site import PAGES, SPIDERS, Mail, SmtpSink, start_site
 from netdisco.demo.support import (
     Child,
@@ -37,12 +39,9 @@ from netdisco.demo.support import (
     Narrator,
     child_env,
     entry_point,
-    get_json,
-    poll,
     signals_cancel,
 )
 from netdisco.exceptions import DemoFailed
-from netdisco.testing import ZooKeeperServer, free_port
 
 #: (engine id, spider) of the three demo engines
 ENGINES = (("engine-1", "shop"), ("engine-2", "blog"), ("engine-3", "docs"))
@@ -163,7 +162,8 @@ class Demo:
             health = await get_json(session, self._monitor_url("/netdiscovery/health"))
             return None if health is None else True
 
-        await poll(healthy, "the monitor's first look at ZooKeeper", DEADLINE)
+        what = "the monitor's first look at ZooKeeper"
+        await eventually(healthy, what, timeout=DEADLINE, interval=0.1, error=DemoFailed)
         self.say("monitor", f"ready, dashboard at {self._monitor_url('/')}")
 
     async def _start_engines(self, feed: EventFeed) -> None:

@@ -1,4 +1,4 @@
-"""The demo's plumbing: narration, child processes by pid, signals, polling, the event feed.
+"""The demo's plumbing: narration, child processes by pid, signals, the event feed.
 
 Children run in their own process groups so that Ctrl-C reaches the demo alone;
 the demo then stops them itself, by pid, gracefully first. ``Children.kill_all``
@@ -14,17 +14,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, TextIO
 
 import aiohttp
 
+from netdisco._polling import eventually, get_json
 from netdisco.demo.site import ITEMS_ENV, SITE_ENV
 from netdisco.exceptions import DemoFailed
-
-T = TypeVar("T")
 
 
 class Narrator:
@@ -133,27 +132,6 @@ def child_env(site: str, items: Path) -> dict[str, str]:
     return env
 
 
-async def poll(check: Callable[[], Awaitable[T | None]], what: str, timeout: float) -> T:
-    """Call ``check`` until it returns something; DemoFailed naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            raise DemoFailed(f"{what} did not happen within {timeout:.0f} s")
-        await asyncio.sleep(0.1)
-
-
-async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
-    """The JSON at ``url``, or None while the server is not (yet) answering 200."""
-    try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as response:
-            return await response.json() if response.status == 200 else None
-    except (aiohttp.ClientError, TimeoutError):
-        return None
-
-
 _SHOWN = {"engine_joined", "engine_left", "engine_lost", "engine_restarted", "cluster_empty"}
 
 
@@ -201,7 +179,11 @@ class EventFeed:
                 raise DemoFailed(f"{watch.name} exited with code {code}; see {watch.log}")
             return self.find(kind, engine_id)
 
-        return await poll(check, f"the monitor's {kind} event for {engine_id}", timeout)
+        what = f"the monitor's {kind} event for {engine_id}"
+        found: dict[str, Any] = await eventually(
+            check, what, timeout=timeout, interval=0.1, error=DemoFailed
+        )
+        return found
 
 
 @contextlib.contextmanager

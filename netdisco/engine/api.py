@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import hmac
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 from aiohttp import web
 
-from netdisco.cluster.contract import EnginePayload
-from netdisco.crawl.crawler import Crawler, PushResult, SpiderState
-from netdisco.engine.config import EngineSettings, is_loopback
+from netdisco.crawl.crawler import Crawler, SpiderState
+from netdisco.engine.config import is_loopback
 from netdisco.engine.lifecycle import EngineState
 from netdisco.engine.metrics import CONTENT_TYPE, EngineMetrics
 from netdisco.engine.replies import (
@@ -35,59 +33,10 @@ from netdisco.engine.replies import (
 from netdisco.engine.targets import private_target
 from netdisco.exceptions import ApiError
 
+if TYPE_CHECKING:
+    from netdisco.engine.engine import SpiderEngine  # engine -> sidecar -> api: types only
+
 log = structlog.get_logger(__name__)
-
-
-class RegistryStatus(Protocol):
-    """The part of a registration the health route reads."""
-
-    def status(self) -> Mapping[str, Any]: ...
-
-
-class ServedEngine(Protocol):
-    """What the endpoint needs from an engine (``SpiderEngine`` is one)."""
-
-    settings: EngineSettings
-
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def incarnation(self) -> str: ...
-
-    @property
-    def state(self) -> EngineState: ...  # RUNNING while it serves
-
-    @property
-    def started_at(self) -> float | None: ...
-
-    @property
-    def registry(self) -> RegistryStatus | None: ...
-
-    @property
-    def registry_healthy(self) -> bool | None: ...
-
-    def describe(self) -> EnginePayload: ...
-
-    def spider_status(self, name: str) -> dict[str, Any]: ...
-
-    def crawlers(self) -> Iterable[Crawler]: ...
-
-    def crawler(self, name: str) -> Crawler: ...
-
-    def add_listener(self, callback: Callable[[Any], None]) -> None: ...
-
-    def pause(self, name: str) -> SpiderState: ...
-
-    def resume(self, name: str) -> SpiderState: ...
-
-    async def stop_spider(self, name: str, deadline: float | None = None) -> SpiderState: ...
-
-    async def push(self, name: str, urls: Iterable[str]) -> PushResult: ...
-
-    async def launch(self, body: Any) -> Crawler: ...
-
-    def remove_spider(self, name: str) -> None: ...
 
 
 class Behind(Protocol):
@@ -116,7 +65,7 @@ async def _publishing(request: web.Request, handler: Handler) -> web.StreamRespo
 class StatusCache:
     """The rendered ``/spiders`` body, reused for ``ttl`` seconds or until a change."""
 
-    def __init__(self, engine: ServedEngine, ttl: float) -> None:
+    def __init__(self, engine: SpiderEngine, ttl: float) -> None:
         self._engine = engine
         self._ttl = ttl
         self._body: bytes | None = None
@@ -135,7 +84,7 @@ class StatusCache:
         self._body = None
 
 
-ENGINE = web.AppKey("engine", ServedEngine)
+ENGINE: web.AppKey[SpiderEngine] = web.AppKey("engine")
 CACHE = web.AppKey("spiders_cache", StatusCache)
 METRICS = web.AppKey("metrics", EngineMetrics)
 BEHIND = web.AppKey("behind", Behind)
@@ -144,7 +93,7 @@ BEHIND = web.AppKey("behind", Behind)
 # -- read-only routes ----------------------------------------------------------------
 
 
-def health_body(engine: ServedEngine) -> tuple[int, dict[str, Any]]:
+def health_body(engine: SpiderEngine) -> tuple[int, dict[str, Any]]:
     """200 while running and registered (or standalone); 503 otherwise."""
     registered = engine.registry_healthy
     ok = engine.state is EngineState.RUNNING and registered is not False
@@ -162,7 +111,7 @@ def health_body(engine: ServedEngine) -> tuple[int, dict[str, Any]]:
     return (200 if ok else 503), body
 
 
-def _registry_state(engine: ServedEngine) -> str:
+def _registry_state(engine: SpiderEngine) -> str:
     if engine.registry is None:
         return "standalone"
     return str(engine.registry.status().get("state", "unknown"))
@@ -171,12 +120,12 @@ def _registry_state(engine: ServedEngine) -> str:
 _SUMMARY_KEYS = ("name", "state", "started_at", "succeeded", "failed", "items", "queue_size")
 
 
-def spiders_body(engine: ServedEngine) -> list[dict[str, Any]]:
+def spiders_body(engine: SpiderEngine) -> list[dict[str, Any]]:
     """Every spider's status object."""
     return [engine.spider_status(c.name) for c in engine.crawlers()]
 
 
-def engine_body(engine: ServedEngine) -> dict[str, Any]:
+def engine_body(engine: SpiderEngine) -> dict[str, Any]:
     """Identity, incarnation, registry state and spider summaries."""
     spiders = spiders_body(engine)
     return {
@@ -218,7 +167,7 @@ async def metrics(request: web.Request) -> web.Response:
 # -- control routes ------------------------------------------------------------------
 
 
-def authorize(request: web.Request) -> ServedEngine:
+def authorize(request: web.Request) -> SpiderEngine:
     """Let a control request through, or raise 401/403; the token is compared in constant time."""
     engine = request.app[ENGINE]
     if not engine.settings.control:
@@ -331,7 +280,7 @@ async def delete_spider(request: web.Request) -> web.Response:
     return json_response({"name": name, "deleted": True})
 
 
-def create_app(engine: ServedEngine, *, behind: Behind | None = None) -> web.Application:
+def create_app(engine: SpiderEngine, *, behind: Behind | None = None) -> web.Application:
     """The endpoint's application; the routes of the table in docs/http-api.md.
 
     ``behind`` is the status process when the app is served behind it, on a private
@@ -362,7 +311,7 @@ def create_app(engine: ServedEngine, *, behind: Behind | None = None) -> web.App
 class HttpEndpoint:
     """The endpoint bound to a TCP port in the running loop."""
 
-    def __init__(self, engine: ServedEngine) -> None:
+    def __init__(self, engine: SpiderEngine) -> None:
         self._engine = engine
         self._runner: web.AppRunner | None = None
 

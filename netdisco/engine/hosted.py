@@ -1,26 +1,29 @@
-"""What an engine hosts besides its crawlers, as narrow protocols with their defaults.
+"""What an engine hosts besides its crawlers, and the defaults it builds.
 
-The engine runs an HTTP front, a cluster registration and lease keepers, but
-depends only on these protocols: tests hand it fakes, applications their own
-front, and nothing here imports the engine module.
+The HTTP front and the cluster registration are narrow protocols, because
+callers supply their own (``http_front``: the in-loop endpoint or the status
+process, or an application's; ``registry_factory``: tests hand the engine fake
+registries). The lease keepers are ``LeaseRecovery``, one per shared frontier.
+Nothing here imports the engine module at run time (only for types).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import structlog
 
 from netdisco.cluster.contract import EnginePayload
-from netdisco.engine.api import ServedEngine
 from netdisco.frontiers import is_shared
 
 log = structlog.get_logger(__name__)
 
 if TYPE_CHECKING:
     from netdisco.cluster.settings import ZooKeeperSettings
+    from netdisco.engine.engine import SpiderEngine  # which imports this module: types only
+    from netdisco.frontiers.redis.recovery import LeaseRecovery  # redis-py only when asked
 
 
 class Registry(Protocol):
@@ -72,18 +75,10 @@ class HttpFront(Protocol):
 
 
 #: builds the HTTP front for an engine; ``sidecar.default_front`` is the default
-FrontFactory = Callable[[ServedEngine], HttpFront]
+FrontFactory: TypeAlias = "Callable[[SpiderEngine], HttpFront]"
 
 
-class LeaseKeeper(Protocol):
-    """Returns lost engines' leases in a shared frontier (``netdisco.frontiers.redis.recovery``)."""
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-
-def lease_keeper(frontier: str, zookeeper: ZooKeeperSettings, incarnation: str) -> LeaseKeeper:
+def lease_keeper(frontier: str, zookeeper: ZooKeeperSettings, incarnation: str) -> LeaseRecovery:
     """The watcher that returns lost engines' leases in the shared frontier ``frontier``."""
     from netdisco.frontiers.redis.recovery import lease_recovery  # redis-py only when asked
 
@@ -113,7 +108,7 @@ class LeaseKeepers:
     def __init__(self, zookeeper: ZooKeeperSettings | None, incarnation: str) -> None:
         self._zookeeper = zookeeper
         self._incarnation = incarnation
-        self._keepers: dict[str, LeaseKeeper] = {}
+        self._keepers: dict[str, LeaseRecovery] = {}
 
     async def ensure(self, frontier: str) -> None:
         """Watch for lost engines of ``frontier`` (with ZooKeeper and a shared frontier)."""

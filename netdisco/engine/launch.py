@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from netdisco.crawl import settings as crawl_settings
 from netdisco.crawl.loader import load_spider
@@ -20,6 +20,9 @@ from netdisco.engine.config import EngineConfig
 from netdisco.engine.schedules import Schedule, parse_schedule
 from netdisco.exceptions import ConfigError, DuplicateSpider, SpiderLoadError, SpiderNotAllowed
 from netdisco.schema import Source
+
+if TYPE_CHECKING:
+    from netdisco.engine.engine import SpiderEngine  # which imports this module: types only
 
 _BODY_KEYS = frozenset({"spider", "name", "settings", "schedule", "every"})
 
@@ -83,7 +86,7 @@ def from_body(body: Any, allowed: Sequence[str]) -> Launch:
     return Launch(spider_class=spider_class, name=name, settings=settings, schedule=schedule)
 
 
-def add_configured(engine: SpiderEngineLike, config: EngineConfig) -> None:
+def add_configured(engine: SpiderEngine, config: EngineConfig) -> None:
     """Add every ``[[spiders]]`` entry of ``config`` to ``engine``; errors name the entry."""
     for entry in config.spiders:
         try:
@@ -95,11 +98,3 @@ def add_configured(engine: SpiderEngineLike, config: EngineConfig) -> None:
             engine.add_spider(spider_class, settings, schedule=entry.schedule)
         except DuplicateSpider as exc:
             raise ConfigError(f"{entry.key}.spider", str(exc)) from exc
-
-
-class SpiderEngineLike(Protocol):
-    """What ``add_configured`` needs from an engine."""
-
-    def add_spider(
-        self, spider: type[Spider], settings: Settings, *, schedule: Schedule | None = None
-    ) -> Any: ...

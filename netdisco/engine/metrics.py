@@ -8,8 +8,8 @@ every engine gets its own ``CollectorRegistry`` so two engines can share a proce
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -23,58 +23,11 @@ from prometheus_client.registry import Collector
 from netdisco._version import __version__
 from netdisco.crawl.lifecycle import SpiderState
 
+if TYPE_CHECKING:
+    from netdisco.crawl.crawler import Crawler
+    from netdisco.engine.engine import SpiderEngine  # engine -> api -> metrics: types only
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-class ObservedStats(Protocol):
-    """The part of a crawler's stats the collector reads."""
-
-    @property
-    def outcomes(self) -> Mapping[str, int]: ...
-
-    @property
-    def latency(self) -> ObservedLatency: ...
-
-    @property
-    def statuses(self) -> Mapping[int, int]: ...
-
-
-class ObservedLatency(Protocol):
-    """A download latency histogram (``crawl.stats.Latency``)."""
-
-    @property
-    def total(self) -> float: ...
-
-    def cumulative(self) -> list[tuple[str, int]]: ...
-
-
-class ObservedSpider(Protocol):
-    """The part of a crawler the collector reads."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def stats(self) -> ObservedStats: ...
-
-    def status(self) -> dict[str, Any]: ...
-
-
-class ObservedEngine(Protocol):
-    """The part of an engine the collector reads."""
-
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def started_at(self) -> float | None: ...
-
-    @property
-    def registry_healthy(self) -> bool | None: ...
-
-    def crawlers(self) -> Iterable[ObservedSpider]: ...
-
-    def spider_status(self, name: str) -> dict[str, Any]: ...
 
 
 # status() key -> (metric name, help); counters get "_total" from prometheus_client.
@@ -94,7 +47,7 @@ _GAUGES = (
 class EngineCollector(Collector):
     """Builds every metric family from one snapshot of the engine's crawlers."""
 
-    def __init__(self, engine: ObservedEngine) -> None:
+    def __init__(self, engine: SpiderEngine) -> None:
         self._engine = engine
 
     def collect(self) -> Iterator[Metric]:
@@ -142,7 +95,7 @@ class EngineCollector(Collector):
             )
 
 
-def _downloads(crawlers: list[ObservedSpider]) -> Iterator[Metric]:
+def _downloads(crawlers: list[Crawler]) -> Iterator[Metric]:
     """The latency histogram and the responses by status code, per spider."""
     latency = HistogramMetricFamily(
         "netdisco_download_duration_seconds",
@@ -189,7 +142,7 @@ def _per_spider(
 class EngineMetrics:
     """One engine's private registry; ``render()`` is the ``/metrics`` body."""
 
-    def __init__(self, engine: ObservedEngine) -> None:
+    def __init__(self, engine: SpiderEngine) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(EngineCollector(engine))
 

@@ -20,7 +20,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiohttp import web
@@ -28,7 +28,6 @@ from aiohttp import web
 from netdisco.engine import statusd
 from netdisco.engine.api import (
     HttpEndpoint,
-    ServedEngine,
     create_app,
     engine_body,
     health_body,
@@ -36,6 +35,9 @@ from netdisco.engine.api import (
 )
 from netdisco.engine.config import is_loopback
 from netdisco.engine.replies import dumps
+
+if TYPE_CHECKING:
+    from netdisco.engine.engine import SpiderEngine  # which imports this module: types only
 
 log = structlog.get_logger(__name__)
 
@@ -47,12 +49,12 @@ HEARTBEAT = 1.0
 STALE_AFTER = 5.0
 
 
-def default_front(engine: ServedEngine) -> HttpEndpoint | StatusProcess:
+def default_front(engine: SpiderEngine) -> HttpEndpoint | StatusProcess:
     """The front ``api_process`` asks for: a child process, or the engine's own loop."""
     return StatusProcess(engine) if engine.settings.api_process else HttpEndpoint(engine)
 
 
-def answers(engine: ServedEngine) -> dict[str, tuple[int, str]]:
+def answers(engine: SpiderEngine) -> dict[str, tuple[int, str]]:
     """The read routes' answers right now, by path. One that fails to render is left
     out, so the request goes to the engine's app, which answers (and logs) the error."""
     found: dict[str, tuple[int, Any]] = {}
@@ -70,7 +72,7 @@ def answers(engine: ServedEngine) -> dict[str, tuple[int, str]]:
 class StatusProcess:
     """An ``HttpFront``: the engine's application behind a child process; see the module."""
 
-    def __init__(self, engine: ServedEngine) -> None:
+    def __init__(self, engine: SpiderEngine) -> None:
         self._engine = engine
         self._changed = asyncio.Event()
         engine.add_listener(lambda _engine: self._changed.set())
