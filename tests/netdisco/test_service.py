@@ -239,8 +239,9 @@ async def test_a_shared_crawl_runs_each_tick_once_across_engines(site: str) -> N
                 return [e.spider_status("shared") for e in engines]
 
             await eventually(lambda: sum(c["runs"] for c in counts()) >= 4, what="four runs")
-            for engine in engines:  # freeze the counters: no tick after this
-                await engine.stop(deadline=0.5)
+            # freeze the counters together: one engine stopping while the other still ticks
+            # (a loaded machine) would run ticks that nobody else looks at
+            await asyncio.gather(*(engine.stop(deadline=0.5) for engine in engines))
             runs = [c["runs"] + c["skipped_runs"] for c in counts()]
             elsewhere = [c["runs_elsewhere"] for c in counts()]
             # every tick one engine claimed (and ran or skipped) and the other found taken;
