@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import faulthandler
 import os
-import sys
 import threading
 import time
 import uuid
@@ -112,12 +111,24 @@ def _deadline_passed(config: pytest.Config, deadline: float, own_stacks: bool) -
     os._exit(3)
 
 
+def _real_stderr(session: pytest.Session) -> int:
+    """A descriptor of the real stderr (fd 2 is the capture's file while a test runs)."""
+    capture = session.config.pluginmanager.getplugin("capturemanager")
+    if capture is None:
+        return os.dup(2)
+    capture.suspend_global_capture()
+    try:
+        return os.dup(2)  # kept open: the stacks are written to it at the deadline
+    finally:
+        capture.resume_global_capture()
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     deadline = _suite_deadline()
     if deadline is None:
         return
     if os.environ.get("PYTEST_XDIST_WORKER"):  # the controller names the tests; we show where
-        faulthandler.dump_traceback_later(max(deadline - 10, 1), file=sys.__stderr__)
+        faulthandler.dump_traceback_later(max(deadline - 10, 1), file=_real_stderr(session))
         return
     controller = session.config.pluginmanager.has_plugin("dsession")  # xdist's, with -n
     args = (session.config, deadline, not controller)
@@ -137,6 +148,7 @@ def pytest_runtest_logfinish(nodeid: str) -> None:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.when == "???":  # xdist: the worker running it crashed; it will not finish
+    when: str = report.when  # xdist's report of a crash says "???", which pytest's never do
+    if when == "???":  # the worker running it crashed: it will not finish
         with _running_lock:
             _running.pop(report.nodeid, None)
