@@ -39,8 +39,14 @@ typecheck: $(STAMP)
 
 # Two workers, each test file on one of them: most tests wait on servers (ZooKeeper
 # sessions, crawls over loopback), so two halve the time on two cores.
+# It always ends: a test overrunning its timeout (pyproject) ends its worker, which xdist
+# replaces (up to 4 times, then it stops starting them); after SUITE_DEADLINE s the run
+# names the tests still running and fails (tests/conftest.py); `timeout` is the backstop
+# (--foreground: Ctrl-C still reaches pytest; the workers end when the controller does).
+SUITE_DEADLINE ?= 1500
 unit: $(STAMP) system-deps
-	$(BIN)/pytest -n 2 --dist loadfile
+	NETDISCO_SUITE_DEADLINE=$(SUITE_DEADLINE) timeout --foreground -k 30 $$(( $(SUITE_DEADLINE) + 60 )) \
+	  $(BIN)/pytest -n 2 --dist loadfile --max-worker-restart 4
 
 test: lint typecheck unit
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import faulthandler
+import os
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -70,3 +74,81 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         markers |= _module_markers(str(item.path), cache)
         for marker in sorted(markers):
             item.add_marker(getattr(pytest.mark, marker))
+
+
+# -- the suite's deadline: NETDISCO_SUITE_DEADLINE=seconds (make test sets it) -------------
+#
+# Each test is bounded by pytest-timeout (thread method: stacks, then the worker exits and
+# xdist starts another). This bounds the run: when the deadline passes, the process that
+# runs the session (the xdist controller, or pytest itself) names every test that started
+# and has not finished, with how long it has run, and exits 3; each xdist worker dumps its
+# threads' stacks a little before. Set it well under CI's limit.
+
+#: nodeid -> when it started (monotonic), for the tests started and not finished yet
+_running: dict[str, float] = {}
+_running_lock = threading.Lock()
+
+
+def _suite_deadline() -> float | None:
+    value = os.environ.get("NETDISCO_SUITE_DEADLINE", "")
+    return float(value) if value else None
+
+
+def _deadline_passed(config: pytest.Config, deadline: float, own_stacks: bool) -> None:
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:  # fd 2 is the capture's file while a test runs: the terminal's
+        capture.suspend_global_capture(in_=True)
+    now = time.monotonic()
+    with _running_lock:
+        running = sorted(_running.items(), key=lambda item: item[1])
+    lines = [f"\n!!! suite deadline ({deadline:g} s) passed; tests still running:"]
+    lines += [f"!!!   {nodeid}  (for {now - started:.0f} s)" for nodeid, started in running]
+    if not running:
+        lines.append("!!!   none (the hang is between tests: collection, a session fixture)")
+    os.write(2, ("\n".join(lines) + "\n").encode())
+    if own_stacks:  # without xdist the tests run here: show where
+        faulthandler.dump_traceback(all_threads=True)
+    os._exit(3)
+
+
+def _real_stderr(session: pytest.Session) -> int:
+    """A descriptor of the real stderr (fd 2 is the capture's file while a test runs)."""
+    capture = session.config.pluginmanager.getplugin("capturemanager")
+    if capture is None:
+        return os.dup(2)
+    capture.suspend_global_capture()
+    try:
+        return os.dup(2)  # kept open: the stacks are written to it at the deadline
+    finally:
+        capture.resume_global_capture()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    deadline = _suite_deadline()
+    if deadline is None:
+        return
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the controller names the tests; we show where
+        faulthandler.dump_traceback_later(max(deadline - 10, 1), file=_real_stderr(session))
+        return
+    controller = session.config.pluginmanager.has_plugin("dsession")  # xdist's, with -n
+    args = (session.config, deadline, not controller)
+    timer = threading.Timer(deadline, _deadline_passed, args=args)
+    timer.daemon = True
+    timer.start()
+
+
+def pytest_runtest_logstart(nodeid: str) -> None:
+    with _running_lock:
+        _running[nodeid] = time.monotonic()
+
+
+def pytest_runtest_logfinish(nodeid: str) -> None:
+    with _running_lock:
+        _running.pop(nodeid, None)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    when: str = report.when  # xdist's report of a crash says "???", which pytest's never do
+    if when == "???":  # the worker running it crashed: it will not finish
+        with _running_lock:
+            _running.pop(report.nodeid, None)

@@ -131,8 +131,11 @@ class StatusProcess:
         while True:
             with contextlib.suppress(ConnectionError):  # the supervisor restarts the child
                 await self._send(answers(self._engine))
+            # not wait_for: on 3.11 it returns, swallowing a cancel that lands as the event
+            # is set, and this loop (so stop()) would never end; asyncio.timeout does not
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), every)
+                async with asyncio.timeout(every):
+                    await self._changed.wait()
             self._changed.clear()
 
     async def _send(self, now: dict[str, tuple[int, str]]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -93,8 +94,18 @@ async def test_200_engines_churning_every_change_accounted_for(zk_hosts, start_m
             assert all(e.detail.get("previous_left") for e in restarts), restarts[:3]
     finally:
         for proc in procs:
-            await _tell(proc, b"bye\n")
-            await proc.wait()
+            await _bye(proc)
+
+
+async def _bye(proc: asyncio.subprocess.Process, grace: float = 30.0) -> None:
+    """Ask a churner to leave; kill it if it has died meanwhile or does not go in time."""
+    with contextlib.suppress(ConnectionError):  # it is gone already
+        await _tell(proc, b"bye\n")
+    try:
+        await asyncio.wait_for(proc.wait(), grace)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
 
 
 async def test_zookeeper_restart_gives_no_false_events(start_monitor, tmp_path):

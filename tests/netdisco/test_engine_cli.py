@@ -134,14 +134,34 @@ async def test_bad_config_fails_at_start_naming_the_key(
     assert needle in stderr.decode()
 
 
-async def read_until(stream: asyncio.StreamReader | None, needle: str) -> None:
+async def read_until(stream: asyncio.StreamReader | None, needle: str, deadline: float = 30) -> str:
+    """The lines up to the first that holds ``needle``; fails, with what was read, when the
+    stream ends first (the engine exited) or after ``deadline`` s in all.
+
+    It used to loop on ``wait_for(readline())``: at end of stream that loop never ended,
+    and on Python 3.11 (whose wait_for swallows a cancel when the awaited call completes
+    as it is cancelled) it took the test's cancel for a line: the event loop's teardown
+    (``_cancel_all_tasks``) then spun on it for good.
+    """
     assert stream is not None
-    while needle not in (await asyncio.wait_for(stream.readline(), 30)).decode():
-        pass
+    seen: list[str] = []
+    async with asyncio.timeout(deadline):
+        while True:
+            line = (await stream.readline()).decode()
+            if not line:
+                raise AssertionError(f"output ended before {needle!r}:\n{''.join(seen)[-3000:]}")
+            seen.append(line)
+            if needle in line:
+                return "".join(seen)
 
 
-async def hanging_engine(tmp_path: Path, site: str, deadline: float) -> asyncio.subprocess.Process:
-    """An engine whose one request never completes; stop must wait ``deadline`` s for it."""
+@contextlib.asynccontextmanager
+async def hanging_engine(
+    tmp_path: Path, site: str, deadline: float
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """An engine whose one request never completes; stop must wait ``deadline`` s for it.
+
+    The engine is killed at exit whatever happens, also when it never gets ready."""
     (tmp_path / "spiders.py").write_text(SPIDERS.format(base=site))
     config = tmp_path / "engine.toml"
     config.write_text(
@@ -150,15 +170,15 @@ async def hanging_engine(tmp_path: Path, site: str, deadline: float) -> asyncio.
         f"settings = {{ stop_deadline = {deadline}, timeout = 600, progress_interval = 0 }}\n"
     )
     proc = await spawn("--config", str(config))
-    await read_until(proc.stderr, "engine_ready")
-    return proc
+    async with stopped_at_exit(proc):
+        await read_until(proc.stderr, "engine_ready")
+        yield proc
 
 
 async def test_sigterm_cancels_in_flight_after_the_deadline_and_exits_0(
     tmp_path: Path, site: str
 ) -> None:
-    proc = await hanging_engine(tmp_path, site, deadline=0.5)
-    async with stopped_at_exit(proc):
+    async with hanging_engine(tmp_path, site, deadline=0.5) as proc:
         proc.send_signal(signal.SIGTERM)
         _, stderr = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, stderr.decode()
@@ -166,10 +186,22 @@ async def test_sigterm_cancels_in_flight_after_the_deadline_and_exits_0(
 
 
 async def test_a_second_signal_forces_the_exit(tmp_path: Path, site: str) -> None:
-    proc = await hanging_engine(tmp_path, site, deadline=600)
-    async with stopped_at_exit(proc):
+    async with hanging_engine(tmp_path, site, deadline=600) as proc:
         proc.send_signal(signal.SIGTERM)
         await read_until(proc.stderr, "engine_stopping")
         proc.send_signal(signal.SIGINT)
         await asyncio.wait_for(proc.wait(), 30)
     assert proc.returncode == 130
+
+
+@pytest.mark.timeout(30)
+async def test_read_until_fails_when_the_output_ends_first() -> None:
+    """An engine that exits before it is ready (say its port was taken meanwhile) fails
+    the test at once, naming what it wrote; it once made the test spin until killed."""
+    code = "import sys; sys.stderr.write('netdisco: error: port taken\\n')"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, stderr=asyncio.subprocess.PIPE
+    )
+    async with stopped_at_exit(proc):
+        with pytest.raises(AssertionError, match="port taken"):
+            await read_until(proc.stderr, "engine_ready")

@@ -99,6 +99,26 @@ async def test_the_child_and_its_socket_go_with_the_engine(site: str) -> None:
         await get(engine.port, "/netdiscovery/health")
 
 
+@pytest.mark.timeout(30)
+async def test_a_stop_in_the_same_turn_as_a_change_still_ends() -> None:
+    """A change notice and the stop in one loop turn (a spider stopping sends both): the
+    publisher must not take its cancel for the wake-up and publish on forever (it did on
+    Python 3.11, whose wait_for returns when the awaited event is set as it is cancelled)."""
+    engine = SpiderEngine(EngineSettings(id="e-turn", port=0, api_process=True))
+    await engine.start()
+    made = front(engine)
+    try:
+        await asyncio.sleep(0.3)  # the publisher has sent its first batch and waits
+        made._changed.set()
+        async with asyncio.timeout(10):
+            await made.stop()
+        assert all(task.done() for task in made._tasks)
+    finally:
+        for task in made._tasks:  # without the fix: it is still going, let the test end
+            task.cancel()
+        await engine.stop()
+
+
 async def test_a_blocked_engine_loop_reads_as_unresponsive_not_ok(
     site: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
