@@ -33,7 +33,7 @@ from collections import Counter
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NodeExistsError
 
 from netdisco.cluster.contract import CONTRACT, tombstone_root
 from netdisco.cluster.tombstones import leave_transaction
@@ -90,13 +90,22 @@ class FakeEngine:
     def join(self, **extra: Any) -> int:
         """Create the node (and the tombstone root, as the registry does); return its czxid."""
         self.data = engine_data(self.engine_id, legacy=self.legacy, **extra)
-        if not self.legacy and not self.client.exists(tombstone_root(self.root)):
-            self.client.ensure_path(tombstone_root(self.root))
-        _, stat = self.client.create(
-            self.path, self.data, ephemeral=True, makepath=True, include_data=True
-        )
+        if not self.legacy:
+            self.client.retry(self.client.ensure_path, tombstone_root(self.root))
+        # a 1 s session on a loaded machine may lose its connection mid-call: retried, and a
+        # create that landed before the loss is found, not made twice
+        stat = self.client.retry(self._create)
         self.node = (stat.czxid, stat.version)
         return int(stat.czxid)
+
+    def _create(self) -> Any:
+        try:
+            _, stat = self.client.create(
+                self.path, self.data, ephemeral=True, makepath=True, include_data=True
+            )
+        except NodeExistsError:
+            _, stat = self.client.get(self.path)
+        return stat
 
     def update(self, **extra: Any) -> None:
         self.data = engine_data(self.engine_id, legacy=self.legacy, **extra)
