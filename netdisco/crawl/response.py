@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import urljoin
 
 from charset_normalizer import from_bytes
 from parsel import Selector, SelectorList
 from w3lib.encoding import html_body_declared_encoding, html_to_unicode, http_content_type_encoding
 
 from netdisco.crawl.request import Callback, Request
+from netdisco.crawl.urls import resolve
 
 
 def _detect(body: bytes) -> str | None:
@@ -26,7 +28,17 @@ def _detect(body: bytes) -> str | None:
 class Response:
     """A downloaded page. ``text`` and the selector are built lazily, once."""
 
-    __slots__ = ("_selector", "_text", "body", "encoding", "headers", "request", "status", "url")
+    __slots__ = (
+        "_base",
+        "_selector",
+        "_text",
+        "body",
+        "encoding",
+        "headers",
+        "request",
+        "status",
+        "url",
+    )
 
     def __init__(
         self, url: str, status: int, headers: Mapping[str, str], body: bytes, request: Request
@@ -39,6 +51,7 @@ class Response:
         self.encoding: str | None = None
         self._text: str | None = None
         self._selector: Selector | None = None
+        self._base: str | None = None
 
     def __repr__(self) -> str:
         return f"<Response {self.status} {self.url}>"
@@ -81,9 +94,23 @@ class Response:
         """``selector.xpath(query)``."""
         return self.selector.xpath(query, **namespaces)
 
+    @property
+    def base_url(self) -> str:
+        """What the page's links are relative to, as the HTML Standard says: the first
+        ``<base>`` with an ``href``, resolved against the page's URL, or that URL."""
+        if self._base is None:
+            self._base = self.url
+            if _BASE_TAG.search(self.body):  # most pages have none: no parse for them
+                hrefs = self.selector.xpath("(//base[@href])[1]/@href").getall()
+                if hrefs:
+                    with contextlib.suppress(ValueError):  # unparsable: the page's URL
+                        self._base = resolve(self.url, hrefs[0])
+        return self._base
+
     def urljoin(self, url: str) -> str:
-        """Resolve ``url`` against this page's URL."""
-        return urljoin(self.url, url.strip())
+        """Resolve ``url`` as a browser does: against ``base_url``, by the URL Standard
+        (ValueError if it does not parse)."""
+        return resolve(self.base_url, url)
 
     def follow(
         self, url: str | Selector, callback: Callback | None = None, **kwargs: Any
@@ -98,7 +125,7 @@ class Response:
         try:
             absolute = self.urljoin(url)
         except ValueError:  # unparsable (``http://[oops``): the scheduler says why
-            absolute = url.strip()
+            absolute = url
         return Request(absolute, callback=callback, depth=self.request.depth + 1, **kwargs)
 
     def follow_all(
@@ -122,6 +149,10 @@ class Response:
             else:
                 raise ValueError("follow_all needs urls, css or xpath")
         return [self.follow(u, callback, **kwargs) for u in urls if _has_link(u)]
+
+
+#: a body that may hold a ``<base>`` element
+_BASE_TAG = re.compile(rb"<base", re.IGNORECASE)
 
 
 def _has_link(url: str | Selector) -> bool:
