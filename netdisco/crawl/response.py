@@ -7,22 +7,11 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from charset_normalizer import from_bytes
 from parsel import Selector, SelectorList
-from w3lib.encoding import html_body_declared_encoding, html_to_unicode, http_content_type_encoding
 
+from netdisco.crawl.encoding import sniff
 from netdisco.crawl.request import Callback, Request
 from netdisco.crawl.urls import resolve
-
-
-def _detect(body: bytes) -> str | None:
-    """Guess an undeclared charset: UTF-8 if it decodes, else charset-normalizer's best."""
-    try:
-        body.decode("utf-8")
-        return "utf-8"
-    except UnicodeDecodeError:
-        best = from_bytes(body[:65536]).best()
-        return best.encoding if best is not None else None
 
 
 class Response:
@@ -34,6 +23,7 @@ class Response:
         "_text",
         "body",
         "encoding",
+        "encoding_reason",
         "headers",
         "request",
         "status",
@@ -48,7 +38,8 @@ class Response:
         self.headers = headers
         self.body = body
         self.request = request
-        self.encoding: str | None = None
+        self.encoding: str | None = None  # the WHATWG name, once ``text`` was read
+        self.encoding_reason: str | None = None  # bom, header, meta, detected or default
         self._text: str | None = None
         self._selector: Selector | None = None
         self._base: str | None = None
@@ -63,20 +54,12 @@ class Response:
 
     @property
     def text(self) -> str:
-        """The body decoded: HTTP header charset, then BOM and <meta>, then detection."""
+        """The body decoded as a browser decodes it (the HTML Standard's encoding
+        sniffing: BOM, header charset, ``<meta>``, detection, windows-1252)."""
         if self._text is None:
-            content_type = self.headers.get("Content-Type", "")
-            declared = http_content_type_encoding(content_type) or html_body_declared_encoding(
-                self.body
-            )
-            detect = None if declared else _detect
-            try:
-                self.encoding, self._text = html_to_unicode(
-                    content_type, self.body, auto_detect_fun=detect
-                )
-            except UnicodeError:  # a declared codec that refuses to decode ("undefined")
-                self.encoding = _detect(self.body) or "utf-8"
-                self._text = self.body.decode(self.encoding, errors="replace")
+            sniffed = sniff(self.body, self.headers.get("Content-Type", ""))
+            self.encoding, self.encoding_reason = sniffed.encoding.name, sniffed.reason
+            self._text = sniffed.decode(self.body)
         return self._text
 
     @property
