@@ -12,6 +12,7 @@ windows-1252.
 
 from __future__ import annotations
 
+import bisect
 import codecs
 import re
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ UTF_8, WINDOWS_1252 = _named("utf-8"), _named("windows-1252")
 _PYTHON_NAMES = {"cp932": "shift_jis", "cp949": "euc-kr", "mac-roman": "macintosh"}
 #: how far the later scan looks for a ``<meta>`` past the first 1,024 bytes
 LATE_META_BYTES = 65536
+_COMMENT = re.compile(rb"<!--.*?(?:-->|\Z)", re.S)
+_META = re.compile(rb"<meta(?=[\t\n\x0c\r /])", re.I)
 _TAG = re.compile(rb"<(?:!--|meta[\t\n\x0c\r /]|/?[a-z]|[!/?])", re.I)
 
 
@@ -67,7 +70,7 @@ def sniff(body: bytes, content_type: str = "") -> Sniffed:
         return Sniffed(header, "header")
     declared = prescan(body[:PRESCAN_BYTES])
     if declared is None and len(body) > PRESCAN_BYTES:  # as the parser meets a later one
-        declared = prescan(body[:LATE_META_BYTES])
+        declared = _later_meta(body[:LATE_META_BYTES])
     if declared is not None:
         return Sniffed(declared, "meta")
     detected = _detect(body)
@@ -129,6 +132,21 @@ def prescan(data: bytes) -> webencodings.Encoding | None:
         else:  # <!, </ not followed by a letter, <?: to the next >
             end = data.find(b">", start + 1)
             position = len(data) if end < 0 else end + 1
+    return None
+
+
+def _later_meta(data: bytes) -> webencodings.Encoding | None:
+    """The first declaring ``<meta>`` outside comments: what a browser's parser meets
+    past the prescan (found with regular expressions, so that a long page costs little)."""
+    comments = [(m.start(), m.end()) for m in _COMMENT.finditer(data)]
+    starts = [start for start, _ in comments]
+    for meta in _META.finditer(data):
+        index = bisect.bisect_right(starts, meta.start()) - 1
+        if index >= 0 and meta.start() < comments[index][1]:
+            continue
+        encoding, _ = _meta(data, meta.end())
+        if encoding is not None:
+            return encoding
     return None
 
 
