@@ -7,9 +7,9 @@ freely; credentials stay with the origin that was given them.
 from __future__ import annotations
 
 from dataclasses import replace
-from urllib.parse import urljoin
 
 from netdisco.crawl.request import Request
+from netdisco.crawl.urls import resolve
 from netdisco.exceptions import InvalidURL, RedirectHandedOff, TooManyRedirects
 
 #: how many hops a request made before it was handed to another host's queue
@@ -38,7 +38,7 @@ def defrag(url: str) -> str:
 def join_location(base: str, location: str) -> str:
     """The absolute redirect target; a Location that cannot be parsed is an InvalidURL."""
     try:
-        return urljoin(base, location)
+        return resolve(base, location)
     except ValueError as exc:
         raise InvalidURL(f"redirect to {location!r}: {exc}", url=base) from exc
 

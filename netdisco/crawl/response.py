@@ -2,31 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import urljoin
 
-from charset_normalizer import from_bytes
 from parsel import Selector, SelectorList
-from w3lib.encoding import html_body_declared_encoding, html_to_unicode, http_content_type_encoding
 
+from netdisco.crawl.encoding import sniff
 from netdisco.crawl.request import Callback, Request
-
-
-def _detect(body: bytes) -> str | None:
-    """Guess an undeclared charset: UTF-8 if it decodes, else charset-normalizer's best."""
-    try:
-        body.decode("utf-8")
-        return "utf-8"
-    except UnicodeDecodeError:
-        best = from_bytes(body[:65536]).best()
-        return best.encoding if best is not None else None
+from netdisco.crawl.urls import resolve
 
 
 class Response:
     """A downloaded page. ``text`` and the selector are built lazily, once."""
 
-    __slots__ = ("_selector", "_text", "body", "encoding", "headers", "request", "status", "url")
+    __slots__ = (
+        "_base",
+        "_selector",
+        "_text",
+        "body",
+        "encoding",
+        "encoding_reason",
+        "headers",
+        "request",
+        "status",
+        "url",
+    )
 
     def __init__(
         self, url: str, status: int, headers: Mapping[str, str], body: bytes, request: Request
@@ -36,9 +38,11 @@ class Response:
         self.headers = headers
         self.body = body
         self.request = request
-        self.encoding: str | None = None
+        self.encoding: str | None = None  # the WHATWG name, once ``text`` was read
+        self.encoding_reason: str | None = None  # bom, header, meta, detected or default
         self._text: str | None = None
         self._selector: Selector | None = None
+        self._base: str | None = None
 
     def __repr__(self) -> str:
         return f"<Response {self.status} {self.url}>"
@@ -50,20 +54,12 @@ class Response:
 
     @property
     def text(self) -> str:
-        """The body decoded: HTTP header charset, then BOM and <meta>, then detection."""
+        """The body decoded as a browser decodes it (the HTML Standard's encoding
+        sniffing: BOM, header charset, ``<meta>``, detection, windows-1252)."""
         if self._text is None:
-            content_type = self.headers.get("Content-Type", "")
-            declared = http_content_type_encoding(content_type) or html_body_declared_encoding(
-                self.body
-            )
-            detect = None if declared else _detect
-            try:
-                self.encoding, self._text = html_to_unicode(
-                    content_type, self.body, auto_detect_fun=detect
-                )
-            except UnicodeError:  # a declared codec that refuses to decode ("undefined")
-                self.encoding = _detect(self.body) or "utf-8"
-                self._text = self.body.decode(self.encoding, errors="replace")
+            sniffed = sniff(self.body, self.headers.get("Content-Type", ""))
+            self.encoding, self.encoding_reason = sniffed.encoding.name, sniffed.reason
+            self._text = sniffed.decode(self.body)
         return self._text
 
     @property
@@ -81,9 +77,23 @@ class Response:
         """``selector.xpath(query)``."""
         return self.selector.xpath(query, **namespaces)
 
+    @property
+    def base_url(self) -> str:
+        """What the page's links are relative to, as the HTML Standard says: the first
+        ``<base>`` with an ``href``, resolved against the page's URL, or that URL."""
+        if self._base is None:
+            self._base = self.url
+            if _BASE_TAG.search(self.body):  # most pages have none: no parse for them
+                hrefs = self.selector.xpath("(//base[@href])[1]/@href").getall()
+                if hrefs:
+                    with contextlib.suppress(ValueError):  # unparsable: the page's URL
+                        self._base = resolve(self.url, hrefs[0])
+        return self._base
+
     def urljoin(self, url: str) -> str:
-        """Resolve ``url`` against this page's URL."""
-        return urljoin(self.url, url.strip())
+        """Resolve ``url`` as a browser does: against ``base_url``, by the URL Standard
+        (ValueError if it does not parse)."""
+        return resolve(self.base_url, url)
 
     def follow(
         self, url: str | Selector, callback: Callback | None = None, **kwargs: Any
@@ -98,7 +108,7 @@ class Response:
         try:
             absolute = self.urljoin(url)
         except ValueError:  # unparsable (``http://[oops``): the scheduler says why
-            absolute = url.strip()
+            absolute = url
         return Request(absolute, callback=callback, depth=self.request.depth + 1, **kwargs)
 
     def follow_all(
@@ -122,6 +132,10 @@ class Response:
             else:
                 raise ValueError("follow_all needs urls, css or xpath")
         return [self.follow(u, callback, **kwargs) for u in urls if _has_link(u)]
+
+
+#: a body that may hold a ``<base>`` element
+_BASE_TAG = re.compile(rb"<base", re.IGNORECASE)
 
 
 def _has_link(url: str | Selector) -> bool:

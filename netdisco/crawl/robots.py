@@ -12,6 +12,12 @@
 
 At most ``robots_cache_size`` origins are kept (least recently used go first).
 
+Read as RFC 9309 says: a byte-order mark is no part of the first line; groups are
+matched by product token (``robots_agent``, else the first user agent's, ``netdisco``
+of ``netdisco/0.1 (+...)``), case-insensitively and whole, so a group for ``net`` or
+``org`` is not ours; protego does the rest (longest match, Allow winning ties, ``*``
+and ``$``, percent-encoding). ``Sitemap:`` lines are kept (``RobotsCache.sitemaps``).
+
 The text comes through the frontier's ``robots_txt``: by default it runs our fetch;
 a frontier that shares robots.txt (host queues in Redis) lets one
 engine of the crawl fetches it and the others read its copy, for ``robots_max_age``;
@@ -23,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -72,7 +79,7 @@ class RobotsCache:
         self.handler = handler
         self.source = source
         self.settings = settings
-        self.user_agent = settings.user_agent
+        self.agent = robots_agent(settings)
         self._origins: LRU[str, _Origin] = LRU(settings.robots_cache_size, _Origin.idle)
         self.fetches = 0  # robots.txt requests made
 
@@ -102,7 +109,12 @@ class RobotsCache:
         if entry.rules is None and entry.task is not None:
             await asyncio.shield(entry.task)  # one fetch; a waiter's cancel is not its
         assert entry.rules is not None
-        return bool(entry.rules.can_fetch(url, self.user_agent))
+        return bool(entry.rules.can_fetch(url, self.agent))
+
+    def sitemaps(self, url: str) -> tuple[str, ...]:
+        """The ``Sitemap:`` URLs of ``url``'s robots.txt, as far as it is known here."""
+        entry = self._origins.peek(_origin(url))
+        return () if entry is None or entry.rules is None else tuple(entry.rules.sitemaps)
 
     async def close(self) -> None:
         """Stop the background fetches (the spider is closing)."""
@@ -129,7 +141,7 @@ class RobotsCache:
         """The rules, through the frontier: fetched here, or a shared copy."""
         fetch = functools.partial(self._fetch, entry)
         text = await self.source(entry.origin, fetch, self.settings.robots_max_age)
-        return None if text is None else Protego.parse(text)
+        return None if text is None else parse_robots(text, self.agent)
 
     async def _fetch(self, entry: _Origin) -> str | None:
         """The file's text, "" (allow all: 4xx, no connection), or None (5xx, timeout)."""
@@ -160,6 +172,38 @@ class RobotsCache:
                 return ""
             return response.body[:MAX_ROBOTS_SIZE].decode("utf-8", errors="replace")
         return ""  # RFC 9309: past the redirects followed, as if unavailable (allow all)
+
+
+#: RFC 9309's product token: the part of a user-agent line's value that names a crawler
+_PRODUCT_TOKEN = re.compile(r"[A-Za-z_-]+")
+#: a user-agent line in the forms protego reads (``User-agent:``, ``User agent``, ...)
+_AGENT_LINE = re.compile(
+    r"^(?P<field>[ \t]*user[- ]?agent[ \t]*(?::|[ \t]))[ \t]*(?P<value>[^#\r\n]*)",
+    re.IGNORECASE | re.MULTILINE,
+)
+#: what a group for another crawler is renamed to: no product token holds a digit
+_NOT_US = "0"
+
+
+def robots_agent(settings: Settings) -> str:
+    """The product token groups are matched by: ``robots_agent``, else the first user
+    agent's first product (``netdisco`` of ``netdisco/0.1 (+https://...)``)."""
+    match = _PRODUCT_TOKEN.match(settings.robots_agent or settings.user_agent.strip())
+    return match.group().lower() if match else ""
+
+
+def parse_robots(text: str, agent: str) -> Protego:
+    """The rules of a robots.txt for ``agent`` (a product token), read as RFC 9309 says:
+    no BOM, and only the groups naming ``agent`` or ``*`` (protego alone would match a
+    group for ``net`` against ``netdisco``, a prefix)."""
+
+    def ours_or_none(line: re.Match[str]) -> str:
+        value = line["value"].strip()
+        match = _PRODUCT_TOKEN.match(value)
+        name = "*" if value.startswith("*") else (match.group().lower() if match else "")
+        return line["field"] + " " + (name if name in ("*", agent) else _NOT_US)
+
+    return Protego.parse(_AGENT_LINE.sub(ours_or_none, text.removeprefix("\ufeff")))
 
 
 def _origin(url: str) -> str:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from netdisco.crawl.context import CrawlContext
 from netdisco.crawl.lru import LRU
 from netdisco.crawl.request import Request
-from netdisco.crawl.urls import canonical_url, check_url
+from netdisco.crawl.urls import canonical_url, check_url, normal_host
 from netdisco.exceptions import DuplicateRedirect, InvalidURL, OutOfScope
 
 #: seeds admitted at a time, so that a seed source of millions streams
@@ -46,7 +46,7 @@ class Scope:
         deny: Sequence[str],
         cache_size: int = 50_000,
     ) -> None:
-        self.domains = tuple(d.lower().lstrip(".") for d in domains)
+        self.domains = tuple(normal_host(d) for d in domains)
         self.allow = [re.compile(p) for p in allow]
         self.deny = [re.compile(p) for p in deny]
         self._hosts: LRU[str, bool] = LRU(cache_size)

@@ -125,6 +125,13 @@ def _age_check(age: Any) -> str | None:
     return None if ok else f"must be a positive duration in seconds, got {age!r}"
 
 
+def _product_token(value: str) -> str | None:
+    """RFC 9309: a product token is letters, ``-`` and ``_`` only."""
+    if value and not re.fullmatch(r"[A-Za-z_-]+", value):
+        return f"{value!r} is not a product token (letters, '-' and '_' only)"
+    return None
+
+
 def _field(default: Any, section: str, doc: str, **more: Any) -> Any:
     return setting(default, section=section, doc=doc, **more)
 
@@ -194,6 +201,13 @@ class Settings(Section):
         check=positive,
     )
     robots_max_backoff: float = _field(3_600.0, "robots", "longest such wait", check=positive)
+    robots_agent: str = _field(
+        "",
+        "robots",
+        "the product token robots.txt groups are matched by, whole and in any case "
+        "(RFC 9309; empty: the first user agent's first product, netdisco)",
+        check=_product_token,
+    )
     # requests: what each request carries (netdisco.crawl.middleware, in chain order)
     user_agents: tuple[str, ...] = _field(
         (),

@@ -14,10 +14,12 @@ from typing import Protocol
 
 import aiohttp
 from multidict import CIMultiDict
+from yarl import URL
 
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.settings import Settings
+from netdisco.crawl.urls import wire_url
 from netdisco.exceptions import InvalidURL, ResponseTooLarge, TransferFailed, TransferTimeout
 
 #: network failures worth another try; DNS failures are not (the name will not appear)
@@ -50,12 +52,15 @@ class AiohttpHandler:
         self.settings = settings
 
     async def fetch(self, request: Request) -> Response:
-        """The response; aiohttp's errors come out as ``TransferFailed`` or ``InvalidURL``."""
+        """The response; aiohttp's errors come out as ``TransferFailed`` or ``InvalidURL``.
+
+        The URL goes out as the standard serialises it, not re-encoded by yarl (which
+        would send ``/(%28:%3A%29)`` as ``/((::))`` and ``/foo%2`` as ``/foo%252``)."""
         url = request.url
         try:
             async with self.session.request(
                 request.method,
-                url,
+                URL(wire_url(url), encoded=True),
                 headers=request.headers or None,
                 data=request.body,
                 proxy=request.proxy or self.settings.proxy,
