@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import os
 import signal
 import sys
@@ -16,10 +17,12 @@ import structlog
 from netdisco import logs
 from netdisco._version import __version__
 from netdisco.crawl import settings as settings_module
+from netdisco.crawl.arguments import check_args, make_spider
 from netdisco.crawl.crawler import Crawler, SpiderState
 from netdisco.crawl.feeds import FeedSpec, cli_feed
 from netdisco.crawl.loader import load_spider
 from netdisco.crawl.settings import Settings
+from netdisco.crawl.summary import render, summary
 from netdisco.exceptions import NetdiscoError, StateDirError
 from netdisco.values import read_toml
 
@@ -41,8 +44,9 @@ def cli_feeds(args: argparse.Namespace) -> tuple[FeedSpec, ...]:
     return (*appended, *(cli_feed(uri, overwrite=True) for uri in args.overwrite))
 
 
-def install_signal_handlers(stop: Any) -> None:
-    """First SIGINT/SIGTERM stops gracefully; a second one exits at once."""
+def install_signal_handlers(stop: Any) -> list[int]:
+    """First SIGINT/SIGTERM stops gracefully; a second one exits at once. Returns the
+    list the signals received are appended to."""
     loop = asyncio.get_running_loop()
     received: list[int] = []
     stopping: set[asyncio.Future[Any]] = set()
@@ -59,50 +63,96 @@ def install_signal_handlers(stop: Any) -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, handler, signum)
+    return received
 
 
 async def _crawl(args: argparse.Namespace) -> int:
     spider_class = load_spider(args.spider)
-    settings = crawl_settings(args, dict(spider_class.custom_settings))
+    given = check_args(settings_module.parse_pairs(args.arg), spider_class, key="-a {name}")
+    spider = make_spider(spider_class, given)
+    settings = crawl_settings(args, dict(spider.custom_settings))
     feeds = cli_feeds(args)
     if feeds:
         settings = dataclasses.replace(settings, feeds=(*settings.feeds, *feeds))
-    crawler = Crawler(spider_class(), settings)
+    crawler = Crawler(spider, settings)
 
     async def stop() -> None:
         if crawler.state in (SpiderState.RUNNING, SpiderState.PAUSED):
             await crawler.stop()
 
-    install_signal_handlers(stop)
+    signals = install_signal_handlers(stop)
     await crawler.run()
     if isinstance(crawler.failure, StateDirError):  # bad input, as at start: exit 2
         print(f"netdisco: error: {crawler.failure}", file=sys.stderr)
         return 2
-    return 1 if crawler.state is SpiderState.FAILED else 0
+    report = summary(crawler)
+    code = crawl_exit_code(crawler, signals)
+    # the command's answer, not a log line: shown at every --log-level
+    text = json.dumps({"event": "crawl_summary", "exit_code": code, **report})
+    print(text if args.log_json_effective else render(report), file=sys.stderr)
+    return code
+
+
+def crawl_exit_code(crawler: Crawler, signals: Sequence[int]) -> int:
+    """128 + the signal that stopped the crawl (130: Ctrl-C); 1 when the spider failed
+    or no page came to anything (a site that is down); 0 otherwise."""
+    if signals:
+        return 128 + signals[0]
+    s = crawler.stats
+    if crawler.state is SpiderState.FAILED or s.succeeded + s.not_modified + s.age_skipped == 0:
+        return 1
+    return 0
+
+
+def _global_options(defaults: bool) -> argparse.ArgumentParser:
+    """``--log-json`` and ``--log-level``, before the subcommand or after it (a subcommand's
+    copy has no defaults, so that it only overrides what was given)."""
+    options = argparse.ArgumentParser(add_help=False)
+    unset = argparse.SUPPRESS
+    options.add_argument(
+        "--log-json",
+        action="store_true",
+        default=None if defaults else unset,
+        help="JSON log lines and summary (default when stderr is not a terminal)",
+    )
+    options.add_argument(
+        "--log-level",
+        default="info" if defaults else unset,
+        choices=["debug", "info", "warning", "error"],
+    )
+    return options
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="netdisco", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="netdisco", description=__doc__, parents=[_global_options(True)]
+    )
     parser.add_argument("--version", action="version", version=f"netdisco {__version__}")
-    parser.add_argument(
-        "--log-json",
-        action="store_true",
-        default=None,
-        help="JSON log lines (default when stderr is not a terminal)",
-    )
-    parser.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
-    )
     commands = parser.add_subparsers(dest="command", required=True)
-    _add_crawl_parser(commands)
-    _add_engine_parser(commands)
-    _add_demo_parser(commands)
+    after = _global_options(False)
+    for add in (_add_crawl_parser, _add_engine_parser, _add_demo_parser):
+        add(commands, after)
     return parser
 
 
-def _add_crawl_parser(commands: Any) -> None:
-    crawl = commands.add_parser("crawl", help="run one spider standalone")
+def _add_crawl_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    crawl = commands.add_parser(
+        "crawl",
+        help="run one spider standalone",
+        parents=[common],
+        description="Exit status: 0 when pages were fetched and the crawl finished, 1 when "
+        "the spider failed or no page succeeded, 2 on bad usage, 128 + the signal that "
+        "stopped it (130: Ctrl-C).",
+    )
     crawl.add_argument("spider", help="FILE.py:Class or module:Class")
+    crawl.add_argument(
+        "-a",
+        dest="arg",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a spider argument: a keyword of its __init__, or an attribute (repeatable)",
+    )
     crawl.add_argument(
         "-o",
         "--output",
@@ -132,8 +182,10 @@ def _add_crawl_parser(commands: Any) -> None:
     crawl.set_defaults(func=_crawl)
 
 
-def _add_engine_parser(commands: Any) -> None:
-    engine = commands.add_parser("engine", help="run the spiders of a config file, with HTTP")
+def _add_engine_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    engine = commands.add_parser(
+        "engine", help="run the spiders of a config file, with HTTP", parents=[common]
+    )
     engine.add_argument("--config", help="engine TOML file ([engine], [zookeeper], [[spiders]])")
     engine.add_argument("--id", help="engine id (default: host name and port)")
     engine.add_argument("--host", help="bind address of the HTTP endpoint")
@@ -179,9 +231,10 @@ async def _engine(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_demo_parser(commands: Any) -> None:
+def _add_demo_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     demo = commands.add_parser(
         "demo",
+        parents=[common],
         help="a live three-engine cluster and its monitor on loopback (about 15 s)",
         description="Starts ZooKeeper, a demo website, an SMTP sink, the monitor and three "
         "engines on 127.0.0.1, stops one engine gracefully and kills another, and shows the "
@@ -203,7 +256,7 @@ async def _demo(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logs.configure(json=args.log_json, level=args.log_level)
+    args.log_json_effective = logs.configure(json=args.log_json, level=args.log_level)
     try:
         code: int = asyncio.run(args.func(args))
     except NetdiscoError as exc:

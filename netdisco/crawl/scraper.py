@@ -73,6 +73,7 @@ class Scraper:
             raise
         except Exception as exc:  # a spider's bug must not stop the crawl
             self.stats.callback_errors += 1
+            self.stats.count_error(f"callback {type(exc).__name__}")
             self.stats.error(f"callback {getattr(callback, '__name__', callback)}: {exc!r}")
             log.error(
                 "callback_error",
