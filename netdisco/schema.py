@@ -190,8 +190,11 @@ def _suggest(cls: type[Section], name: str, known: Collection[str]) -> str:
     for alias, (target, _) in cls.ALIASES.items():
         if target in known:
             candidates.setdefault(alias.lower(), target)
-    close = difflib.get_close_matches(name.lower(), candidates, n=3, cutoff=0.6)
-    names = list(dict.fromkeys(cls.PREFIX + candidates[match] for match in close))
+    wanted = name.lower()
+    close = difflib.get_close_matches(wanted, candidates, n=3, cutoff=0.6)
+    best = difflib.SequenceMatcher(None, wanted, close[0]).ratio() if close else 0.0
+    near = [m for m in close if difflib.SequenceMatcher(None, wanted, m).ratio() > best - 0.05]
+    names = list(dict.fromkeys(cls.PREFIX + candidates[match] for match in near))
     if not names:
         return " (docs/configuration.md lists every one)"
     return f"; did you mean {' or '.join(names)}?"
