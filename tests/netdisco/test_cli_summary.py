@@ -23,7 +23,8 @@ __all__ = ["site"]  # the fixture, imported for this module's tests
 def _summary(err: str) -> dict[str, Any]:
     lines = [json.loads(line) for line in err.splitlines() if '"crawl_summary"' in line]
     assert len(lines) == 1, err
-    return lines[0]
+    found: dict[str, Any] = lines[0]
+    return found
 
 
 def _events(err: str, event: str) -> list[dict[str, Any]]:
