@@ -153,6 +153,21 @@ def _add_crawl_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="NAME=VALUE",
         help="a spider argument: a keyword of its __init__, or an attribute (repeatable)",
     )
+    _add_feed_options(crawl)
+    crawl.add_argument(
+        "-s",
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting, e.g. -s concurrency=64 (repeatable)",
+    )
+    crawl.add_argument("--config", help="TOML file of settings")
+    crawl.set_defaults(func=_crawl)
+
+
+def _add_feed_options(crawl: argparse.ArgumentParser) -> None:
+    """``-o``/``-O``: feeds named on the command line, added to the ``feeds`` setting."""
     crawl.add_argument(
         "-o",
         "--output",
@@ -170,16 +185,6 @@ def _add_crawl_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="URI[:FORMAT]",
         help="as -o, but overwrite the feed",
     )
-    crawl.add_argument(
-        "-s",
-        "--set",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a setting, e.g. -s concurrency=64 (repeatable)",
-    )
-    crawl.add_argument("--config", help="TOML file of settings")
-    crawl.set_defaults(func=_crawl)
 
 
 def _add_engine_parser(commands: Any, common: argparse.ArgumentParser) -> None:
