@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -21,9 +22,13 @@ from netdisco.crawl.arguments import check_args, make_spider
 from netdisco.crawl.crawler import Crawler, SpiderState
 from netdisco.crawl.feeds import FeedSpec, cli_feed
 from netdisco.crawl.loader import load_spider
+from netdisco.crawl.pipelines import json_line, to_jsonable
 from netdisco.crawl.settings import Settings
+from netdisco.crawl.spider import Spider
 from netdisco.crawl.summary import render, summary
-from netdisco.exceptions import NetdiscoError, StateDirError
+from netdisco.crawl.templates import TEMPLATES
+from netdisco.crawl.templates import render as render_template
+from netdisco.exceptions import ConfigError, NetdiscoError, StateDirError
 from netdisco.values import read_toml
 
 log = structlog.get_logger(__name__)
@@ -66,11 +71,16 @@ def install_signal_handlers(stop: Any) -> list[int]:
     return received
 
 
-async def _crawl(args: argparse.Namespace) -> int:
+def spider_and_settings(args: argparse.Namespace) -> tuple[Spider, Settings]:
+    """The spider named by ``args.spider`` given its ``-a`` arguments, and its settings."""
     spider_class = load_spider(args.spider)
     given = check_args(settings_module.parse_pairs(args.arg), spider_class, key="-a {name}")
     spider = make_spider(spider_class, given)
-    settings = crawl_settings(args, dict(spider.custom_settings))
+    return spider, crawl_settings(args, dict(spider.custom_settings))
+
+
+async def _crawl(args: argparse.Namespace) -> int:
+    spider, settings = spider_and_settings(args)
     feeds = cli_feeds(args)
     if feeds:
         settings = dataclasses.replace(settings, feeds=(*settings.feeds, *feeds))
@@ -130,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"netdisco {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     after = _global_options(False)
-    for add in (_add_crawl_parser, _add_engine_parser, _add_demo_parser):
+    for add in (_add_crawl_parser, _add_parse_parser, _add_new_parser, _add_engine_parser,
+                _add_demo_parser):  # fmt: skip
         add(commands, after)
     return parser
 
@@ -145,24 +156,8 @@ def _add_crawl_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "stopped it (130: Ctrl-C).",
     )
     crawl.add_argument("spider", help="FILE.py:Class or module:Class")
-    crawl.add_argument(
-        "-a",
-        dest="arg",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a spider argument: a keyword of its __init__, or an attribute (repeatable)",
-    )
     _add_feed_options(crawl)
-    crawl.add_argument(
-        "-s",
-        "--set",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a setting, e.g. -s concurrency=64 (repeatable)",
-    )
-    crawl.add_argument("--config", help="TOML file of settings")
+    _add_spider_options(crawl)
     crawl.set_defaults(func=_crawl)
 
 
@@ -185,6 +180,107 @@ def _add_feed_options(crawl: argparse.ArgumentParser) -> None:
         metavar="URI[:FORMAT]",
         help="as -o, but overwrite the feed",
     )
+
+
+def _add_spider_options(command: argparse.ArgumentParser) -> None:
+    """``-a`` and ``-s``, as ``crawl`` and ``parse`` take them."""
+    command.add_argument(
+        "-a",
+        dest="arg",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a spider argument: a keyword of its __init__, or an attribute (repeatable)",
+    )
+    command.add_argument(
+        "-s",
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting, e.g. -s concurrency=64 (repeatable)",
+    )
+    command.add_argument("--config", help="TOML file of settings")
+
+
+def _add_parse_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    parse = commands.add_parser(
+        "parse",
+        help="run a spider's callback on one URL; print its items and requests",
+        parents=[common],
+        description="Fetches URL through the spider's downloader (settings, middleware, "
+        "robots.txt), runs the callback and prints what it yields. Exit status 1 when a "
+        "page could not be had or a callback raised.",
+    )
+    parse.add_argument("url")
+    parse.add_argument("--spider", required=True, help="FILE.py:Class or module:Class")
+    parse.add_argument("--callback", help="the method to call (default: parse)")
+    parse.add_argument(
+        "--depth", type=int, default=1, help="levels of links to follow and parse (1: none)"
+    )
+    parse.add_argument("--json", action="store_true", help="JSON lines on standard output")
+    _add_spider_options(parse)
+    parse.set_defaults(func=_parse)
+
+
+async def _parse(args: argparse.Namespace) -> int:
+    """Print what the callback yields on the page (and, with --depth, on its links)."""
+    from netdisco.crawl.probe import parse_url  # only this command needs it
+
+    if args.depth < 1:
+        raise ConfigError("--depth", f"must be 1 or more, got {args.depth}")
+    spider, settings = spider_and_settings(args)
+    pages = await parse_url(spider, settings, args.url, callback=args.callback, depth=args.depth)
+    for page in pages:
+        print("\n".join(_page_lines(page, as_json=args.json)))
+    return 1 if any(page.error for page in pages) else 0
+
+
+def _page_lines(page: Any, *, as_json: bool) -> list[str]:
+    """One page's items and requests: JSON lines, or lines for a reader."""
+    if as_json:
+        where = {"depth": page.depth, "page": page.url}
+        lines = [{"kind": "item", **where, "item": to_jsonable(i)} for i in page.items]
+        for request in page.requests:
+            name = getattr(request.callback, "__name__", None)
+            lines.append({"kind": "request", **where, "url": request.url, "callback": name})
+        if page.error:
+            lines.append({"kind": "error", **where, "error": page.error})
+        return [json.dumps(line, default=str, ensure_ascii=False) for line in lines]
+    head = f"# depth {page.depth}: {page.status or '---'} {page.url} ({page.callback})"
+    text = [head, *(f"item     {json_line(item).rstrip()}" for item in page.items)]
+    text += [f"request  {r.url} -> {getattr(r.callback, '__name__', 'parse')}"
+             for r in page.requests]  # fmt: skip
+    return text + ([f"error    {page.error}"] if page.error else [])
+
+
+def _add_new_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    new = commands.add_parser(
+        "new",
+        help="write a new spider file from a template",
+        parents=[common],
+        description="Writes NAME.py (refusing to overwrite one): a runnable spider that "
+        "passes ruff and mypy --strict as written.",
+    )
+    new.add_argument("name", help="the spider's name (letters, digits, _)")
+    new.add_argument("url", help="its start URL")
+    new.add_argument("--template", choices=TEMPLATES, default="basic")
+    new.add_argument("--dir", default=".", help="where to write it (.)")
+    new.set_defaults(func=_new)
+
+
+async def _new(args: argparse.Namespace) -> int:
+    """Write the spider file; an existing one is never overwritten."""
+    file, source = render_template(args.name, args.url, args.template)
+    path = Path(args.dir) / file
+    try:
+        with path.open("x", encoding="utf-8") as handle:
+            handle.write(source)
+    except FileExistsError:
+        raise ConfigError(str(path), "exists already; pick another name or --dir") from None
+    cls = source.split("class ", 1)[1].split("(", 1)[0]
+    print(f"Wrote {path}. Try it: netdisco crawl {path}:{cls} -o items.jsonl")
+    return 0
 
 
 def _add_engine_parser(commands: Any, common: argparse.ArgumentParser) -> None:
