@@ -1,4 +1,5 @@
-"""The ``netdisco`` command: ``crawl`` one spider standalone (``engine`` runs many)."""
+"""The ``netdisco`` command: ``crawl`` one spider standalone (``engine`` runs many), ``parse``
+one page with a spider, ``new`` spider from a template."""
 
 from __future__ import annotations
 
