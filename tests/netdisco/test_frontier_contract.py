@@ -94,7 +94,9 @@ def redis_cluster() -> Iterator[RedisClusterServer]:
 
 
 @pytest.fixture(params=KINDS)
-def frontier_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
+def frontier_settings(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[dict[str, Any]]:
     """The settings that pick one frontier (a fresh crawl each test)."""
     kind: str = request.param
     prefix = f"t{uuid.uuid4().hex[:10]}"
