@@ -66,6 +66,7 @@ PRODUCED = {
         "all.jsonl": 15,
         "out/five.jsonl": 4,
         "out/books.jsonl": 31,
+        "out/cached.jsonl": 30,
     },
 }
 

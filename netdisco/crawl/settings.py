@@ -50,6 +50,7 @@ SECTIONS = (
     "render",
     "frontier",
     "recrawl",
+    "cache",
     "feeds",
     "tuning",
 )
@@ -78,6 +79,8 @@ SCRAPY_ALIASES: Mapping[str, tuple[str, str]] = {
     "COOKIES_ENABLED": ("cookies", "false by default in netdisco"),
     "DEFAULT_REQUEST_HEADERS": ("default_headers", "a list of 'Name: value' strings"),
     "FEEDS": ("feeds", "options: format, overwrite and fields"),
+    "HTTPCACHE_DIR": ("http_cache", "setting it turns the cache on; no RFC 9111 policy"),
+    "HTTPCACHE_EXPIRATION_SECS": ("http_cache_expiration", ""),
 }
 #: Scrapy's names that have no netdisco counterpart, and what to do instead
 SCRAPY_REFUSED: Mapping[str, str] = {
@@ -92,7 +95,7 @@ SCRAPY_REFUSED: Mapping[str, str] = {
     "built-in ones) or the spider's middlewares() method",
     "ITEM_PIPELINES": "return pipelines from the spider's pipelines() method",
     "LOG_LEVEL": "a command-line flag: netdisco --log-level warning (or after the command)",
-    "HTTPCACHE_ENABLED": "netdisco has no HTTP cache",
+    "HTTPCACHE_ENABLED": "set http_cache = 'DIR' (HTTPCACHE_DIR): a directory turns it on",
 }
 
 
@@ -306,6 +309,13 @@ class Settings(Section):
         "a page fetched within it ('1d', seconds) is not fetched again",
         parse=_age,
         check=_age_check,
+    )
+    # cache: netdisco.crawl.middleware.httpcache, for development
+    http_cache: str | None = _field(
+        None, "cache", "directory of an HTTP cache: a rerun asks the server nothing (none: off)"
+    )
+    http_cache_expiration: float = _field(
+        0.0, "cache", "seconds a cached response is served (0: for ever)", check=non_negative
     )
     # feeds: where items go (netdisco.crawl.feeds)
     feeds: tuple[FeedSpec, ...] = _field(
