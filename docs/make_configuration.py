@@ -43,6 +43,25 @@ Renamed or removed keys fail with an error naming what to write instead:
 """
 
 
+def scrapy_names() -> str:
+    """Scrapy's setting names: those accepted for a netdisco setting, and those refused."""
+    lines = [
+        "### Scrapy's names",
+        "",
+        "Accepted for the setting they name, with a note in the log (`setting_alias`); "
+        "any other unknown name is refused with the closest names (`did you mean ...?`).",
+        "",
+        "| Scrapy | netdisco | how it differs |",
+        "|---|---|---|",
+    ]
+    for alias, (name, differs) in crawl_settings.SCRAPY_ALIASES.items():
+        lines.append(f"| `{alias}` | `{name}` | {differs or 'the same'} |")
+    lines += ["", "Refused, with what to do instead:", "", "| Scrapy | instead |", "|---|---|"]
+    for name, instead in crawl_settings.SCRAPY_REFUSED.items():
+        lines.append(f"| `{name}` | {instead.replace('|', chr(92) + '|')} |")
+    return "\n".join(lines) + "\n"
+
+
 def render() -> str:
     """The whole page."""
     zk_engine = list(ENGINE_KEYS)
@@ -51,6 +70,7 @@ def render() -> str:
         "## Spiders\n\n`[[spiders]] settings`, `netdisco crawl --config`, `NETDISCO_<NAME>`, "
         "`-s name=value`, `custom_settings`, the `settings` of `POST /netdiscovery/spiders`.\n",
         crawl_settings.reference(),
+        scrapy_names(),
         "## Engine\n\n`[engine]`, `NETDISCO_ENGINE_<KEY>`; the token only from the variable "
         "`token_env` names.\n",
         reference(EngineSettings, title="[engine]"),

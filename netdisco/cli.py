@@ -1,14 +1,17 @@
-"""The ``netdisco`` command: ``crawl`` one spider standalone (``engine`` runs many)."""
+"""The ``netdisco`` command: ``crawl`` one spider standalone (``engine`` runs many), ``parse``
+one page with a spider, ``new`` spider from a template."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import dataclasses
+import json
 import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -16,11 +19,17 @@ import structlog
 from netdisco import logs
 from netdisco._version import __version__
 from netdisco.crawl import settings as settings_module
+from netdisco.crawl.arguments import check_args, make_spider
 from netdisco.crawl.crawler import Crawler, SpiderState
 from netdisco.crawl.feeds import FeedSpec, cli_feed
 from netdisco.crawl.loader import load_spider
+from netdisco.crawl.pipelines import json_line, to_jsonable
 from netdisco.crawl.settings import Settings
-from netdisco.exceptions import NetdiscoError, StateDirError
+from netdisco.crawl.spider import Spider
+from netdisco.crawl.summary import render, summary
+from netdisco.crawl.templates import TEMPLATES
+from netdisco.crawl.templates import render as render_template
+from netdisco.exceptions import ConfigError, NetdiscoError, StateDirError
 from netdisco.values import read_toml
 
 log = structlog.get_logger(__name__)
@@ -41,8 +50,9 @@ def cli_feeds(args: argparse.Namespace) -> tuple[FeedSpec, ...]:
     return (*appended, *(cli_feed(uri, overwrite=True) for uri in args.overwrite))
 
 
-def install_signal_handlers(stop: Any) -> None:
-    """First SIGINT/SIGTERM stops gracefully; a second one exits at once."""
+def install_signal_handlers(stop: Any) -> list[int]:
+    """First SIGINT/SIGTERM stops gracefully; a second one exits at once. Returns the
+    list the signals received are appended to."""
     loop = asyncio.get_running_loop()
     received: list[int] = []
     stopping: set[asyncio.Future[Any]] = set()
@@ -59,50 +69,101 @@ def install_signal_handlers(stop: Any) -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, handler, signum)
+    return received
+
+
+def spider_and_settings(args: argparse.Namespace) -> tuple[Spider, Settings]:
+    """The spider named by ``args.spider`` given its ``-a`` arguments, and its settings."""
+    spider_class = load_spider(args.spider)
+    given = check_args(settings_module.parse_pairs(args.arg), spider_class, key="-a {name}")
+    spider = make_spider(spider_class, given)
+    return spider, crawl_settings(args, dict(spider.custom_settings))
 
 
 async def _crawl(args: argparse.Namespace) -> int:
-    spider_class = load_spider(args.spider)
-    settings = crawl_settings(args, dict(spider_class.custom_settings))
+    spider, settings = spider_and_settings(args)
     feeds = cli_feeds(args)
     if feeds:
         settings = dataclasses.replace(settings, feeds=(*settings.feeds, *feeds))
-    crawler = Crawler(spider_class(), settings)
+    crawler = Crawler(spider, settings)
 
     async def stop() -> None:
         if crawler.state in (SpiderState.RUNNING, SpiderState.PAUSED):
             await crawler.stop()
 
-    install_signal_handlers(stop)
+    signals = install_signal_handlers(stop)
     await crawler.run()
     if isinstance(crawler.failure, StateDirError):  # bad input, as at start: exit 2
         print(f"netdisco: error: {crawler.failure}", file=sys.stderr)
         return 2
-    return 1 if crawler.state is SpiderState.FAILED else 0
+    report = summary(crawler)
+    code = crawl_exit_code(crawler, signals)
+    # the command's answer, not a log line: shown at every --log-level
+    text = json.dumps({"event": "crawl_summary", "exit_code": code, **report})
+    print(text if args.log_json_effective else render(report), file=sys.stderr)
+    return code
+
+
+def crawl_exit_code(crawler: Crawler, signals: Sequence[int]) -> int:
+    """128 + the signal that stopped the crawl (130: Ctrl-C); 1 when the spider failed
+    or no page came to anything (a site that is down); 0 otherwise."""
+    if signals:
+        return 128 + signals[0]
+    s = crawler.stats
+    if crawler.state is SpiderState.FAILED or s.succeeded + s.not_modified + s.age_skipped == 0:
+        return 1
+    return 0
+
+
+def _global_options(defaults: bool) -> argparse.ArgumentParser:
+    """``--log-json`` and ``--log-level``, before the subcommand or after it (a subcommand's
+    copy has no defaults, so that it only overrides what was given)."""
+    options = argparse.ArgumentParser(add_help=False)
+    unset = argparse.SUPPRESS
+    options.add_argument(
+        "--log-json",
+        action="store_true",
+        default=None if defaults else unset,
+        help="JSON log lines and summary (default when stderr is not a terminal)",
+    )
+    options.add_argument(
+        "--log-level",
+        default="info" if defaults else unset,
+        choices=["debug", "info", "warning", "error"],
+    )
+    return options
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="netdisco", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="netdisco", description=__doc__, parents=[_global_options(True)]
+    )
     parser.add_argument("--version", action="version", version=f"netdisco {__version__}")
-    parser.add_argument(
-        "--log-json",
-        action="store_true",
-        default=None,
-        help="JSON log lines (default when stderr is not a terminal)",
-    )
-    parser.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
-    )
     commands = parser.add_subparsers(dest="command", required=True)
-    _add_crawl_parser(commands)
-    _add_engine_parser(commands)
-    _add_demo_parser(commands)
+    after = _global_options(False)
+    for add in (_add_crawl_parser, _add_parse_parser, _add_new_parser, _add_engine_parser,
+                _add_demo_parser):  # fmt: skip
+        add(commands, after)
     return parser
 
 
-def _add_crawl_parser(commands: Any) -> None:
-    crawl = commands.add_parser("crawl", help="run one spider standalone")
+def _add_crawl_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    crawl = commands.add_parser(
+        "crawl",
+        help="run one spider standalone",
+        parents=[common],
+        description="Exit status: 0 when pages were fetched and the crawl finished, 1 when "
+        "the spider failed or no page succeeded, 2 on bad usage, 128 + the signal that "
+        "stopped it (130: Ctrl-C).",
+    )
     crawl.add_argument("spider", help="FILE.py:Class or module:Class")
+    _add_feed_options(crawl)
+    _add_spider_options(crawl)
+    crawl.set_defaults(func=_crawl)
+
+
+def _add_feed_options(crawl: argparse.ArgumentParser) -> None:
+    """``-o``/``-O``: feeds named on the command line, added to the ``feeds`` setting."""
     crawl.add_argument(
         "-o",
         "--output",
@@ -120,7 +181,19 @@ def _add_crawl_parser(commands: Any) -> None:
         metavar="URI[:FORMAT]",
         help="as -o, but overwrite the feed",
     )
-    crawl.add_argument(
+
+
+def _add_spider_options(command: argparse.ArgumentParser) -> None:
+    """``-a`` and ``-s``, as ``crawl`` and ``parse`` take them."""
+    command.add_argument(
+        "-a",
+        dest="arg",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a spider argument: a keyword of its __init__, or an attribute (repeatable)",
+    )
+    command.add_argument(
         "-s",
         "--set",
         action="append",
@@ -128,12 +201,93 @@ def _add_crawl_parser(commands: Any) -> None:
         metavar="NAME=VALUE",
         help="a setting, e.g. -s concurrency=64 (repeatable)",
     )
-    crawl.add_argument("--config", help="TOML file of settings")
-    crawl.set_defaults(func=_crawl)
+    command.add_argument("--config", help="TOML file of settings")
 
 
-def _add_engine_parser(commands: Any) -> None:
-    engine = commands.add_parser("engine", help="run the spiders of a config file, with HTTP")
+def _add_parse_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    parse = commands.add_parser(
+        "parse",
+        help="run a spider's callback on one URL; print its items and requests",
+        parents=[common],
+        description="Fetches URL through the spider's downloader (settings, middleware, "
+        "robots.txt), runs the callback and prints what it yields. Exit status 1 when a "
+        "page could not be had or a callback raised.",
+    )
+    parse.add_argument("url")
+    parse.add_argument("--spider", required=True, help="FILE.py:Class or module:Class")
+    parse.add_argument("--callback", help="the method to call (default: parse)")
+    parse.add_argument(
+        "--depth", type=int, default=1, help="levels of links to follow and parse (1: none)"
+    )
+    parse.add_argument("--json", action="store_true", help="JSON lines on standard output")
+    _add_spider_options(parse)
+    parse.set_defaults(func=_parse)
+
+
+async def _parse(args: argparse.Namespace) -> int:
+    """Print what the callback yields on the page (and, with --depth, on its links)."""
+    from netdisco.crawl.probe import parse_url  # only this command needs it
+
+    if args.depth < 1:
+        raise ConfigError("--depth", f"must be 1 or more, got {args.depth}")
+    spider, settings = spider_and_settings(args)
+    pages = await parse_url(spider, settings, args.url, callback=args.callback, depth=args.depth)
+    for page in pages:
+        print("\n".join(_page_lines(page, as_json=args.json)))
+    return 1 if any(page.error for page in pages) else 0
+
+
+def _page_lines(page: Any, *, as_json: bool) -> list[str]:
+    """One page's items and requests: JSON lines, or lines for a reader."""
+    if as_json:
+        where = {"depth": page.depth, "page": page.url}
+        lines = [{"kind": "item", **where, "item": to_jsonable(i)} for i in page.items]
+        for request in page.requests:
+            name = getattr(request.callback, "__name__", None)
+            lines.append({"kind": "request", **where, "url": request.url, "callback": name})
+        if page.error:
+            lines.append({"kind": "error", **where, "error": page.error})
+        return [json.dumps(line, default=str, ensure_ascii=False) for line in lines]
+    head = f"# depth {page.depth}: {page.status or '---'} {page.url} ({page.callback})"
+    text = [head, *(f"item     {json_line(item).rstrip()}" for item in page.items)]
+    text += [f"request  {r.url} -> {getattr(r.callback, '__name__', 'parse')}"
+             for r in page.requests]  # fmt: skip
+    return text + ([f"error    {page.error}"] if page.error else [])
+
+
+def _add_new_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    new = commands.add_parser(
+        "new",
+        help="write a new spider file from a template",
+        parents=[common],
+        description="Writes NAME.py (refusing to overwrite one): a runnable spider that "
+        "passes ruff and mypy --strict as written.",
+    )
+    new.add_argument("name", help="the spider's name (letters, digits, _)")
+    new.add_argument("url", help="its start URL")
+    new.add_argument("--template", choices=TEMPLATES, default="basic")
+    new.add_argument("--dir", default=".", help="where to write it (.)")
+    new.set_defaults(func=_new)
+
+
+async def _new(args: argparse.Namespace) -> int:
+    """Write the spider file; an existing one is never overwritten."""
+    file, source = render_template(args.name, args.url, args.template)
+    path = Path(args.dir) / file
+    try:
+        with path.open("x", encoding="utf-8") as handle:
+            handle.write(source)
+    except FileExistsError:
+        raise ConfigError(str(path), "exists already; pick another name or --dir") from None
+    cls = source.split("class ", 1)[1].split("(", 1)[0]
+    print(f"Wrote {path}. Try it: netdisco crawl {path}:{cls} -o items.jsonl")
+    return 0
+
+
+def _add_engine_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    engine = commands.add_parser(
+        "engine", help="run the spiders of a config file, with HTTP", parents=[common]
+    )
     engine.add_argument("--config", help="engine TOML file ([engine], [zookeeper], [[spiders]])")
     engine.add_argument("--id", help="engine id (default: host name and port)")
     engine.add_argument("--host", help="bind address of the HTTP endpoint")
@@ -179,9 +333,10 @@ async def _engine(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_demo_parser(commands: Any) -> None:
+def _add_demo_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     demo = commands.add_parser(
         "demo",
+        parents=[common],
         help="a live three-engine cluster and its monitor on loopback (about 15 s)",
         description="Starts ZooKeeper, a demo website, an SMTP sink, the monitor and three "
         "engines on 127.0.0.1, stops one engine gracefully and kills another, and shows the "
@@ -203,7 +358,7 @@ async def _demo(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logs.configure(json=args.log_json, level=args.log_level)
+    args.log_json_effective = logs.configure(json=args.log_json, level=args.log_level)
     try:
         code: int = asyncio.run(args.func(args))
     except NetdiscoError as exc:

@@ -15,8 +15,9 @@ import sys
 import structlog
 
 
-def configure(*, json: bool | None = None, level: str = "info") -> None:
-    """Configure structlog, and the stdlib loggers under it, once for this process."""
+def configure(*, json: bool | None = None, level: str = "info") -> bool:
+    """Configure structlog, and the stdlib loggers under it, once for this process;
+    returns whether lines are JSON (``json``, or stderr is not a terminal)."""
     as_json = (not sys.stderr.isatty()) if json is None else json
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -44,3 +45,4 @@ def configure(*, json: bool | None = None, level: str = "info") -> None:
     )
     logging.basicConfig(handlers=[handler], level=logging.WARNING, force=True)
     logging.getLogger("kazoo").setLevel(logging.ERROR)
+    return as_json

@@ -14,6 +14,7 @@ wrote it (``spiders[0].settings.timeout``, ``NETDISCO_TIMEOUT``, ``-s timeout``)
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import re
 import typing
@@ -21,9 +22,12 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import MISSING, dataclass
 from typing import Any, ClassVar, TypeVar
 
+import structlog
+
 from netdisco.exceptions import ConfigError
 from netdisco.values import convert
 
+log = structlog.get_logger(__name__)
 T = TypeVar("T", bound="Section")
 #: a field's check: the problem with a (converted) value, or None when it is fine
 Check = Callable[[Any], str | None]
@@ -61,8 +65,12 @@ class Section:
 
     #: how a key of this class is named in errors (``"engine."`` -> ``engine.port``)
     PREFIX: ClassVar[str] = ""
-    #: keys no longer read, and what to write instead (the error a user gets)
+    #: keys not read (renamed, or another tool's with no counterpart), and what to write
+    #: instead: the error a user gets
     RENAMED: ClassVar[Mapping[str, str]] = {}
+    #: another tool's names accepted for a key (Scrapy's ``DOWNLOAD_DELAY``): alias ->
+    #: (key, how the key's meaning differs, or ""); using one logs a note naming the key
+    ALIASES: ClassVar[Mapping[str, tuple[str, str]]] = {}
     #: what an unknown key is called in its error ("unknown key", "unknown setting")
     KIND: ClassVar[str] = "key"
 
@@ -119,9 +127,9 @@ def load(
     values: dict[str, Any] = dict(given or {})
     origin: dict[str, Source] = {}
     for source in sources:
-        for name, raw in source.values.items():
-            _known(cls, source, name, known)
-            values[name] = _parse(cls, name, raw, source)
+        for written, raw in source.values.items():
+            name = _known(cls, source, written, known)
+            values[name] = _parse(cls, name, raw, source, written)
             origin[name] = source
     try:
         if base is not None:
@@ -148,23 +156,52 @@ def from_environ(
         if pattern.key(cls, old) in environ:
             raise ConfigError(pattern.key(cls, old), instead)
     found = {}
-    for key in loadable(cls) if keys is None else keys:
+    wanted = loadable(cls) if keys is None else tuple(keys)
+    aliases = [alias for alias, (key, _) in cls.ALIASES.items()
+               if key in wanted and pattern.key(cls, alias) != pattern.key(cls, key)]  # fmt: skip
+    for key in (*wanted, *aliases):
         if pattern.key(cls, key) in environ:
             found[key] = environ[pattern.key(cls, key)]
     return Source(found, variable if name is None else name)
 
 
-def _known(cls: type[Section], source: Source, name: str, known: Collection[str]) -> None:
+_NOTED: set[tuple[str, str]] = set()  # aliases noted already (settings load more than once)
+
+
+def _known(cls: type[Section], source: Source, name: str, known: Collection[str]) -> str:
+    """The key ``name`` sets (itself, or the key an alias stands for); or why none."""
     if name in known:
-        return
+        return name
     key = source.key(cls, name)
+    if name in cls.ALIASES and cls.ALIASES[name][0] in known:
+        target, differs = cls.ALIASES[name]
+        if (key, target) not in _NOTED:
+            _NOTED.add((key, target))
+            log.info("setting_alias", key=key, use=cls.PREFIX + target, differs=differs or None)
+        return target
     if name in cls.RENAMED:
         raise ConfigError(key, cls.RENAMED[name])
-    raise ConfigError(key, f"unknown {cls.KIND} (known: {', '.join(sorted(known))})")
+    raise ConfigError(key, f"unknown {cls.KIND}{_suggest(cls, name, known)}")
 
 
-def _parse(cls: type[Section], name: str, raw: Any, source: Source) -> Any:
-    key = source.key(cls, name)
+def _suggest(cls: type[Section], name: str, known: Collection[str]) -> str:
+    """``; did you mean download_delay?``: the closest keys, aliases' keys included."""
+    candidates = {key: key for key in known}
+    for alias, (target, _) in cls.ALIASES.items():
+        if target in known:
+            candidates.setdefault(alias.lower(), target)
+    wanted = name.lower()
+    close = difflib.get_close_matches(wanted, candidates, n=3, cutoff=0.6)
+    best = difflib.SequenceMatcher(None, wanted, close[0]).ratio() if close else 0.0
+    near = [m for m in close if difflib.SequenceMatcher(None, wanted, m).ratio() > best - 0.05]
+    names = list(dict.fromkeys(cls.PREFIX + candidates[match] for match in near))
+    if not names:
+        return " (docs/configuration.md lists every one)"
+    return f"; did you mean {' or '.join(names)}?"
+
+
+def _parse(cls: type[Section], name: str, raw: Any, source: Source, written: str) -> Any:
+    key = source.key(cls, written)
     parse = _fields_of(cls)[name].metadata.get("parse")
     if parse is not None:
         return parse(key, raw)

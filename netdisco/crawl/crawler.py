@@ -293,6 +293,7 @@ class Crawler:
         await self.stream.close(self._close_timeout)
         await self.downloader.close()
         await return_parked(self.frontier, self.downloader.drain(), max(limit, 1.0))
+        await self._last_counts()  # the closing line's gauges: what the frontier holds now
         if end is SpiderState.FINISHED and self.ctx.failure is not None:
             self._report_failure(self.ctx.failure)
             end = SpiderState.FAILED
@@ -314,13 +315,16 @@ class Crawler:
                 return False
         return True
 
-    async def _close_frontier(self) -> None:
-        """Last gauges, then close: a shared frontier that is down must not keep us open."""
+    async def _last_counts(self) -> None:
+        """Last gauges, bounded: a shared frontier that is down must not keep us open."""
         try:
             async with asyncio.timeout(1.0):
                 await self._refresh_counts()
         except (TimeoutError, NetdiscoError) as exc:
             log.warning("frontier_counts_unavailable", error=repr(exc))
+
+    async def _close_frontier(self) -> None:
+        """Close the frontier; one that fails to close is logged, never raised."""
         try:  # hands our leases back; what it cannot, the others' lease sweep will
             await self.frontier.close()
         except Exception as exc:
@@ -366,6 +370,7 @@ class Crawler:
             await self.scheduler.admit_seeds(self.spider.start())
         except Exception as exc:  # a broken seed source: the seeds it gave still count
             self.stats.callback_errors += 1
+            self.stats.count_error(f"start() {type(exc).__name__}")
             self.stats.error(f"start(): {exc!r}")
             log.error("seed_error", error=repr(exc), exc_info=exc)
         finally:

@@ -24,7 +24,7 @@ import aiohttp
 import structlog
 
 from netdisco.crawl.lru import LRU
-from netdisco.crawl.middleware import Chain, Middleware, build_middlewares
+from netdisco.crawl.middleware import Chain, HttpCache, Middleware, build_middlewares
 from netdisco.crawl.redirects import (
     REDIRECT_STATUSES,
     defrag,
@@ -159,8 +159,10 @@ class Downloader:
             self._session = _session(s)
             self._http = AiohttpHandler(self._session, s)
         assert self._http is not None
-        if s.obey_robots:
-            self.robots = RobotsCache(self._http, s, self.frontier.robots_txt)
+        if s.obey_robots:  # robots.txt bypasses the chain, but not the HTTP cache
+            cache = next((m for m in self.middlewares if isinstance(m, HttpCache)), None)
+            handler = self._http if cache is None else cache.wrap(self._http)
+            self.robots = RobotsCache(handler, s, self.frontier.robots_txt)
         log.info("downloader_chain", middlewares=self.chain.names, render=s.render)
         if s.render:
             await self._renderer().start()  # a missing browser fails the start, named

@@ -227,7 +227,19 @@ class ItemStream:
         while len(self._pending) >= self.buffer:
             await asyncio.wait(self._pending, return_when=asyncio.FIRST_COMPLETED)
         self.stats.items += 1
+        if not self._pipelines and not self._subject.observers:
+            self._discarded()
         self._subject.on_next(item)
+
+    def _discarded(self) -> None:
+        """No feed, pipeline or subscriber takes items: count it, and say so once."""
+        if not self.stats.items_discarded:
+            log.warning(
+                "items_discarded",
+                reason="no feed and no pipeline: the spider's items go nowhere",
+                hint="add a feed (-o items.jsonl, or the feeds setting) or a pipeline",
+            )
+        self.stats.items_discarded += 1
 
     async def flush(self) -> None:
         """Await pending pipeline work, then every pipeline's ``flush``.

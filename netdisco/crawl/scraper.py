@@ -72,18 +72,18 @@ class Scraper:
         except FrontierFailed:  # not the callback's fault: the crawl cannot go on
             raise
         except Exception as exc:  # a spider's bug must not stop the crawl
-            self.stats.callback_errors += 1
-            self.stats.error(f"callback {getattr(callback, '__name__', callback)}: {exc!r}")
-            log.error(
-                "callback_error",
-                url=url,
-                callback=getattr(callback, "__name__", "?"),
-                error=repr(exc),
-                exc_info=exc,
-            )
+            self._failed(callback, url, exc)
         finally:
             if requests:
                 await self.admit(requests)
+
+    def _failed(self, callback: Callable[..., CallbackResult], url: str, exc: Exception) -> None:
+        """A callback raised: counted (by kind too) and logged with the URL."""
+        name = getattr(callback, "__name__", "?")
+        self.stats.callback_errors += 1
+        self.stats.count_error(f"callback {type(exc).__name__}")
+        self.stats.error(f"callback {getattr(callback, '__name__', callback)}: {exc!r}")
+        log.error("callback_error", url=url, callback=name, error=repr(exc), exc_info=exc)
 
     async def admit(self, requests: list[Request]) -> None:
         """Queue a page's links; if the frontier cannot, the crawl cannot go on: a page

@@ -50,11 +50,53 @@ SECTIONS = (
     "render",
     "frontier",
     "recrawl",
+    "cache",
     "feeds",
     "tuning",
 )
 RECRAWL = ("always", "conditional")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_NO_THROTTLE = (
+    "netdisco has no auto-throttle: set download_delay and per_host_concurrency "
+    "(429 and 503 answers back off, honouring Retry-After)"
+)
+#: Scrapy's names for netdisco's settings: (the setting, how its meaning differs)
+SCRAPY_ALIASES: Mapping[str, tuple[str, str]] = {
+    "DOWNLOAD_DELAY": ("download_delay", "a fixed delay (no RANDOMIZE_DOWNLOAD_DELAY)"),
+    "CONCURRENT_REQUESTS": ("concurrency", ""),
+    "CONCURRENT_REQUESTS_PER_DOMAIN": (
+        "per_host_concurrency",
+        "per host name: www.example.com and example.com count apart",
+    ),
+    "DEPTH_LIMIT": ("depth_limit", ""),
+    "USER_AGENT": ("user_agents", "a list, rotated per request; one string is accepted"),
+    "ROBOTSTXT_OBEY": ("obey_robots", "true by default in netdisco"),
+    "CLOSESPIDER_PAGECOUNT": ("max_pages", "counts pages that succeeded, not every response"),
+    "DOWNLOAD_TIMEOUT": ("timeout", ""),
+    "DOWNLOAD_MAXSIZE": ("max_response_size", "a larger body fails the request (too_large)"),
+    "RETRY_TIMES": ("retries", ""),
+    "REDIRECT_MAX_TIMES": ("max_redirects", ""),
+    "COOKIES_ENABLED": ("cookies", "false by default in netdisco"),
+    "DEFAULT_REQUEST_HEADERS": ("default_headers", "a list of 'Name: value' strings"),
+    "FEEDS": ("feeds", "options: format, overwrite and fields"),
+    "HTTPCACHE_DIR": ("http_cache", "setting it turns the cache on; no RFC 9111 policy"),
+    "HTTPCACHE_EXPIRATION_SECS": ("http_cache_expiration", ""),
+}
+#: Scrapy's names that have no netdisco counterpart, and what to do instead
+SCRAPY_REFUSED: Mapping[str, str] = {
+    "AUTOTHROTTLE_ENABLED": _NO_THROTTLE,
+    "AUTOTHROTTLE_START_DELAY": _NO_THROTTLE,
+    "AUTOTHROTTLE_MAX_DELAY": _NO_THROTTLE,
+    "AUTOTHROTTLE_TARGET_CONCURRENCY": _NO_THROTTLE,
+    "RANDOMIZE_DOWNLOAD_DELAY": "netdisco's download_delay is fixed, never randomized",
+    "RETRY_ENABLED": "set retries = 0 to turn retries off",
+    "CLOSESPIDER_ITEMCOUNT": "no item limit: max_pages bounds the pages fetched",
+    "DOWNLOADER_MIDDLEWARES": "use middlewares = ['module:Class'] (in order, after the "
+    "built-in ones) or the spider's middlewares() method",
+    "ITEM_PIPELINES": "return pipelines from the spider's pipelines() method",
+    "LOG_LEVEL": "a command-line flag: netdisco --log-level warning (or after the command)",
+    "HTTPCACHE_ENABLED": "set http_cache = 'DIR' (HTTPCACHE_DIR): a directory turns it on",
+}
 
 
 def _regex(pattern: str) -> str | None:
@@ -146,7 +188,9 @@ class Settings(Section):
         "user_agents = ['my-bot/1.0']",
         "proxy": "renamed to proxies (a list; one URL is accepted as a string): "
         "proxies = ['http://host:3128']",
+        **SCRAPY_REFUSED,
     }
+    ALIASES: ClassVar[Mapping[str, tuple[str, str]]] = SCRAPY_ALIASES
 
     # limits: how much is fetched
     max_pages: int = _field(
@@ -279,6 +323,13 @@ class Settings(Section):
         "a page fetched within it ('1d', seconds) is not fetched again",
         parse=_age,
         check=_age_check,
+    )
+    # cache: netdisco.crawl.middleware.httpcache, for development
+    http_cache: str | None = _field(
+        None, "cache", "directory of an HTTP cache: a rerun asks the server nothing (none: off)"
+    )
+    http_cache_expiration: float = _field(
+        0.0, "cache", "seconds a cached response is served (0: for ever)", check=non_negative
     )
     # feeds: where items go (netdisco.crawl.feeds)
     feeds: tuple[FeedSpec, ...] = _field(

@@ -7,13 +7,17 @@ from bisect import bisect_left
 from typing import Any
 
 from netdisco.exceptions import (
+    DownloadFailed,
     DuplicateRedirect,
+    HttpStatusError,
     InvalidURL,
     MiddlewareError,
     OutOfScope,
     RequestError,
     ResponseTooLarge,
     RobotsDenied,
+    TransferFailed,
+    TransferTimeout,
 )
 
 #: request outcomes, as counted in ``Stats.outcomes`` and Prometheus' ``outcome`` label
@@ -128,6 +132,7 @@ class Stats:
         self.robots_deferred = 0  # handed back at stop: their robots.txt never answered
         self.items = 0
         self.dropped_items = 0
+        self.items_discarded = 0  # yielded while no pipeline, feed or subscriber took them
         self.pipeline_errors = 0
         self.callback_errors = 0
         self.middleware_errors = 0
@@ -140,6 +145,7 @@ class Stats:
         self.pages = Rate()
         self.latency = Latency()  # every HTTP exchange: redirect hops and retries too
         self.statuses: dict[int, int] = {}  # responses by HTTP status code, as exchanged
+        self.error_kinds: dict[str, int] = {}  # failed requests and callbacks by kind
 
     def responded(self, status: int, seconds: float) -> None:
         """Count one HTTP response: its status code and how long it took."""
@@ -177,8 +183,13 @@ class Stats:
             self.invalid += 1
         else:
             self.failed += 1
+            self.count_error(error_kind(exc))
             if isinstance(exc, MiddlewareError):
                 self.middleware_errors += 1
+
+    def count_error(self, kind: str) -> None:
+        """Count one error under ``kind`` (the closing summary's top errors)."""
+        self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
 
     def error(self, message: str) -> None:
         """Remember the latest error for the status endpoint."""
@@ -193,6 +204,7 @@ class Stats:
             **self.outcomes,
             "items": self.items,
             "dropped_items": self.dropped_items,
+            "items_discarded": self.items_discarded,
             "pipeline_errors": self.pipeline_errors,
             "callback_errors": self.callback_errors,
             "robots_deferred": self.robots_deferred,
@@ -205,3 +217,16 @@ class Stats:
             "elapsed": round(elapsed, 3),
             "last_error": self.last_error,
         }
+
+
+def error_kind(exc: BaseException) -> str:
+    """What went wrong, in a few words a summary can count: ``HTTP 404``, ``timeout``,
+    the transport's error (``ClientConnectorError``) or the exception's class."""
+    if isinstance(exc, HttpStatusError):
+        return f"HTTP {exc.status}"
+    cause = exc.__cause__
+    if isinstance(exc, DownloadFailed) and isinstance(cause, TransferFailed):
+        if isinstance(cause, TransferTimeout) or isinstance(cause.__cause__, TimeoutError):
+            return "timeout"
+        return type(cause.__cause__ or cause).__name__
+    return type(exc).__name__

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from netdisco.crawl import settings as crawl_settings
+from netdisco.crawl.arguments import check_args
 from netdisco.crawl.settings import Settings
 from netdisco.engine.schedules import Schedule, parse_schedule
 from netdisco.exceptions import ConfigError
@@ -119,6 +120,7 @@ class SpiderConfig:
     pairs: Mapping[str, str] = field(default_factory=dict)  # -s name=value
     key: str = "spiders[0]"  # where it came from, for error messages
     schedule: Schedule | None = None  # ``schedule`` (cron) or ``every``
+    args: Mapping[str, str] = field(default_factory=dict)  # spider arguments (``args``)
 
     def __post_init__(self) -> None:
         self.settings()  # fail at load time, not when the spider starts
@@ -184,7 +186,7 @@ def spider_configs(
     )
 
 
-_SPIDER_KEYS = ("spider", "settings", "schedule", "every")
+_SPIDER_KEYS = ("spider", "settings", "schedule", "every", "args")
 
 
 def _spider_config(
@@ -202,8 +204,15 @@ def _spider_config(
     if not isinstance(table, dict):
         raise ConfigError(f"{key}.settings", f"expected a table, got {table!r}")
     schedule = parse_schedule(entry.get("schedule"), entry.get("every"), key=key)
+    args = check_args(entry.get("args", {}), key=f"{key}.args.{{name}}")
     return SpiderConfig(
-        spider=ref, table=table, environ=environ, pairs=pairs, key=key, schedule=schedule
+        spider=ref,
+        table=table,
+        environ=environ,
+        pairs=pairs,
+        key=key,
+        schedule=schedule,
+        args=args,
     )
 
 

@@ -26,6 +26,7 @@ import structlog
 
 from netdisco._version import __version__
 from netdisco.cluster.contract import EnginePayload, NodeState, SpiderSummary
+from netdisco.crawl.arguments import make_spider
 from netdisco.crawl.crawler import TERMINAL, Crawler, PushResult, SpiderState
 from netdisco.engine.config import EngineConfig, EngineSettings, check_exposure
 from netdisco.engine.hosted import (
@@ -54,7 +55,10 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 #: a scheduled spider's next run is built from: the spider (class or object), settings, pipelines
 Recipe = tuple[
-    "Spider | type[Spider]", "Settings | Mapping[str, Any] | None", "tuple[Pipeline, ...]"
+    "Spider | type[Spider]",
+    "Settings | Mapping[str, Any] | None",
+    "tuple[Pipeline, ...]",
+    "Mapping[str, str]",
 ]
 
 
@@ -161,15 +165,18 @@ class SpiderEngine:
         *,
         pipelines: Sequence[Pipeline] = (),
         schedule: Schedule | None = None,
+        args: Mapping[str, str] | None = None,
     ) -> Crawler:
         """Add a spider; it starts at once if the engine runs (a scheduled one at its tick).
 
         ``settings`` is a ``Settings``, or a mapping (``{"max_pages": 5}``) loaded like a
-        ``[[spiders]]`` table, over the spider's ``custom_settings``.
+        ``[[spiders]]`` table, over the spider's ``custom_settings``. ``args`` (checked by
+        the caller) go to a spider class as ``-a`` does (``make_spider``).
         """
         if self.state in (EngineState.STOPPING, EngineState.STOPPED):
             raise RuntimeError(f"engine {self.id!r} is {self.state}; it takes no new spiders")
-        instance = spider() if isinstance(spider, type) else spider
+        args = dict(args or {})
+        instance = make_spider(spider, args) if isinstance(spider, type) else spider
         if instance.name in self._crawlers:
             raise DuplicateSpider(instance.name)
         crawler = self._new_crawler(instance, settings, pipelines)
@@ -178,7 +185,7 @@ class SpiderEngine:
             claim = run_claim(crawler.settings.frontier, crawler.name, self.incarnation)
             start_run = partial(self._scheduled_run, crawler.name)
             self._timetable.add(ScheduledSpider(crawler.name, schedule, start_run, claim))
-            self._recipes[crawler.name] = (spider, settings, tuple(pipelines))
+            self._recipes[crawler.name] = (spider, settings, tuple(pipelines), args)
         if self.state is EngineState.RUNNING:
             self._begin(crawler)
         self._notify()
@@ -204,7 +211,7 @@ class SpiderEngine:
         current = self._crawlers.get(spec.name)
         if current is not None and current.state in TERMINAL and spec.name not in self._timetable:
             self.remove_spider(spec.name)  # a finished run gives way to the new one
-        return self.add_spider(spec.spider(), spec.settings, schedule=spec.schedule)
+        return self.add_spider(spec.spider(), spec.settings, schedule=spec.schedule, args=spec.args)
 
     def add_listener(self, callback: Callable[[SpiderEngine], None]) -> None:
         """Call ``callback(engine)`` whenever a spider is added or changes state."""
@@ -371,8 +378,8 @@ class SpiderEngine:
         """A tick: a new run of ``name`` (its id the tick's), unless the previous one goes on."""
         crawler = self._crawlers[name]
         if crawler.state in TERMINAL:
-            spider, settings, pipelines = self._recipes[name]
-            instance = spider() if isinstance(spider, type) else spider
+            spider, settings, pipelines, args = self._recipes[name]
+            instance = make_spider(spider, args) if isinstance(spider, type) else spider
             crawler = self._new_crawler(instance, settings, pipelines)
         elif crawler.state is not SpiderState.IDLE:
             return False

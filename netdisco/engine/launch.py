@@ -9,10 +9,11 @@ Everything is checked before anything starts, so a bad request starts nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from netdisco.crawl import settings as crawl_settings
+from netdisco.crawl.arguments import check_args
 from netdisco.crawl.loader import load_spider
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
@@ -24,7 +25,7 @@ from netdisco.schema import Source
 if TYPE_CHECKING:
     from netdisco.engine.engine import SpiderEngine  # which imports this module: types only
 
-_BODY_KEYS = frozenset({"spider", "name", "settings", "schedule", "every"})
+_BODY_KEYS = frozenset({"spider", "name", "settings", "schedule", "every", "args"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,6 +36,7 @@ class Launch:
     name: str
     settings: Settings
     schedule: Schedule | None = None
+    args: Mapping[str, str] = field(default_factory=dict)
 
     def spider(self) -> type[Spider]:
         """The spider class, renamed when the request gave another name."""
@@ -83,7 +85,10 @@ def from_body(body: Any, allowed: Sequence[str]) -> Launch:
     if not isinstance(name, str) or not name or "/" in name:
         raise ConfigError("name", f"expected a spider name without '/', got {name!r}")
     settings = spider_settings(spider_class, table, "settings")
-    return Launch(spider_class=spider_class, name=name, settings=settings, schedule=schedule)
+    args = check_args(body.get("args", {}), spider_class, key="args.{name}")
+    return Launch(
+        spider_class=spider_class, name=name, settings=settings, schedule=schedule, args=args
+    )
 
 
 def add_configured(engine: SpiderEngine, config: EngineConfig) -> None:
@@ -94,7 +99,8 @@ def add_configured(engine: SpiderEngine, config: EngineConfig) -> None:
         except SpiderLoadError as exc:
             raise ConfigError(f"{entry.key}.spider", str(exc)) from exc
         settings = entry.settings(spider_class.custom_settings)
+        args = check_args(entry.args, spider_class, key=f"{entry.key}.args.{{name}}")
         try:
-            engine.add_spider(spider_class, settings, schedule=entry.schedule)
+            engine.add_spider(spider_class, settings, schedule=entry.schedule, args=args)
         except DuplicateSpider as exc:
             raise ConfigError(f"{entry.key}.spider", str(exc)) from exc

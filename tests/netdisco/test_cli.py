@@ -166,7 +166,7 @@ async def test_sigterm_stops_gracefully(site: Site, tmp_path: Path) -> None:
         await asyncio.sleep(0.02)
     process.send_signal(signal.SIGTERM)
     _, err = await asyncio.wait_for(process.communicate(), 30)
-    assert process.returncode == 0
+    assert process.returncode == 128 + signal.SIGTERM  # stopped on request: not "done"
     closed = [json.loads(line) for line in err.decode().splitlines() if '"spider_closed"' in line]
     assert closed[0]["state"] == "stopped"
     assert len(_lines(out)) == closed[0]["succeeded"] < 200

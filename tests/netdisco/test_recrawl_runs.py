@@ -114,7 +114,7 @@ async def test_a_run_stopped_by_sigterm_resumes_and_fetches_nothing_twice(
         try:
             await eventually(lambda: len(server.requests) >= PAGES // 4, "a quarter revalidated")
             second.send_signal(signal.SIGTERM)
-            assert await finish(second, 60) == 0
+            assert await finish(second, 60) == 128 + signal.SIGTERM  # stopped, not finished
         finally:
             if second.poll() is None:
                 second.kill()

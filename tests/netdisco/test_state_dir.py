@@ -116,7 +116,7 @@ async def test_sigterm_then_rerun_fetches_nothing_twice_and_a_second_process_is_
             f"state_dir '{state}': in use by another netdisco process (pid {first.pid})" in refused
         )
         first.send_signal(signal.SIGTERM)
-        assert await finish(first, 60) == 0
+        assert await finish(first, 60) == 128 + signal.SIGTERM  # stopped, not finished
     finally:
         if first.poll() is None:
             first.kill()

@@ -47,6 +47,7 @@ class FeedPipeline(Pipeline):
         self.engine = engine
         self.target: str | None = None  # the path, once the template is filled in
         self._writer: Writer | None = None
+        self.written = 0  # items written, for the closing summary
 
     def prepare(self) -> None:
         """Fill in the template and check that the feed can be written (see module doc)."""
@@ -100,6 +101,7 @@ class FeedPipeline(Pipeline):
             raise FeedError(f"feed {self.spec.uri!r} was not opened")
         for one in item if isinstance(item, list) else (item,):
             self._writer.write(one)
+            self.written += 1
         self._writer.flush(sync=False)  # to the OS: a killed process loses nothing written
 
     async def flush(self) -> None:

@@ -2,6 +2,7 @@
 
 Order (``process_request`` top to bottom, ``process_response`` bottom to top):
 
+0. ``HttpCache``          (``http_cache``: answers from its directory, stores the rest)
 1. ``Revalidation``       (``recrawl = "conditional"``: the stored validators)
 2. ``DefaultHeaders``     (``default_headers``)
 3. ``UserAgentRotation``  (``user_agents``)
@@ -20,6 +21,7 @@ checks, and inside the chain, politeness (per-host slot and delay) around the ha
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from netdisco.crawl.middleware.base import Chain, Middleware, middleware_name
@@ -30,6 +32,7 @@ from netdisco.crawl.middleware.builtin import (
     Revalidation,
     UserAgentRotation,
 )
+from netdisco.crawl.middleware.httpcache import HttpCache
 from netdisco.exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -60,6 +63,9 @@ def load_middleware(path: str) -> Middleware:
 def build_middlewares(settings: Settings, spider: Spider) -> list[Middleware]:
     """The spider's middlewares in chain order (see the module docstring)."""
     chain: list[Middleware] = []
+    if settings.http_cache is not None:  # first: a cached answer needs none of the others
+        directory = Path(settings.http_cache) / spider.name
+        chain.append(HttpCache(directory, settings.http_cache_expiration))
     if settings.recrawl == "conditional":  # first: the others see the validators
         chain.append(Revalidation())
     if settings.default_headers:
@@ -79,6 +85,7 @@ __all__ = [
     "Chain",
     "Cookies",
     "DefaultHeaders",
+    "HttpCache",
     "Middleware",
     "ProxyRotation",
     "Revalidation",

@@ -1,0 +1,89 @@
+"""The closing summary of a crawl: what was fetched, where the items went, what failed.
+
+``summary`` gathers it as one mapping (``netdisco crawl --log-json`` logs it as one JSON
+object); ``render`` writes the same as a few lines for a terminal, in the words a Scrapy
+user expects ("Stored jsonl feed (526 items) in items.jsonl"). Pages per second are over
+the whole run, not the progress line's last minute.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from netdisco.crawl.crawler import Crawler
+
+#: how many error kinds the summary names, most frequent first
+TOP_ERRORS = 5
+
+
+def summary(crawler: Crawler) -> dict[str, Any]:
+    """The crawl's outcome as one mapping; see the module docstring."""
+    s = crawler.stats
+    elapsed = max(time.monotonic() - s.started, 1e-9)
+    top = sorted(s.error_kinds.items(), key=lambda pair: (-pair[1], pair[0]))[:TOP_ERRORS]
+    feeds = [
+        {"format": feed.spec.format, "path": feed.target or "stdout", "items": feed.written}
+        for feed in crawler.feeds
+    ]
+    return {
+        "spider": crawler.name,
+        "state": crawler.state.value,
+        "pages": {
+            "ok": s.succeeded,
+            "failed": s.failed,
+            "retried": s.retried,
+            "filtered": s.filtered,
+            "robots_blocked": s.robots_blocked,
+            "not_modified": s.not_modified,
+        },
+        "items": s.items,
+        "items_dropped": s.dropped_items,
+        "items_discarded": s.items_discarded,
+        "feeds": feeds,
+        "bytes": s.bytes,
+        "seconds": round(elapsed, 3),
+        "pages_per_second": round(s.succeeded / elapsed, 2),
+        "queue_size": s.queue_size,
+        "seen": s.seen,
+        "errors": dict(top),
+        "last_error": s.last_error,
+    }
+
+
+def render(data: dict[str, Any]) -> str:
+    """``summary``'s mapping as a few readable lines (no line longer than it must be)."""
+    pages = data["pages"]
+    counted = ", ".join(f"{value} {name.replace('_', ' ')}" for name, value in pages.items()
+                        if value or name in ("ok", "failed"))  # fmt: skip
+    lines = [
+        f"Spider {data['spider']} {data['state']} in {data['seconds']:.1f} s",
+        f"  pages    {counted}  ({data['pages_per_second']:.1f} pages/s)",
+        f"  items    {data['items']}" + _items_lost(data),
+        f"  bytes    {_size(data['bytes'])}",
+        f"  queue    {data['queue_size']} left, {data['seen']} seen",
+    ]
+    if data["errors"]:
+        kinds = ", ".join(f"{kind} x{count}" for kind, count in data["errors"].items())
+        lines.append(f"  errors   {kinds}")
+    lines += [
+        f"Stored {feed['format']} feed ({feed['items']} items) in {feed['path']}"
+        for feed in data["feeds"]
+    ]
+    return "\n".join(lines)
+
+
+def _items_lost(data: dict[str, Any]) -> str:
+    parts = [f"{data[key]} {key.removeprefix('items_')}"
+             for key in ("items_dropped", "items_discarded") if data[key]]  # fmt: skip
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def _size(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{count} B"  # not reached
