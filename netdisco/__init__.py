@@ -16,7 +16,8 @@ The public surface is what this package exports (``__all__``); import it from
 
 - writing a crawl: ``Spider``, ``Request``, ``Response``, ``Settings``, ``Crawler``
   (with ``SpiderState``, ``PushResult``); the generic spiders: ``CrawlSpider`` follows
-  links by ``Rule``s, each with a ``LinkExtractor`` (usable alone; it yields ``Link``s);
+  links by ``Rule``s, each with a ``LinkExtractor`` (usable alone; it yields ``Link``s),
+  ``SitemapSpider`` crawls what sitemaps list (its filter sees ``SitemapEntry``s);
   the item pipelines (``Pipeline``,
   ``CallablePipeline``, ``ConsolePipeline``, ``JsonLinesPipeline``), downloader
   ``Middleware`` and the download handler seam (``DownloadHandler``; ``MockHandler``
@@ -44,8 +45,9 @@ from netdisco.crawl.pipelines import CallablePipeline, ConsolePipeline, JsonLine
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.settings import Settings
+from netdisco.crawl.sitemaps import SitemapEntry
 from netdisco.crawl.spider import Spider
-from netdisco.crawl.spiders import CrawlSpider, Rule
+from netdisco.crawl.spiders import CrawlSpider, Rule, SitemapSpider
 from netdisco.crawl.transport import DownloadHandler, MockHandler
 from netdisco.exceptions import ConfigError, DropItem, HttpStatusError, NetdiscoError, RequestError
 
@@ -96,6 +98,8 @@ __all__ = [
     "Response",
     "Rule",
     "Settings",
+    "SitemapEntry",
+    "SitemapSpider",
     "Spider",
     "SpiderEngine",
     "SpiderState",

@@ -1,4 +1,5 @@
-"""Generic spiders, as Scrapy users know them: ``CrawlSpider`` follows links by rules.
+"""Generic spiders, as Scrapy users know them: ``CrawlSpider`` follows links by rules,
+``SitemapSpider`` crawls what sitemaps list.
 
 A rule's requests carry the rule's index in ``meta["rule"]`` and a method of the
 spider as callback, so that shared frontiers (which store callbacks by name) can
@@ -7,14 +8,23 @@ queue them; the rule's own callback is looked up again when the response comes.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+import re
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+import structlog
+from protego import Protego
 
 from netdisco.crawl.linkextractor import Link, LinkExtractor
 from netdisco.crawl.request import CallbackResult, Request, outputs
 from netdisco.crawl.response import Response
+from netdisco.crawl.sitemaps import MAX_SIZE, SitemapEntry, iter_sitemap
 from netdisco.crawl.spider import Spider
+from netdisco.exceptions import SitemapInvalid
+
+log = structlog.get_logger(__name__)
 
 ProcessLinks = Callable[[list[Link]], Iterable[Link]]
 ProcessRequest = Callable[[Request, Response], Request | None]
@@ -134,3 +144,68 @@ class CrawlSpider(Spider):
         if self._rules[index].errback is not None:
             request.errback = self.rule_failed
         return request
+
+
+class SitemapSpider(Spider):
+    """Crawls the pages that sitemaps list.
+
+    ``sitemap_urls``: sitemaps, sitemap indexes, or robots.txt files whose ``Sitemap:``
+    lines are followed. ``sitemap_rules``: ``(regex, callback)`` pairs, the first whose
+    regex matches a page's URL calls it back (a method name or a callable).
+    ``sitemap_follow``: regexes an index's sitemaps must match to be read.
+    ``sitemap_alternate_links``: also request the ``xhtml:link`` alternates.
+    ``sitemap_filter`` may drop entries (by ``lastmod``, say). ``sitemap_max_size``
+    caps one sitemap, decompressed. ``sitemap_stats`` counts sitemaps read, entries
+    and the sitemaps that could not be read to their end (``invalid``).
+    """
+
+    sitemap_urls: ClassVar[Sequence[str]] = ()
+    sitemap_rules: ClassVar[Sequence[tuple[str, str | Callable[..., CallbackResult]]]] = (
+        ("", "parse"),
+    )
+    sitemap_follow: ClassVar[Sequence[str]] = ("",)
+    sitemap_alternate_links: ClassVar[bool] = False
+    sitemap_max_size: ClassVar[int] = MAX_SIZE
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._rules = [(re.compile(r), _method(self, cb)) for r, cb in self.sitemap_rules]
+        self._follow = [re.compile(r) for r in self.sitemap_follow]
+        self.sitemap_stats: Counter[str] = Counter()
+
+    async def start(self) -> AsyncIterator[Request]:
+        """One request per ``sitemap_urls`` entry, read by ``parse_sitemap``."""
+        for url in self.sitemap_urls:
+            yield Request(url, callback=self.parse_sitemap)
+
+    def sitemap_filter(self, entries: Iterable[SitemapEntry]) -> Iterable[SitemapEntry]:
+        """The entries to act on; all by default. Override to filter by ``lastmod``."""
+        return entries
+
+    def parse_sitemap(self, response: Response) -> Iterator[Request]:
+        """A robots.txt (its ``Sitemap:`` lines), an index (its sitemaps) or a sitemap
+        (its pages, by ``sitemap_rules``)."""
+        if response.url.split("?", 1)[0].endswith("/robots.txt"):
+            for url in Protego.parse(response.text).sitemaps:
+                yield Request(url, callback=self.parse_sitemap)
+            return
+        self.sitemap_stats["sitemaps"] += 1
+        try:
+            for entry in self.sitemap_filter(iter_sitemap(response.body, self.sitemap_max_size)):
+                self.sitemap_stats["entries"] += 1
+                yield from self._requests_for(entry)
+        except SitemapInvalid as exc:
+            self.sitemap_stats["invalid"] += 1
+            log.warning("sitemap_invalid", url=response.url, error=str(exc))
+
+    def _requests_for(self, entry: SitemapEntry) -> Iterator[Request]:
+        if entry.sitemap:
+            if any(p.search(entry.loc) for p in self._follow):
+                yield Request(entry.loc, callback=self.parse_sitemap)
+            return
+        urls = (entry.loc, *entry.alternates) if self.sitemap_alternate_links else (entry.loc,)
+        for url in urls:
+            for pattern, callback in self._rules:
+                if pattern.search(url):
+                    yield Request(url, callback=callback)
+                    break
