@@ -151,19 +151,21 @@ class Downloader:
         scheduler: Scheduler,
         *,
         first: Sequence[Middleware] = (),
+        last: Sequence[Middleware] = (),
         handler: DownloadHandler | None = None,
     ) -> None:
         """``scheduler`` admits redirect targets (scope, seen set); ``first`` are the
-        crawl's own middlewares, ahead of the configured; ``handler`` downloads each hop
-        (default: aiohttp over a session of ours). A frontier that reserves hosts holds
-        per-host politeness for every engine."""
+        crawl's own middlewares, ahead of the configured, ``last`` after them (nearest
+        the download: the WARC archive sees what the handler returned); ``handler``
+        downloads each hop (default: aiohttp over a session of ours). A frontier that
+        reserves hosts holds per-host politeness for every engine."""
         settings, frontier = ctx.settings, ctx.frontier
         self.settings = settings
         self.stats = ctx.stats
         self.spider = ctx.spider
         self.frontier = frontier
         self.scheduler = scheduler
-        self.middlewares = [*first, *build_middlewares(settings, ctx.spider)]
+        self.middlewares = [*first, *build_middlewares(settings, ctx.spider), *last]
         self._slots: LRU[str, HostSlot] = LRU(settings.host_cache_size, HostSlot.idle)
         self._session: aiohttp.ClientSession | None = None
         self._http: DownloadHandler | None = handler
