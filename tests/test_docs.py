@@ -59,8 +59,20 @@ NOT_RUN = re.compile(r"^<!--\s*not run\b:?\s*(.*?)\s*-->$")
 ENGINE_PORTS = re.compile(r"\b(8715|8716|8316)\b")
 #: files a document's blocks must have produced (a crawl that silently fetched nothing fails)
 PRODUCED = {
-    "README.md": {"items.jsonl": 30, "items.csv": 10, "catalogue.jsonl": 10},
-    "crawling.md": {"out/items.jsonl": 15, "out/items.csv": 15, "all.jsonl": 15},
+    "README.md": {
+        "items.jsonl": 30,
+        "items.csv": 10,
+        "catalogue.jsonl": 10,
+        "rules.jsonl": 30,
+        "sitemap.jsonl": 30,
+    },
+    "crawling.md": {
+        "out/items.jsonl": 15,
+        "out/items.csv": 15,
+        "all.jsonl": 15,
+        "out/rules.jsonl": 30,
+        "out/sitemap.jsonl": 30,
+    },
 }
 
 
