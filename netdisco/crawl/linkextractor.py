@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urljoin, urlsplit
 
 from parsel import Selector
-from w3lib.url import canonicalize_url, safe_url_string
+from w3lib.url import canonicalize_url
 
 from netdisco.crawl.response import Response
 
@@ -50,6 +50,14 @@ class Link:
     text: str = ""
     fragment: str = ""
     nofollow: bool = False
+
+
+class Found(NamedTuple):
+    """A link as scanned, with what the filters look at (the host, the path lower-cased)."""
+
+    link: Link
+    host: str
+    path: str
 
 
 def _patterns(
@@ -116,31 +124,58 @@ class LinkExtractor:
 
     def extract_links(self, response: Response) -> list[Link]:
         """The response's links that pass every filter (none if it is not markup)."""
+        return self.select(self.scan(response))
+
+    @property
+    def scan_key(self) -> tuple[Any, ...]:
+        """Extractors with equal keys find the same raw links (``scan``) on a page."""
+        return (
+            self.tags,
+            self.attrs,
+            self.restrict_xpaths,
+            self.restrict_css,
+            self.strip,
+            self.process_value,
+            self.canonicalize,
+        )
+
+    def scan(self, response: Response) -> list[Found]:
+        """Every http(s) link of the regions, before the URL filters, in document order
+        (a ``CrawlSpider`` scans a page once for all rules with one ``scan_key``)."""
         if not _is_html(response):
             return []
         base = self._base_url(response)
+        return [
+            found for element in self._elements(response) for found in self._links_of(element, base)
+        ]
+
+    def select(self, scanned: list[Found]) -> list[Link]:
+        """The scanned links that pass the URL filters, each once (``unique``)."""
         links: list[Link] = []
         seen: set[str] = set()
-        for element in self._elements(response):
-            for link in self._links_of(element, base):
-                if self.unique and link.url in seen:
-                    continue
-                if self.matches(link.url):
-                    seen.add(link.url)
-                    links.append(link)
+        for found in scanned:
+            url = found.link.url
+            if self.unique and url in seen:
+                continue
+            if self._passes(found):
+                seen.add(url)
+                links.append(found.link)
         return links
 
     def matches(self, url: str) -> bool:
-        """Whether ``url`` passes the URL filters (regexes, domains, extensions)."""
+        """Whether ``url`` passes the URL filters (scheme, regexes, domains, extensions)."""
         parts = urlsplit(url)
         if parts.scheme not in _SCHEMES:
             return False
-        host = (parts.hostname or "").lower()
+        return self._passes(Found(Link(url), (parts.hostname or "").lower(), parts.path.lower()))
+
+    def _passes(self, found: Found) -> bool:
+        url, host = found.link.url, found.host
         if self.allow_domains and not _in_domains(host, self.allow_domains):
             return False
         if self.deny_domains and _in_domains(host, self.deny_domains):
             return False
-        if self.deny_extensions and parts.path.lower().endswith(self.deny_extensions):
+        if self.deny_extensions and found.path.endswith(self.deny_extensions):
             return False
         if self.allow and not any(p.search(url) for p in self.allow):
             return False
@@ -163,11 +198,9 @@ class LinkExtractor:
             root = region.root
             if isinstance(root, str) or not hasattr(root, "iter"):
                 continue  # an attribute or text selected: no elements in it
-            for element in root.iter():
-                if isinstance(element.tag, str) and element.tag in self.tags:
-                    yield element
+            yield from root.iter(*self.tags)
 
-    def _links_of(self, element: Any, base: str) -> Iterator[Link]:
+    def _links_of(self, element: Any, base: str) -> Iterator[Found]:
         for attr in self.attrs:
             value = element.get(attr)
             if value is None:
@@ -176,12 +209,16 @@ class LinkExtractor:
                 value = value.strip()
             if self.process_value is not None and (value := self.process_value(value)) is None:
                 continue
-            try:
-                url = safe_url_string(urljoin(base, value))
+            try:  # not made safe here: as ``Response.follow``, the scheduler canonicalises
+                url = urljoin(base, value)
+                if self.canonicalize:
+                    url = canonicalize_url(url)
+                parts = urlsplit(url)
             except ValueError:  # an unparsable URL (``http://[oops``) is no link
                 continue
-            if self.canonicalize:
-                url = canonicalize_url(url)
+            if parts.scheme not in _SCHEMES:
+                continue
             text = " ".join("".join(element.itertext()).split())
             rel = (element.get("rel") or "").lower().split()
-            yield Link(url, text, urlsplit(url).fragment, "nofollow" in rel)
+            link = Link(url, text, parts.fragment, "nofollow" in rel)
+            yield Found(link, (parts.hostname or "").lower(), parts.path.lower())

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import structlog
 from protego import Protego
 
-from netdisco.crawl.linkextractor import Link, LinkExtractor
+from netdisco.crawl.linkextractor import Found, Link, LinkExtractor
 from netdisco.crawl.request import CallbackResult, Request, outputs
 from netdisco.crawl.response import Response
 from netdisco.crawl.sitemaps import MAX_SIZE, SitemapEntry, iter_sitemap
@@ -125,9 +125,13 @@ class CrawlSpider(Spider):
     def requests_to_follow(self, response: Response) -> Iterable[Request]:
         """One request per new link of ``response``, by the first rule that finds it."""
         seen: set[str] = set()
+        scans: dict[tuple[Any, ...], list[Found]] = {}  # one scan a page per kind of extractor
         for index, rule in enumerate(self._rules):
-            found = rule.link_extractor.extract_links(response)
-            links = [link for link in found if link.url not in seen]
+            extractor = rule.link_extractor
+            key = extractor.scan_key
+            if key not in scans:
+                scans[key] = extractor.scan(response)
+            links = [link for link in extractor.select(scans[key]) if link.url not in seen]
             if rule.process_links is not None:
                 links = list(rule.process_links(links))
             for link in links:
@@ -139,11 +143,15 @@ class CrawlSpider(Spider):
                     yield request
 
     def _request_for(self, response: Response, index: int, link: Link) -> Request:
-        request = response.follow(link.url, callback=self.parse)
-        request.meta.update(rule=index, link_text=link.text)
-        if self._rules[index].errback is not None:
-            request.errback = self.rule_failed
-        return request
+        """A request one level deeper (the link is absolute already: no second join)."""
+        errback = self.rule_failed if self._rules[index].errback is not None else None
+        return Request(
+            link.url,
+            callback=self.parse,
+            errback=errback,
+            meta={"rule": index, "link_text": link.text},
+            depth=response.request.depth + 1,
+        )
 
 
 class SitemapSpider(Spider):
