@@ -70,11 +70,22 @@ async def _page(request: web.Request) -> web.Response:
     return web.Response(text=page_html(number), content_type="text/html")
 
 
+async def _sitemap(request: web.Request) -> web.Response:
+    """Every product page, for ``SitemapSpider``s (URLs relative to the sitemap's own,
+    so that it works under any path too)."""
+    here = str(request.url).rsplit("/", 1)[0]
+    urls = "".join(f"<url><loc>{here}/p/{n}</loc></url>" for n in range(PAGES))
+    xmlns = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
+    body = f'<?xml version="1.0" encoding="UTF-8"?><urlset {xmlns}>{urls}</urlset>'
+    return web.Response(text=body, content_type="application/xml")
+
+
 def make_app() -> web.Application:
     """The catalogue as an aiohttp application (mountable as a sub-application)."""
     app = web.Application()
     app.router.add_get("/", _index)
     app.router.add_get("/p/{number:\\d+}", _page)
+    app.router.add_get("/sitemap.xml", _sitemap)
     return app
 
 

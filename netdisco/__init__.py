@@ -15,7 +15,10 @@ The public surface is what this package exports (``__all__``); import it from
 ``netdisco``, not from the module that defines it, which may move:
 
 - writing a crawl: ``Spider``, ``Request``, ``Response``, ``Settings``, ``Crawler``
-  (with ``SpiderState``, ``PushResult``), the item pipelines (``Pipeline``,
+  (with ``SpiderState``, ``PushResult``); the generic spiders: ``CrawlSpider`` follows
+  links by ``Rule``s, each with a ``LinkExtractor`` (usable alone; it yields ``Link``s),
+  ``SitemapSpider`` crawls what sitemaps list (its filter sees ``SitemapEntry``s);
+  the item pipelines (``Pipeline``,
   ``CallablePipeline``, ``ConsolePipeline``, ``JsonLinesPipeline``), downloader
   ``Middleware`` and the download handler seam (``DownloadHandler``; ``MockHandler``
   answers a crawl with no sockets, for tests);
@@ -36,12 +39,15 @@ from typing import TYPE_CHECKING, Any
 
 from netdisco._version import __version__
 from netdisco.crawl.crawler import Crawler, PushResult, SpiderState
+from netdisco.crawl.linkextractor import Link, LinkExtractor
 from netdisco.crawl.middleware.base import Middleware
 from netdisco.crawl.pipelines import CallablePipeline, ConsolePipeline, JsonLinesPipeline, Pipeline
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.settings import Settings
+from netdisco.crawl.sitemaps import SitemapEntry
 from netdisco.crawl.spider import Spider
+from netdisco.crawl.spiders import CrawlSpider, Rule, SitemapSpider
 from netdisco.crawl.transport import DownloadHandler, MockHandler
 from netdisco.exceptions import ConfigError, DropItem, HttpStatusError, NetdiscoError, RequestError
 
@@ -72,6 +78,7 @@ __all__ = [
     "CallablePipeline",
     "ConfigError",
     "ConsolePipeline",
+    "CrawlSpider",
     "Crawler",
     "DownloadHandler",
     "DropItem",
@@ -79,6 +86,8 @@ __all__ = [
     "EngineSettings",
     "HttpStatusError",
     "JsonLinesPipeline",
+    "Link",
+    "LinkExtractor",
     "Middleware",
     "MockHandler",
     "NetdiscoError",
@@ -87,7 +96,10 @@ __all__ = [
     "Request",
     "RequestError",
     "Response",
+    "Rule",
     "Settings",
+    "SitemapEntry",
+    "SitemapSpider",
     "Spider",
     "SpiderEngine",
     "SpiderState",

@@ -29,6 +29,7 @@ NetdiscoError
 ├── BrowserUnavailable       ``render`` needs Playwright or Chromium, which is missing
 ├── BrowserUnresponsive      a call to Chromium outlived its bound; the pool dropped it
 ├── FeedError                a feed cannot be opened or written (names the path)
+├── SitemapInvalid           a sitemap that is not well-formed, truncated or too large
 ├── DropItem                 raised by a pipeline step to drop one item
 ├── InvalidTransition        a lifecycle control not allowed in the current state
 ├── UnknownSpider            no spider of that name in the engine
@@ -268,6 +269,11 @@ class BrowserUnavailable(NetdiscoError):
 
 class FeedError(NetdiscoError):
     """A feed cannot be opened or written; the message names the path."""
+
+
+class SitemapInvalid(NetdiscoError):
+    """A sitemap could not be read to its end (bad XML, truncated gzip, past the size
+    limit); the entries before the fault were read."""
 
 
 class ApiError(NetdiscoError):

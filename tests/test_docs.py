@@ -59,7 +59,14 @@ NOT_RUN = re.compile(r"^<!--\s*not run\b:?\s*(.*?)\s*-->$")
 ENGINE_PORTS = re.compile(r"\b(8715|8716|8316)\b")
 #: files a document's blocks must have produced (a crawl that silently fetched nothing fails)
 PRODUCED = {
-    "README.md": {"items.jsonl": 30, "items.csv": 10, "catalogue.jsonl": 10, "books.py": 10},
+    "README.md": {
+        "items.jsonl": 30,
+        "items.csv": 10,
+        "catalogue.jsonl": 10,
+        "books.py": 10,
+        "rules.jsonl": 30,
+        "sitemap.jsonl": 30,
+    },
     "crawling.md": {
         "out/items.jsonl": 15,
         "out/items.csv": 15,
@@ -67,6 +74,8 @@ PRODUCED = {
         "out/five.jsonl": 4,
         "out/books.jsonl": 31,
         "out/cached.jsonl": 30,
+        "out/rules.jsonl": 30,
+        "out/sitemap.jsonl": 30,
     },
 }
 

@@ -33,7 +33,10 @@ from netdisco.crawl.codec import frontier_for
 from netdisco.crawl.context import CrawlContext
 from netdisco.crawl.downloader import Downloader
 from netdisco.crawl.feeds import feed_pipelines
+from netdisco.crawl.feeds.pipeline import FeedPipeline, WarcFeed
+from netdisco.crawl.feeds.warc import WarcMiddleware
 from netdisco.crawl.lifecycle import ALLOWED, TERMINAL, PushResult, SpiderState
+from netdisco.crawl.middleware.base import Middleware
 from netdisco.crawl.pipelines import ItemStream, Pipeline
 from netdisco.crawl.recrawl import Recrawl, wants_pages
 from netdisco.crawl.request import Request
@@ -90,11 +93,11 @@ class Crawler:
         self.scheduler = Scheduler(ctx)
         self.stream = ItemStream(self.stats, s.item_buffer)
         self.scraper = Scraper(ctx, self.scheduler, self.stream)
-        self.downloader = Downloader(ctx, self.scheduler, handler=download_handler)
+        self.feeds, last = _feeds(s, self.name, engine)
+        self.downloader = Downloader(ctx, self.scheduler, handler=download_handler, last=last)
         self.recrawl = Recrawl.wanted(ctx, self.downloader, self.scraper)
         self.acks = Acker(ctx, self.stream)
         self.run_id: str | None = None  # a schedule's tick: a finished crawl begins it anew
-        self.feeds = feed_pipelines(s.feeds, spider=self.name, engine=engine)
         self._pipelines = [*pipelines, *spider.pipelines(), *self.feeds]
         self._listeners: list[Callable[[Crawler], None]] = []
         self._unpaused = asyncio.Event()
@@ -473,3 +476,13 @@ def _unwrap(exc: Exception) -> Exception:
     while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
+
+
+def _feeds(
+    s: settings_module.Settings, spider: str, engine: str | None
+) -> tuple[list[FeedPipeline], list[Middleware]]:
+    """The spider's feeds, and the WARC middleware if one archives responses
+    (``feeds.warc``)."""
+    feeds = feed_pipelines(s.feeds, spider=spider, engine=engine, warc_max_size=s.warc_max_size)
+    archives = [feed for feed in feeds if isinstance(feed, WarcFeed)]
+    return feeds, [WarcMiddleware(archives, s.user_agent)] if archives else []

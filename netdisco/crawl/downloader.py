@@ -36,7 +36,7 @@ from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.robots import RobotsCache
 from netdisco.crawl.settings import Settings
-from netdisco.crawl.transport import AiohttpHandler, DownloadHandler, describe
+from netdisco.crawl.transport import SENT, AiohttpHandler, DownloadHandler, describe, sent_trace
 from netdisco.crawl.urls import canonical_url, origin
 from netdisco.exceptions import (
     BrowserCrashed,
@@ -63,10 +63,11 @@ class HostSlot:
     """Politeness for one host: how many requests at once, when the next may start, and
     the requests set aside until it has room (``Downloader.park``)."""
 
-    __slots__ = ("next_start", "semaphore", "users", "waiting")
+    __slots__ = ("next_start", "semaphore", "starting", "users", "waiting")
 
     def __init__(self, concurrency: int) -> None:
         self.semaphore = asyncio.Semaphore(concurrency)
+        self.starting = asyncio.Lock()  # one request at a time waits out the delay
         self.next_start = 0.0
         self.users = 0  # requests holding or waiting for the semaphore
         self.waiting: deque[Request] = deque()
@@ -88,15 +89,42 @@ class HostSlot:
         changes nothing."""
         return self.users == 0 and not self.waiting and self.next_start <= time.monotonic()
 
-    async def wait_turn(self, delay: float) -> None:
-        """Sleep until this host's next start time, and book the one after it."""
+    async def wait_turn(self, delay: float) -> Start | None:
+        """Wait until ``delay`` has passed since the previous request went out; the
+        returned ``Start`` is called when this one goes out (``None``: no delay).
+
+        The next start is counted from the moment a request really starts, not booked
+        ahead: booked times let sleepers that a stalled loop wakes together start
+        together. The lock, held until the request is sent, keeps two waiters of one
+        host from going out on one deadline.
+        """
         if delay <= 0:
-            return
-        now = time.monotonic()
-        start = max(now, self.next_start)
-        self.next_start = start + delay
-        if start > now:
-            await asyncio.sleep(start - now)
+            return None
+        await self.starting.acquire()
+        try:
+            while (left := self.next_start - time.monotonic()) > 0:  # noqa: ASYNC110 - a deadline, not an event
+                await asyncio.sleep(left)
+        except BaseException:
+            self.starting.release()
+            raise
+        self.next_start = time.monotonic() + delay  # until the handler says when it sent
+        return Start(self, delay)
+
+
+class Start:
+    """One request's start on its host: called when it goes out (at the latest when its
+    download ends), it counts the host's delay from then and lets the next one wait."""
+
+    __slots__ = ("delay", "done", "slot")
+
+    def __init__(self, slot: HostSlot, delay: float) -> None:
+        self.slot, self.delay, self.done = slot, delay, False
+
+    def __call__(self) -> None:
+        if not self.done:
+            self.done = True
+            self.slot.next_start = time.monotonic() + self.delay
+            self.slot.starting.release()
 
 
 def retry_after(headers: Mapping[str, str], cap: float) -> float | None:
@@ -123,19 +151,21 @@ class Downloader:
         scheduler: Scheduler,
         *,
         first: Sequence[Middleware] = (),
+        last: Sequence[Middleware] = (),
         handler: DownloadHandler | None = None,
     ) -> None:
         """``scheduler`` admits redirect targets (scope, seen set); ``first`` are the
-        crawl's own middlewares, ahead of the configured; ``handler`` downloads each hop
-        (default: aiohttp over a session of ours). A frontier that reserves hosts holds
-        per-host politeness for every engine."""
+        crawl's own middlewares, ahead of the configured, ``last`` after them (nearest
+        the download: the WARC archive sees what the handler returned); ``handler``
+        downloads each hop (default: aiohttp over a session of ours). A frontier that
+        reserves hosts holds per-host politeness for every engine."""
         settings, frontier = ctx.settings, ctx.frontier
         self.settings = settings
         self.stats = ctx.stats
         self.spider = ctx.spider
         self.frontier = frontier
         self.scheduler = scheduler
-        self.middlewares = [*first, *build_middlewares(settings, ctx.spider)]
+        self.middlewares = [*first, *build_middlewares(settings, ctx.spider), *last]
         self._slots: LRU[str, HostSlot] = LRU(settings.host_cache_size, HostSlot.idle)
         self._session: aiohttp.ClientSession | None = None
         self._http: DownloadHandler | None = handler
@@ -360,15 +390,29 @@ class Downloader:
         return slot
 
     @contextlib.asynccontextmanager
-    async def _turn(self, url: str) -> AsyncIterator[None]:
-        """The host's slot and delay here, unless the frontier reserved them already."""
+    async def _turn(self, url: str, reports_sent: bool) -> AsyncIterator[None]:
+        """The host's slot and delay here, unless the frontier reserved them already.
+
+        ``reports_sent``: the handler says when the request went out (our aiohttp
+        session's trace); otherwise the delay counts from the end of the wait.
+        """
         if self.reserved_by is not None:
             yield
             return
         slot = self._slot(url)
         async with slot:
-            await slot.wait_turn(self.settings.download_delay)
-            yield
+            start = await slot.wait_turn(self.settings.download_delay)
+            if start is None:
+                yield
+                return
+            if not reports_sent:
+                start()
+            token = SENT.set(start)
+            try:
+                yield
+            finally:
+                SENT.reset(token)
+                start()  # it failed before it was sent (or was never reported)
 
     async def _transfer(self, request: Request) -> Response:
         """The innermost step of the chain: politeness, then the handler (browser or aiohttp)."""
@@ -377,7 +421,7 @@ class Downloader:
         handler: DownloadHandler = self._http
         if request.render or self.settings.render:
             handler = self._renderer()
-        async with self._turn(request.url):
+        async with self._turn(request.url, self._own_session and handler is self._http):
             began = time.monotonic()
             response = await handler.fetch(request)
         self.stats.bytes += len(response.body)
@@ -394,4 +438,5 @@ def _session(s: Settings) -> aiohttp.ClientSession:
         timeout=aiohttp.ClientTimeout(total=s.timeout, sock_connect=s.connect_timeout),
         headers={"User-Agent": s.user_agent},
         cookie_jar=aiohttp.DummyCookieJar(),
+        trace_configs=[sent_trace()],
     )

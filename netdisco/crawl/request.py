@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -48,3 +49,18 @@ class Request:
 
     def __repr__(self) -> str:
         return f"<Request {self.method} {self.url}>"
+
+
+async def outputs(result: CallbackResult) -> AsyncIterator[Any]:
+    """What a callback produced, one value at a time, whatever its shape (a plain or
+    async generator, a list, an awaitable of one, a single item, or nothing)."""
+    if inspect.isawaitable(result):
+        result = await result
+    if isinstance(result, AsyncIterator):
+        async for value in result:
+            yield value
+    elif isinstance(result, Iterable) and not isinstance(result, str | bytes | dict):
+        for value in result:
+            yield value
+    elif result is not None:
+        yield result

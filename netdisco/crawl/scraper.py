@@ -7,8 +7,7 @@ what it yielded before the error is kept, and the crawl goes on.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -16,7 +15,7 @@ import structlog
 
 from netdisco.crawl.context import CrawlContext
 from netdisco.crawl.pipelines import ItemStream
-from netdisco.crawl.request import CallbackResult, Request
+from netdisco.crawl.request import CallbackResult, Request, outputs
 from netdisco.crawl.response import Response
 from netdisco.crawl.scheduler import Scheduler
 from netdisco.exceptions import FrontierFailed
@@ -58,17 +57,8 @@ class Scraper:
         requests: list[Request] = []
         route = partial(self._route, requests=requests, depth=depth, keep=keep)
         try:
-            result = callback(*args)
-            if inspect.isawaitable(result):
-                result = await result
-            if isinstance(result, AsyncIterator):
-                async for value in result:
-                    await route(value)
-            elif isinstance(result, Iterable) and not isinstance(result, str | bytes | dict):
-                for value in result:
-                    await route(value)
-            elif result is not None:
-                await route(result)
+            async for value in outputs(callback(*args)):
+                await route(value)
         except FrontierFailed:  # not the callback's fault: the crawl cannot go on
             raise
         except Exception as exc:  # a spider's bug must not stop the crawl

@@ -335,6 +335,12 @@ class Settings(Section):
     feeds: tuple[FeedSpec, ...] = _field(
         (), "feeds", "URI -> options table (JSON with -s)", parse=parse_feeds
     )
+    warc_max_size: int = _field(
+        1024**3,
+        "feeds",
+        "bytes after which a warc feed begins its next file (0: never)",
+        check=non_negative,
+    )
     # tuning
     stop_deadline: float = _field(
         10.0, "tuning", "seconds in-flight requests get on stop", check=non_negative

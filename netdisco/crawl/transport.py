@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from types import SimpleNamespace
 from typing import Protocol
 
 import aiohttp
@@ -24,6 +26,27 @@ from netdisco.exceptions import InvalidURL, ResponseTooLarge, TransferFailed, Tr
 
 #: network failures worth another try; DNS failures are not (the name will not appear)
 _RETRYABLE = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
+
+
+#: called (by the session's trace) when the current task's request has been sent: the
+#: downloader counts the host's delay from that moment, not from when it let it go
+SENT: ContextVar[Callable[[], None] | None] = ContextVar("netdisco_sent", default=None)
+
+
+def sent_trace() -> aiohttp.TraceConfig:
+    """A trace that calls ``SENT`` once the request's headers are written (a GET
+    goes out with them, in the same step)."""
+
+    async def headers_sent(
+        session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object
+    ) -> None:
+        callback = SENT.get()
+        if callback is not None:
+            callback()
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_headers_sent.append(headers_sent)
+    return trace
 
 
 class DownloadHandler(Protocol):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from netdisco.crawl.feeds.spec import FeedSpec
+from netdisco.crawl.feeds.warc import WarcWriter
 from netdisco.crawl.feeds.writers import (
     CsvWriter,
     JsonWriter,
@@ -27,6 +28,8 @@ from netdisco.crawl.feeds.writers import (
     existing_header,
 )
 from netdisco.crawl.pipelines import Pipeline
+from netdisco.crawl.request import Request
+from netdisco.crawl.response import Response
 from netdisco.exceptions import FeedError
 
 _TEXT_WRITERS: dict[str, type[TextWriter]] = {"jsonl": TextWriter, "json": JsonWriter}
@@ -114,6 +117,37 @@ class FeedPipeline(Pipeline):
             writer.close()
 
 
+class WarcFeed(FeedPipeline):
+    """A ``warc`` feed: the hops ``WarcMiddleware`` hands it, not items (``feeds.warc``)."""
+
+    def __init__(self, spec: FeedSpec, *, spider: str, engine: str, max_size: int) -> None:
+        super().__init__(spec, spider=spider, engine=engine)
+        self.max_size = max_size
+        self.warc: WarcWriter | None = None
+
+    async def open(self) -> None:
+        self.prepare()
+        assert self.target is not None
+        self.warc = WarcWriter(self.target, max_size=self.max_size, overwrite=self.spec.overwrite)
+
+    def archive(self, request: Request, response: Response) -> None:
+        """Write one hop (before ``open`` or after ``close``: nothing to write to)."""
+        if self.warc is not None:
+            self.warc.write(request, response)
+
+    def process(self, item: Any) -> None:
+        """Items do not go into a WARC file."""
+
+    async def flush(self) -> None:
+        if self.warc is not None:
+            self.warc.flush()
+
+    async def close(self) -> None:
+        if self.warc is not None:
+            warc, self.warc = self.warc, None
+            warc.close()
+
+
 def _make_parents(path: Path) -> None:
     """Create the directories a feed's file goes in; a file in the way is named."""
     for parent in reversed(path.parents):
@@ -127,8 +161,13 @@ def _reason(exc: BaseException) -> str:
 
 
 def feed_pipelines(
-    specs: tuple[FeedSpec, ...], *, spider: str, engine: str | None
+    specs: tuple[FeedSpec, ...], *, spider: str, engine: str | None, warc_max_size: int = 0
 ) -> list[FeedPipeline]:
     """One pipeline per feed of a spider; ``{engine}`` is the host name when None."""
     name = engine or socket.gethostname()
-    return [FeedPipeline(spec, spider=spider, engine=name) for spec in specs]
+    return [
+        WarcFeed(spec, spider=spider, engine=name, max_size=warc_max_size)
+        if spec.format == "warc"
+        else FeedPipeline(spec, spider=spider, engine=name)
+        for spec in specs
+    ]

@@ -9,7 +9,8 @@ In TOML, ``feeds`` is a table of URI -> options, as Scrapy's ``FEEDS``::
 On the command line (``-s feeds=...``) or in ``NETDISCO_FEEDS`` it is the same
 table as JSON. A URI is a file path (``file://`` optional), ``-`` or ``stdout:``
 for standard output, or ``sqlite:///PATH`` (also any path ending ``.db``,
-``.sqlite``, ``.sqlite3``) for a SQLite table per spider.
+``.sqlite``, ``.sqlite3``) for a SQLite table per spider. A path ending ``.warc.gz``
+(or ``.warc``), or ``format = "warc"``, archives the responses instead (``warc.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 
 from netdisco.exceptions import ConfigError
 
-FORMATS = ("jsonl", "json", "csv", "sqlite")
+FORMATS = ("jsonl", "json", "csv", "sqlite", "warc")
 PLACEHOLDERS = ("spider", "engine", "time")
 _BY_SUFFIX = {
     ".jsonl": "jsonl",
@@ -76,8 +77,11 @@ def make_spec(key: str, uri: str, options: Mapping[str, Any]) -> FeedSpec:
     spec = FeedSpec(uri=uri, format=kind, overwrite=overwrite, fields=tuple(fields))
     if spec.format == "json" and not spec.overwrite and not spec.stdout:
         raise ConfigError(key, "a JSON array cannot be appended to: use jsonl, or overwrite")
-    if spec.format == "sqlite" and spec.stdout:
-        raise ConfigError(key, "standard output cannot hold a SQLite table")
+    if spec.format in ("sqlite", "warc") and spec.stdout:
+        held = "a SQLite table" if spec.format == "sqlite" else "a WARC file"
+        raise ConfigError(key, f"standard output cannot hold {held}")
+    if spec.format == "warc" and spec.fields:
+        raise ConfigError(f"{key}.fields", "a WARC file holds responses, not fields of items")
     return spec
 
 
@@ -86,6 +90,8 @@ def _guess_format(key: str, uri: str) -> str:
         return "jsonl"
     if uri.startswith("sqlite://"):
         return "sqlite"
+    if uri.lower().endswith((".warc", ".warc.gz")):
+        return "warc"
     kind = _BY_SUFFIX.get(PurePath(uri).suffix.lower())
     if kind is None:
         raise ConfigError(f"{key}.format", f"cannot tell the format of {uri!r}: name one")
