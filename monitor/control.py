@@ -5,7 +5,11 @@ engines' token.
 (the monitor's own token, or a loopback socket when it has none; a browser's
 cross-site POST is refused by its ``Origin``), then sent to the ``status_url`` the
 engine advertised in ZooKeeper, with the engines' token and a timeout, so an
-engine that is gone gives a clear error instead of a hung button.
+engine that is gone gives a clear error instead of a hung button. Anyone who may
+write in ZooKeeper can advertise a node, so the token only goes to a
+``status_url`` whose host and port are the node's registered ``host`` and
+``port`` and whose host is loopback or in ``[control] engine_hosts``
+(:func:`token_target`); any other is refused and logged.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import structlog
 
 from monitor.settings import ControlSettings
 from monitor.status import spiders_url
+from netdisco.cluster.contract import EnginePayload
 from netdisco.cluster.membership import Member
 from netdisco.exceptions import ControlRefused
 from netdisco.values import is_loopback
@@ -62,6 +67,24 @@ def check_caller(
         raise ControlRefused(403, "forbidden", "the bearer token is not valid for this monitor")
 
 
+def token_target(payload: EnginePayload, allowed: tuple[str, ...]) -> str | None:
+    """Why the engine token must not go to ``payload.status_url``, or None when it may."""
+    parts = urlsplit(payload.status_url or "")
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return f"its status_url {payload.status_url!r} has no valid port"
+    host = parts.hostname or ""
+    if (host, port) != ((payload.host or "").lower(), payload.port):
+        return (
+            f"its status_url {payload.status_url!r} is not its registered host and port "
+            f"({payload.host}:{payload.port})"
+        )
+    if not is_loopback(host) and host not in {h.lower() for h in allowed}:
+        return f"{host!r} is neither loopback nor in [control] engine_hosts"
+    return None
+
+
 class Control:
     """Sends one spider action to one engine of the view and returns its answer."""
 
@@ -82,6 +105,12 @@ class Control:
         if base is None:
             raise ControlRefused(
                 502, "engine_unreachable", f"engine {engine_id!r} advertises no HTTP status URL"
+            )
+        assert self.settings is not None
+        if why := token_target(member.payload, self.settings.engine_hosts):
+            log.warning("control_target_refused", engine_id=engine_id, reason=why)
+            raise ControlRefused(
+                502, "engine_untrusted", f"engine {engine_id!r} is not sent the token: {why}"
             )
         return f"{base}/{quote(spider, safe='')}/{action}"
 
