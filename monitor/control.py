@@ -23,10 +23,10 @@ import aiohttp
 import structlog
 
 from monitor.settings import ControlSettings
-from monitor.status import spiders_url
+from monitor.status import read_json, spiders_url
 from netdisco.cluster.contract import EnginePayload
 from netdisco.cluster.membership import Member
-from netdisco.exceptions import ControlRefused
+from netdisco.exceptions import AnswerTooLarge, ControlRefused
 from netdisco.values import is_loopback
 
 log = structlog.get_logger(__name__)
@@ -125,14 +125,14 @@ class Control:
             self._session = aiohttp.ClientSession(timeout=timeout)
         try:
             async with self._session.post(url, headers=headers) as resp:
-                body = await resp.json(content_type=None)
+                body = await read_json(resp)
                 status = resp.status
         except TimeoutError:
             wait = self.settings.timeout
             raise ControlRefused(
                 504, "engine_timeout", f"engine {engine_id!r} did not answer within {wait} s"
             ) from None
-        except (aiohttp.ClientError, ValueError) as exc:
+        except (aiohttp.ClientError, ValueError, RecursionError, AnswerTooLarge) as exc:
             reason = f"engine {engine_id!r} cannot be reached: {type(exc).__name__}"
             raise ControlRefused(502, "engine_unreachable", reason) from None
         if status in (401, 403):

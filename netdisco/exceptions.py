@@ -42,6 +42,7 @@ NetdiscoError
 ├── HookError                a monitor hook could not deliver an event (names the hook)
 ├── ApiError                 an HTTP error answer: status, machine code, sentence
 │   └── ControlRefused       a control call through the monitor, refused or unreachable
+├── AnswerTooLarge           an engine's answer to the monitor passed its size cap
 └── DemoFailed               ``netdisco demo``: a step it shows did not happen in time
 """
 
@@ -224,6 +225,10 @@ class HookError(NetdiscoError):
     def __init__(self, hook: str, message: str) -> None:
         super().__init__(f"{hook} hook: {message}")
         self.hook = hook
+
+
+class AnswerTooLarge(NetdiscoError):
+    """An engine's HTTP answer to the monitor passed its cap: it was not read further."""
 
 
 class DemoFailed(NetdiscoError):

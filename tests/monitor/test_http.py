@@ -217,6 +217,7 @@ async def test_pages_per_second_read_from_the_engine(zk_hosts, start_monitor, en
             return {e["id"]: e["pages_per_second"] for e in monitor.snapshot()["engines"]}
 
         await eventually(lambda: rates().get("fast") == 15.5, what="the rate of the live engine")
+        await eventually(lambda: "dead" in monitor.status.rates, what="the dead one polled")
         assert rates()["dead"] is None  # unreachable: unknown, and still a member
         assert monitor.status.rates["dead"].error == "ClientConnectorError"
     finally:
