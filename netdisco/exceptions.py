@@ -16,6 +16,7 @@ NetdiscoError
 │   ├── TransferFailed       one attempt failed on the network (``retryable``: try again)
 │   │   └── TransferTimeout  ... because it took longer than ``timeout``
 │   ├── DownloadFailed       network error, retries exhausted
+│   ├── HostGivenUp          the host failed ``host_error_limit`` times in a row: given up
 │   ├── RetryDeferred        a retry handed back to host queues, to wait out its back-off
 │   ├── RedirectHandedOff    a redirect to another host, queued for that host (host queues)
 │   ├── HttpStatusError      the final response had a 4xx or 5xx status
@@ -118,6 +119,11 @@ class TransferTimeout(TransferFailed):
 
 class DownloadFailed(RequestError):
     """A network error or retryable status persisted through every retry."""
+
+
+class HostGivenUp(RequestError):
+    """The host failed ``host_error_limit`` times in a row (robots.txt timeouts or 5xx,
+    failed requests): it is given up for the crawl, so a dead host cannot hold it open."""
 
 
 class RetryDeferred(RequestError):
