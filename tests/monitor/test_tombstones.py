@@ -136,8 +136,8 @@ async def test_tombstones_under_a_root_taken_over_are_not_trusted(
     zk_hosts, digest_env, start_monitor
 ):
     """An anonymous client re-creates the tombstone root open: a leave there proves nothing."""
-    config = monitor_config(zk_hosts, zookeeper={"digest_env": digest_env})
-    _, rec = await start_monitor(config)
+    config = monitor_config(zk_hosts, zookeeper={"digest_env": digest_env, "resync_interval": 0.5})
+    monitor, rec = await start_monitor(config)
     stranger = await asyncio.to_thread(_client, zk_hosts)
     owner = await asyncio.to_thread(_client, zk_hosts, SECRET)
     try:
@@ -153,6 +153,9 @@ async def test_tombstones_under_a_root_taken_over_are_not_trusted(
         await asyncio.to_thread(_close, stranger)
         await asyncio.to_thread(_close, owner)
     assert rec.types("taken") == ["engine_joined", "engine_lost"]
+    # and the health route (what `netdisco-monitor check` reads) names the open root
+    await eventually(lambda: monitor.health()[1]["warnings"], "the open root reported")
+    assert TOMBS in monitor.health()[1]["warnings"][0]
     untrusted = [x for x in logs if x["event"] == "tombstones_untrusted"]
     assert untrusted
     assert "not the digest's" in untrusted[0]["reason"]
