@@ -5,7 +5,11 @@ engines' token.
 (the monitor's own token, or a loopback socket when it has none; a browser's
 cross-site POST is refused by its ``Origin``), then sent to the ``status_url`` the
 engine advertised in ZooKeeper, with the engines' token and a timeout, so an
-engine that is gone gives a clear error instead of a hung button.
+engine that is gone gives a clear error instead of a hung button. Anyone who may
+write in ZooKeeper can advertise a node, so the token only goes to a
+``status_url`` whose host and port are the node's registered ``host`` and
+``port`` and whose host is loopback or in ``[control] engine_hosts``
+(:func:`token_target`); any other is refused and logged.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ import aiohttp
 import structlog
 
 from monitor.settings import ControlSettings
-from monitor.status import spiders_url
+from monitor.status import read_json, spiders_url
+from netdisco.cluster.contract import EnginePayload
 from netdisco.cluster.membership import Member
-from netdisco.exceptions import ControlRefused
+from netdisco.exceptions import AnswerTooLarge, ControlRefused
 from netdisco.values import is_loopback
 
 log = structlog.get_logger(__name__)
@@ -62,6 +67,24 @@ def check_caller(
         raise ControlRefused(403, "forbidden", "the bearer token is not valid for this monitor")
 
 
+def token_target(payload: EnginePayload, allowed: tuple[str, ...]) -> str | None:
+    """Why the engine token must not go to ``payload.status_url``, or None when it may."""
+    parts = urlsplit(payload.status_url or "")
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return f"its status_url {payload.status_url!r} has no valid port"
+    host = parts.hostname or ""
+    if (host, port) != ((payload.host or "").lower(), payload.port):
+        return (
+            f"its status_url {payload.status_url!r} is not its registered host and port "
+            f"({payload.host}:{payload.port})"
+        )
+    if not is_loopback(host) and host not in {h.lower() for h in allowed}:
+        return f"{host!r} is neither loopback nor in [control] engine_hosts"
+    return None
+
+
 class Control:
     """Sends one spider action to one engine of the view and returns its answer."""
 
@@ -83,6 +106,12 @@ class Control:
             raise ControlRefused(
                 502, "engine_unreachable", f"engine {engine_id!r} advertises no HTTP status URL"
             )
+        assert self.settings is not None
+        if why := token_target(member.payload, self.settings.engine_hosts):
+            log.warning("control_target_refused", engine_id=engine_id, reason=why)
+            raise ControlRefused(
+                502, "engine_untrusted", f"engine {engine_id!r} is not sent the token: {why}"
+            )
         return f"{base}/{quote(spider, safe='')}/{action}"
 
     async def act(self, engine_id: str, spider: str, action: str) -> tuple[int, Any]:
@@ -96,14 +125,14 @@ class Control:
             self._session = aiohttp.ClientSession(timeout=timeout)
         try:
             async with self._session.post(url, headers=headers) as resp:
-                body = await resp.json(content_type=None)
+                body = await read_json(resp)
                 status = resp.status
         except TimeoutError:
             wait = self.settings.timeout
             raise ControlRefused(
                 504, "engine_timeout", f"engine {engine_id!r} did not answer within {wait} s"
             ) from None
-        except (aiohttp.ClientError, ValueError) as exc:
+        except (aiohttp.ClientError, ValueError, RecursionError, AnswerTooLarge) as exc:
             reason = f"engine {engine_id!r} cannot be reached: {type(exc).__name__}"
             raise ControlRefused(502, "engine_unreachable", reason) from None
         if status in (401, 403):

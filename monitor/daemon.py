@@ -42,12 +42,14 @@ class Monitor:
         self.metrics = Metrics()
         self.recent: deque[Event] = deque(maxlen=config.http.recent_events)
         self.counts: Counter[str] = Counter()
+        self.drops: Counter[str] = Counter()  # what was too big to read: "znode", "status"
         self.listeners: list[Callable[[Event], None]] = []  # e.g. tests, benchmarks
         self.watcher = Watcher(
             config.zookeeper,
             self.record,
             state_file=config.alerts.state_file,
             on_unobserved=self.metrics.unobserved.inc,
+            on_dropped=self.dropped,
         )
         self.alerts = Alerts(
             build_hooks(config),
@@ -61,7 +63,10 @@ class Monitor:
         self.http = HttpServer(self, self.control, config.http.host, config.http.port)
         self.history = History()
         self.status = StatusPoller(
-            self.watcher.members, config.http.poll_status, on_body=self._status_read
+            self.watcher.members,
+            config.http.poll_status,
+            on_body=self._status_read,
+            on_dropped=self.dropped,
         )
         self.metrics.bind(
             online=lambda: len(self.watcher.members()),
@@ -82,6 +87,11 @@ class Monitor:
         members = self.watcher.members()
         if len(self.history) > len(members):
             self.history.keep_only(m.name for m in members)
+
+    def dropped(self, what: str) -> None:
+        """Count one thing not read because it passed its size cap (``what``: znode, status)."""
+        self.drops[what] += 1
+        self.metrics.dropped.labels(what).inc()
 
     def record(self, event: Event) -> None:
         """Log, keep, count, then route one event. Called on the loop, never blocks."""
@@ -173,6 +183,7 @@ class Monitor:
                 "fresh": self.watcher.fresh.is_set(),
             },
             "unobserved_changes": self.watcher.unobserved_total,
+            "dropped": {"znode": self.drops["znode"], "status": self.drops["status"]},
             "engines": engines,
         }
 

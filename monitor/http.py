@@ -20,6 +20,7 @@ import structlog
 from aiohttp import web
 
 from monitor.control import ACTIONS, Control, check_caller
+from netdisco import serving
 from netdisco.exceptions import ControlRefused
 
 if TYPE_CHECKING:
@@ -127,11 +128,11 @@ class HttpServer:
     def __init__(self, state: Monitor, ctl: Control, host: str, port: int) -> None:
         self.host = host
         self.port = port
-        self._runner = web.AppRunner(make_app(state, ctl), access_log=None)
+        self._runner = serving.runner(make_app(state, ctl), access_log=None)
 
     async def start(self) -> None:
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site = serving.BoundedSite(self._runner, self.host, self.port)
         await site.start()
         self.port = int(self._runner.addresses[0][1])
         log.info("http_listening", url=self.url)

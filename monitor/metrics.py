@@ -37,12 +37,23 @@ class EngineStates(Collector):
         yield family
 
 
+def _dropped(registry: CollectorRegistry) -> Counter:
+    counter = Counter(
+        "netdisco_monitor_dropped",
+        "Node data or engine answers not read: past their size cap, by what.",
+        ["what"],
+        registry=registry,
+    )
+    for what in ("znode", "status"):  # both from 0
+        counter.labels(what)
+    return counter
+
+
 class Metrics:
     """The monitor's counters and gauges; ``render()`` gives the text format."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
+        self.registry = r = CollectorRegistry(auto_describe=True)
         self.engine_states = EngineStates(r)
         self.engines_online = Gauge(
             "netdisco_monitor_engines_online", "Engines in the monitor's view.", registry=r
@@ -72,6 +83,7 @@ class Metrics:
             "Child creates/deletes too fast to observe (from the root's cversion).",
             registry=r,
         )
+        self.dropped = _dropped(r)
         self.zk_connected = Gauge(
             "netdisco_monitor_zk_connected", "1 while connected to ZooKeeper.", registry=r
         )

@@ -259,6 +259,11 @@ class ControlSettings(Section):
     timeout: float = _field(
         "control", 5.0, "seconds one call to an engine may take", check=_above_zero
     )
+    engine_hosts: tuple[str, ...] = _field(
+        "control",
+        (),
+        "hosts besides loopback that get the engine token (a status_url's host, exactly)",
+    )
 
     def check(self) -> None:
         if self.token is not None and not self.token.strip():

@@ -2,13 +2,16 @@
 
 Only a GET with a short timeout, never with credentials, and only to the
 ``status_url`` the engine itself advertised. A failed poll shows as "unknown":
-membership is ZooKeeper's business, never this poller's.
+membership is ZooKeeper's business, never this poller's. Answers are read up to
+:data:`MAX_ANSWER` bytes (:func:`read_json`), so whatever a ``status_url`` serves,
+the monitor's memory stays bounded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,8 +21,28 @@ import aiohttp
 import structlog
 
 from netdisco.cluster.membership import Member
+from netdisco.exceptions import AnswerTooLarge
 
 log = structlog.get_logger(__name__)
+
+#: The most of an engine's answer the monitor reads (a spider list is a few KiB).
+MAX_ANSWER = 1 << 20
+
+
+async def read_json(resp: aiohttp.ClientResponse, limit: int = MAX_ANSWER) -> Any:
+    """The JSON of an answer of at most ``limit`` bytes; ``AnswerTooLarge`` beyond.
+
+    Read in chunks and stopped at the cap (also for a compressed body, which is
+    counted decompressed), never ``resp.json()`` on whatever comes.
+    """
+    if resp.content_length is not None and resp.content_length > limit:
+        raise AnswerTooLarge(f"{resp.url} answers {resp.content_length} bytes (cap {limit})")
+    body = bytearray()
+    async for chunk in resp.content.iter_chunked(1 << 16):
+        body += chunk
+        if len(body) > limit:
+            raise AnswerTooLarge(f"{resp.url} answers more than {limit} bytes")
+    return json.loads(body)
 
 
 @dataclass(frozen=True)
@@ -60,9 +83,11 @@ class StatusPoller:
         interval: float,
         timeout: float = 2.0,
         on_body: Callable[[str, Any], None] | None = None,  # each answer read, e.g. History
+        on_dropped: Callable[[str], None] | None = None,  # ("status"): an answer too big
     ) -> None:
         self.members = members
         self.on_body = on_body
+        self.on_dropped = on_dropped
         self.interval = interval
         self.timeout = timeout
         self.rates: dict[str, Rate] = {}
@@ -98,10 +123,15 @@ class StatusPoller:
         try:
             async with self._session.get(url) as resp:
                 resp.raise_for_status()
-                body = await resp.json()
+                body = await read_json(resp)
                 rate = total_rate(body)
             self.rates[member.name] = Rate(rate, time.time())
             if self.on_body is not None:
                 self.on_body(member.name, body)
+        except AnswerTooLarge as exc:
+            self.rates[member.name] = Rate(None, time.time(), error=type(exc).__name__)
+            log.warning("status_answer_dropped", engine_id=member.name, reason=str(exc))
+            if self.on_dropped is not None:
+                self.on_dropped("status")
         except Exception as exc:  # whatever an engine answers, the poller keeps polling
             self.rates[member.name] = Rate(None, time.time(), error=type(exc).__name__)

@@ -29,7 +29,13 @@ from kazoo.protocol.states import EventType as ZkEventType
 
 from monitor import statefile
 from monitor.events import Event, EventType
-from netdisco.cluster.acl import cluster_acl, open_root_warning, open_roots
+from netdisco.cluster.acl import (
+    cluster_acl,
+    open_root_warning,
+    open_roots,
+    tombstones_trusted,
+)
+from netdisco.cluster.contract import MAX_NODE_DATA
 from netdisco.cluster.legacy import LeaveTimes
 from netdisco.cluster.membership import (
     Change,
@@ -54,7 +60,8 @@ class Watcher:
     ``view`` is ``None`` until the first listing (the baseline, which reports
     nothing unless a ``state_file`` held an older view). ``fresh`` is set while
     the view reflects a listing made on the current connection: offline alerts
-    wait for it.
+    wait for it. ``on_dropped("znode")``: a node's data passed ``MAX_NODE_DATA``
+    (once per node).
     """
 
     def __init__(
@@ -64,6 +71,7 @@ class Watcher:
         *,
         state_file: Path | None = None,
         on_unobserved: Callable[[int], None] | None = None,
+        on_dropped: Callable[[str], None] | None = None,
     ) -> None:
         self.settings = settings
         self._credentials = settings.credentials()  # a ConfigError naming the key if missing
@@ -80,16 +88,15 @@ class Watcher:
         self.connected = False
         self.unobserved_total = 0
         self._on_event = on_event
-        self._on_unobserved = on_unobserved
+        self._on_unobserved, self._on_dropped = on_unobserved, on_dropped
         self._state_file = state_file
-        self._legacy_logged = False
-        self._sweep_denied = False
+        self._legacy_logged = self._sweep_denied = False
         self._prefix = settings.root.rstrip("/") + "/"
         self._wake = asyncio.Event()
         self._full = True
         self._dirty: set[str] = set()
         self._times = LeaveTimes()  # for engines of contract 1 only (netdisco.cluster.legacy)
-        self._garbage_seen: set[tuple[str, int]] = set()
+        self._garbage_seen: dict[str, int] = {}  # name -> czxid, of nodes in the view
         self._ever_connected = False
         self._closing = False
         self._listed_wall = 0.0  # wall time of the listing behind ``view``
@@ -278,9 +285,12 @@ class Watcher:
             self._times.gone(name, first=True)
             return None
         member = member_of(name, raw, stat)
-        if member.garbage and (name, stat.czxid) not in self._garbage_seen:
-            self._garbage_seen.add((name, stat.czxid))
-            log.warning("engine_data_garbage", engine_id=name, size=len(raw or b""))
+        if member.garbage and self._garbage_seen.get(name) != stat.czxid:
+            self._garbage_seen[name] = stat.czxid
+            size = len(raw or b"")
+            log.warning("engine_data_garbage", engine_id=name, size=size)
+            if size > MAX_NODE_DATA and self._on_dropped is not None:
+                self._on_dropped("znode")
         return member
 
     async def _left(self, prev: View, view: View, listed_at: float) -> set[tuple[str, int]]:
@@ -296,7 +306,19 @@ class Watcher:
             log.warning("engines_without_tombstones", engine_id=legacy[0].name,
                         rule="a 'leaving' write seen just before the deletion")  # fmt: skip
         departing = self._times.departing(prev, view, listed_at)
+        members = await self._trusted(members)
         return await who_left(self.client, self.settings.root, members, departing)
+
+    async def _trusted(self, members: list[Member]) -> list[Member]:
+        """With a digest, tombstones under an open (or missing) root prove no leave."""
+        if self._credentials is None or not any(m.payload.tombstones for m in members):
+            return members
+        why = await tombstones_trusted(self.client, self.settings.root)
+        if why is None:
+            return members
+        log.warning("tombstones_untrusted", reason=why, engines=[m.name for m in members],
+                    meaning="reported as engine_lost")  # fmt: skip
+        return [m for m in members if not m.payload.tombstones]
 
     async def _housekeep(self) -> None:
         """On each full resync: tombstones past their age go; an open root is reported."""
@@ -326,6 +348,8 @@ class Watcher:
     ) -> None:
         self.view = view
         last_seen, self._listed_wall = self._listed_wall, time.time()
+        if self._garbage_seen.keys() - view.members.keys():
+            self._garbage_seen = {k: v for k, v in self._garbage_seen.items() if k in view.members}
         if baseline:
             log.info("baseline", engines=len(view.members), root=self.settings.root)
             self._schedule_save()

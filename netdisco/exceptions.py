@@ -16,6 +16,7 @@ NetdiscoError
 │   ├── TransferFailed       one attempt failed on the network (``retryable``: try again)
 │   │   └── TransferTimeout  ... because it took longer than ``timeout``
 │   ├── DownloadFailed       network error, retries exhausted
+│   ├── HostGivenUp          the host failed ``host_error_limit`` times in a row: given up
 │   ├── RetryDeferred        a retry handed back to host queues, to wait out its back-off
 │   ├── RedirectHandedOff    a redirect to another host, queued for that host (host queues)
 │   ├── HttpStatusError      the final response had a 4xx or 5xx status
@@ -43,6 +44,7 @@ NetdiscoError
 ├── HookError                a monitor hook could not deliver an event (names the hook)
 ├── ApiError                 an HTTP error answer: status, machine code, sentence
 │   └── ControlRefused       a control call through the monitor, refused or unreachable
+├── AnswerTooLarge           an engine's answer to the monitor passed its size cap
 └── DemoFailed               ``netdisco demo``: a step it shows did not happen in time
 """
 
@@ -118,6 +120,11 @@ class TransferTimeout(TransferFailed):
 
 class DownloadFailed(RequestError):
     """A network error or retryable status persisted through every retry."""
+
+
+class HostGivenUp(RequestError):
+    """The host failed ``host_error_limit`` times in a row (robots.txt timeouts or 5xx,
+    failed requests): it is given up for the crawl, so a dead host cannot hold it open."""
 
 
 class RetryDeferred(RequestError):
@@ -225,6 +232,10 @@ class HookError(NetdiscoError):
     def __init__(self, hook: str, message: str) -> None:
         super().__init__(f"{hook} hook: {message}")
         self.hook = hook
+
+
+class AnswerTooLarge(NetdiscoError):
+    """An engine's HTTP answer to the monitor passed its cap: it was not read further."""
 
 
 class DemoFailed(NetdiscoError):

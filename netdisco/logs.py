@@ -4,15 +4,44 @@ Readable, coloured lines on a terminal; one JSON object per line otherwise or
 with ``json=True``. Context bound with contextvars (spider, url) appears on
 every line. Standard-library loggers (kazoo, aiohttp) go through the same
 renderer, warnings and above only; kazoo's reconnect chatter is kept to errors
-because the registry and the monitor log connection states themselves.
+because the registry and the monitor log connection states themselves. asyncio's
+errors are let through once per kind every 10 s (:class:`Repeats`): a server out
+of descriptors logs each failed ``accept()``.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
+import time
 
 import structlog
+
+
+class Repeats(logging.Filter):
+    """Lets one record of a kind through per ``every`` seconds; the next says how many
+    were held back. asyncio logs each failed ``accept()`` (out of descriptors: millions of
+    lines a minute), which would fill the disk on top of the outage."""
+
+    def __init__(self, every: float = 10.0) -> None:
+        super().__init__()
+        self.every = every
+        self._last: dict[tuple[str, object], tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.msg)
+        now = time.monotonic()
+        last, held = self._last.get(key, (-math.inf, 0))
+        if now - last < self.every:
+            self._last[key] = (last, held + 1)
+            return False
+        if len(self._last) > 1000:  # bounded: old kinds are forgotten
+            self._last.clear()
+        self._last[key] = (now, 0)
+        if held:
+            record.msg = f"{record.msg} ({held} more like it in the last {self.every:g} s)"
+        return True
 
 
 def configure(*, json: bool | None = None, level: str = "info") -> bool:
@@ -45,4 +74,7 @@ def configure(*, json: bool | None = None, level: str = "info") -> bool:
     )
     logging.basicConfig(handlers=[handler], level=logging.WARNING, force=True)
     logging.getLogger("kazoo").setLevel(logging.ERROR)
+    asyncio_logger = logging.getLogger("asyncio")
+    if not any(isinstance(f, Repeats) for f in asyncio_logger.filters):
+        asyncio_logger.addFilter(Repeats())
     return as_json

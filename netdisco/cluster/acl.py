@@ -7,7 +7,9 @@ node and every tombstone get: world may read, the identity may do everything.
 ZooKeeper checks create and delete on the *parent*, so the roots' ACLs are
 what keeps an unauthenticated client from faking or deleting an engine node;
 a root that already exists with an open ACL protects nothing, and both the
-engine and ``netdisco-monitor check`` say so.
+engine (at start and at each audit: a root can be deleted and re-created open
+while engines run, because its own parent may be open) and ``netdisco-monitor
+check`` say so; the monitor then trusts no tombstone (:func:`tombstones_trusted`).
 """
 
 from __future__ import annotations
@@ -65,17 +67,42 @@ def open_root_warning(paths: Iterable[str]) -> str:
     )
 
 
+async def tombstones_trusted(client: KazooClient, root: str) -> str | None:
+    """Why the tombstones under ``root`` prove nothing (None: they may be trusted).
+
+    With a digest only the identity may create under a protected tombstone root; a
+    root open to the world (or gone) lets anyone forge a leave.
+    """
+    try:
+        acls, _ = await wait_result(client.get_acls_async(tombstone_root(root)))
+    except NoNodeError:
+        return f"{tombstone_root(root)} is missing"
+    if world_may_change(acls):
+        return f"anyone may create under {tombstone_root(root)} (its ACL is not the digest's)"
+    return None
+
+
+async def acl_warnings(
+    client: KazooClient, settings: ZooKeeperSettings, engine_id: str, previous: list[str]
+) -> list[str]:
+    """An engine's audit of the roots' ACLs (with a digest); logs when the finding changes."""
+    if not (settings.digest_env or settings.digest_file):
+        return []
+    found = await open_roots(client, settings.root)
+    warnings = [open_root_warning(found)] if found else []
+    if warnings and warnings != previous:
+        log.warning("zk root acl open", engine_id=engine_id, detail=warnings[0])
+    return warnings
+
+
 async def housekeep(client: KazooClient, settings: ZooKeeperSettings, engine_id: str) -> list[str]:
     """An engine's checks at start: its own old tombstones go, an open root is reported.
 
     Returns the warnings (for the engine's status); never raises a ZooKeeper error.
     """
-    warnings = []
+    warnings: list[str] = []
     try:
-        digest = bool(settings.digest_env or settings.digest_file)
-        if digest and (found := await open_roots(client, settings.root)):
-            warnings.append(open_root_warning(found))
-            log.warning("zk root acl open", engine_id=engine_id, detail=warnings[-1])
+        warnings = await acl_warnings(client, settings, engine_id, [])
         sweeper = Sweeper(settings.root, settings.tombstone_max_age, engine_id)
         if deleted := await sweeper.sweep(client):
             log.info("zk old tombstones deleted", engine_id=engine_id, count=deleted)

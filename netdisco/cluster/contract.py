@@ -14,8 +14,9 @@ timing. The monitor turns changes of the root's children into the
 ``docs/architecture.md``.
 
 Everybody parses node data through :func:`parse_payload`, which never raises:
-whatever a node holds (garbage, a JSON array, wrong types) comes back as a
-payload with what could be read and ``garbage`` set when nothing could.
+whatever a node holds (garbage, a JSON array, wrong types, more than
+:data:`MAX_NODE_DATA` bytes) comes back as a payload with what could be read and
+``garbage`` set when nothing could.
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ TOMBSTONE_CONTRACT = 2
 #: How long tombstones are kept (their ``ctime``) before the monitor, or the
 #: engine that wrote them at its next start, deletes them.
 TOMBSTONE_MAX_AGE = 86400.0
+
+#: The most a node's data may hold to be read as a payload (an engine writes a few
+#: hundred bytes); anything bigger is garbage, never decoded, so a foreign writer
+#: cannot fill a reader's memory with one node (ZooKeeper allows about 1 MB).
+MAX_NODE_DATA = 64 * 1024
 
 #: Contract 1 engines only: a ``leaving`` write notified this close before the
 #: deletion means the engine left (the rule before tombstones).
@@ -182,7 +188,9 @@ def payload_from_dict(data: Mapping[str, Any]) -> EnginePayload:
 
 
 def decode_object(raw: bytes | None) -> dict[str, Any] | None:
-    """Node data as a JSON object, or None when it is not one (garbage)."""
+    """Node data as a JSON object, or None when it is not one (garbage) or too big."""
+    if raw is not None and len(raw) > MAX_NODE_DATA:
+        return None
     try:
         data = json.loads((raw or b"").decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):

@@ -43,7 +43,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import KazooState, WatchedEvent
 from kazoo.retry import KazooRetry
 
-from netdisco.cluster.acl import cluster_acl, housekeep
+from netdisco.cluster.acl import acl_warnings, cluster_acl, housekeep
 from netdisco.cluster.contract import (
     CONTRACT,
     EnginePayload,
@@ -273,6 +273,7 @@ class Registration:
                 await self._housekeep(client)
         elif stat.ephemeralOwner == client_id[0]:
             await self._keep(client, stat)
+            await self._audit_acls(client)
         else:
             await self._foreign(client)
 
@@ -309,6 +310,13 @@ class Registration:
         if not self._housekept and not self._stopping:
             self._housekept = True
             self._warnings = await housekeep(client, self.settings, self.engine_id)
+
+    async def _audit_acls(self, client: KazooClient) -> None:
+        """Each audit: a root deleted and re-created open meanwhile is reported too."""
+        if self._housekept and not self._stopping:
+            self._warnings = await acl_warnings(
+                client, self.settings, self.engine_id, self._warnings
+            )
 
     async def _keep(self, client: KazooClient, stat: Any) -> None:
         """Our node: rewrite its data when the engine's (or anyone's) change left it stale."""

@@ -41,6 +41,7 @@ from netdisco.crawl.urls import canonical_url, origin
 from netdisco.exceptions import (
     BrowserCrashed,
     DownloadFailed,
+    HostGivenUp,
     HttpStatusError,
     RequestError,
     RetryDeferred,
@@ -57,6 +58,41 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 RETRY_STATUSES = frozenset({408, 429, *range(500, 600)})
+
+
+class HostErrors:
+    """Failures in a row per host (netloc), and the hosts given up after
+    ``host_error_limit`` of them: their requests fail at once, so a dead host ends."""
+
+    def __init__(self, limit: int, size: int) -> None:
+        self.limit = limit
+        self._row: LRU[str, int] = LRU(size)
+        self._given_up: LRU[str, str] = LRU(size)
+
+    def check(self, request: Request) -> None:
+        """``HostGivenUp`` if the request's host was given up."""
+        if (reason := self._given_up.peek(request.host_key)) is not None:
+            raise HostGivenUp(reason, url=request.url)
+
+    def record(self, request: Request, exc: RequestError | None) -> None:
+        """One final outcome of a request to its host (``None``: it answered)."""
+        host = request.host_key
+        if exc is None:
+            self._row.pop(host)
+            return
+        if not self.limit:
+            return
+        if isinstance(exc, HostGivenUp):  # robots.txt gave up: so does every request
+            self._given_up.put(host, str(exc).removeprefix(f"{request.url}: "))
+            return
+        if not isinstance(exc, DownloadFailed | HttpStatusError) or (
+            isinstance(exc, HttpStatusError) and exc.status < 500
+        ):
+            return
+        row = self._row.put(host, (self._row.peek(host) or 0) + 1)
+        if row >= self.limit and host not in self._given_up:  # in flight: already given up
+            log.warning("host_given_up", host=host, failures=row, last=str(exc))
+            self._given_up.put(host, f"{host} failed {row} times in a row (last: {exc})")
 
 
 class HostSlot:
@@ -167,6 +203,7 @@ class Downloader:
         self.scheduler = scheduler
         self.middlewares = [*first, *build_middlewares(settings, ctx.spider), *last]
         self._slots: LRU[str, HostSlot] = LRU(settings.host_cache_size, HostSlot.idle)
+        self.host_errors = HostErrors(settings.host_error_limit, settings.host_cache_size)
         self._session: aiohttp.ClientSession | None = None
         self._http: DownloadHandler | None = handler
         self._own_session = handler is None
@@ -223,11 +260,14 @@ class Downloader:
         request's acknowledgement waits for its items to be flushed; the host need not).
         """
         try:
+            self.host_errors.check(request)
             response = await self._attempts(request)
         except RequestError as exc:
+            self.host_errors.record(request, exc)
             if self.reserved_by is not None and not exc.deferred:
                 self.reserved_by.fetched(request)
             raise
+        self.host_errors.record(request, None)
         if self.reserved_by is not None:
             self.reserved_by.fetched(request)
         return response

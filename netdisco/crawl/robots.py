@@ -5,7 +5,10 @@
 - 5xx or a timeout: the site is unreachable, so everything is disallowed. The
   requests for it *wait* (they are neither failed nor denied) while robots.txt
   is fetched again in the background after a backoff that doubles from
-  ``robots_backoff`` up to ``robots_max_backoff``, until it answers.
+  ``robots_backoff`` up to ``robots_max_backoff``, until it answers, or until it
+  failed ``host_error_limit`` times in a row: then the origin is given up, and its
+  waiting and later requests fail with ``HostGivenUp`` (a host that accepts and
+  never answers cannot hold the crawl open for ever).
 - A connection error (refused, no such host) counts as "no robots.txt": the page
   fetch that follows fails with the real reason, and a dead host cannot hold the
   crawl open for ever.
@@ -43,7 +46,13 @@ from netdisco.crawl.redirects import REDIRECT_STATUSES
 from netdisco.crawl.request import Request
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.transport import DownloadHandler
-from netdisco.exceptions import InvalidURL, ResponseTooLarge, TransferFailed, TransferTimeout
+from netdisco.exceptions import (
+    HostGivenUp,
+    InvalidURL,
+    ResponseTooLarge,
+    TransferFailed,
+    TransferTimeout,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -67,6 +76,7 @@ class _Origin:
     failures: int = 0
     task: asyncio.Task[None] | None = None  # the fetch (and its retries) under way
     fetched: float = -math.inf  # when our last fetch of it ended (monotonic)
+    given_up: bool = False  # failed host_error_limit times in a row: no more tries
 
     def idle(self) -> bool:
         return self.task is None
@@ -89,7 +99,9 @@ class RobotsCache:
     def unreachable(self, url: str) -> bool:
         """Whether ``url``'s robots.txt failed and has not answered since: its requests wait."""
         entry = self._origins.peek(_origin(url))
-        return entry is not None and entry.rules is None and entry.failures > 0
+        return (
+            entry is not None and entry.rules is None and entry.failures > 0 and not entry.given_up
+        )
 
     def fetched_at(self, url: str) -> float:
         """When this engine's last fetch of ``url``'s robots.txt ended (monotonic): the
@@ -103,11 +115,14 @@ class RobotsCache:
         entry = self._origins.get(origin)
         if entry is None:
             entry = self._origins.put(origin, _Origin(origin, proxy))
-        if entry.task is None and time.monotonic() >= entry.expires:
+        if entry.task is None and time.monotonic() >= entry.expires and not entry.given_up:
             entry.rules = None
             entry.task = asyncio.create_task(self._until_answered(entry))
         if entry.rules is None and entry.task is not None:
             await asyncio.shield(entry.task)  # one fetch; a waiter's cancel is not its
+        if entry.given_up:
+            message = f"robots.txt of {origin} failed {entry.failures} times in a row"
+            raise HostGivenUp(message, url=url)
         assert entry.rules is not None
         return bool(entry.rules.can_fetch(url, self.agent))
 
@@ -129,6 +144,10 @@ class RobotsCache:
         try:
             while (rules := await self._answer(entry)) is None:
                 entry.failures += 1
+                if s.host_error_limit and entry.failures >= s.host_error_limit:
+                    entry.given_up = True
+                    log.warning("robots_given_up", origin=entry.origin, failures=entry.failures)
+                    return
                 delay = min(s.robots_backoff * 2 ** (entry.failures - 1), s.robots_max_backoff)
                 log.warning("robots_unreachable", origin=entry.origin, retry_in=delay)
                 await asyncio.sleep(delay)

@@ -283,6 +283,13 @@ class Settings(Section):
     )
     # retries
     retries: int = _field(2, "retries", "retries of a failed request", check=non_negative)
+    host_error_limit: int = _field(
+        5,
+        "retries",
+        "failures in a row of a host's robots.txt (timeout, 5xx) or of its requests (retries "
+        "spent) after which its requests fail as HostGivenUp for the crawl (0: never)",
+        check=non_negative,
+    )
     retry_backoff: float = _field(
         0.5, "retries", "seconds before the first retry, doubled after each", check=non_negative
     )

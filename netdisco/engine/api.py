@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 from aiohttp import web
 
+from netdisco import serving
 from netdisco.crawl.crawler import Crawler, SpiderState
 from netdisco.engine.config import is_loopback
 from netdisco.engine.lifecycle import EngineState
@@ -317,12 +318,12 @@ class HttpEndpoint:
 
     async def start(self, host: str, port: int) -> int:
         """Bind and serve; the port actually bound (``port=0`` picks a free one)."""
-        runner = web.AppRunner(
+        runner = serving.runner(
             create_app(self._engine), access_log=None, handle_signals=False, shutdown_timeout=5.0
         )
         await runner.setup()
         try:
-            await web.TCPSite(runner, host, port, backlog=1024).start()
+            await serving.BoundedSite(runner, host, port).start()
         except OSError as exc:
             await runner.cleanup()
             raise OSError(exc.errno, f"cannot serve HTTP on {host}:{port}: {exc.strerror}") from exc

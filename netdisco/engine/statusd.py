@@ -16,20 +16,39 @@ so under heavy polling the status is served here instead, on another core:
 * when stdin closes (the engine stopped or died), this process exits.
 
 It imports nothing from netdisco (``-P`` keeps its directory off ``sys.path``), so it
-starts in a fraction of the engine's start-up time.
+starts in a fraction of the engine's start-up time; only ``netdisco/serving.py``
+(which imports only aiohttp) is loaded by its path, so it binds like every server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, UnixConnector, web
+
+
+def _load_serving() -> ModuleType:
+    """``netdisco.serving`` (idle timeout, connection cap) by its path: importing the
+    ``netdisco`` package would cost this process the engine's start-up time."""
+    path = Path(__file__).resolve().parents[1] / "serving.py"
+    spec = importlib.util.spec_from_file_location("_netdisco_serving", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+serving = _load_serving()
 
 #: request headers passed on to the engine, and response headers passed back
 PASSED_ON = ("Authorization", "Content-Type", "Accept")
@@ -161,10 +180,10 @@ async def serve(host: str, port: int, socket_path: str, max_body: int, stale: fl
     front = Front(snapshot, socket_path)
     app = web.Application(client_max_size=max_body)
     app.router.add_route("*", "/{tail:.*}", front.handle)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+    runner = serving.runner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port, backlog=1024).start()
+        await serving.BoundedSite(runner, host, port).start()
     except OSError as exc:
         print(json.dumps({"error": f"cannot serve HTTP on {host}:{port}: {exc.strerror}"}))
         return 1

@@ -156,10 +156,13 @@ async def test_an_engine_that_is_gone_or_hangs_is_a_clear_error(
             await asyncio.to_thread(engines, "gone"),
             await asyncio.to_thread(engines, "stuck"),
         )
-        dead = f"http://127.0.0.1:{free_port()}/netdiscovery/engine"
-        await asyncio.to_thread(gone.join, status_url=dead)
+        dead_port = free_port()
+        dead = f"http://127.0.0.1:{dead_port}/netdiscovery/engine"
+        await asyncio.to_thread(gone.join, status_url=dead, port=dead_port)
         await asyncio.to_thread(
-            stuck.join, status_url=f"http://127.0.0.1:{hung_port}/netdiscovery/engine"
+            stuck.join,
+            status_url=f"http://127.0.0.1:{hung_port}/netdiscovery/engine",
+            port=hung_port,
         )
         await eventually(lambda: len(monitor.watcher.members()) == 2, what="both registered")
         base = monitor.http.url

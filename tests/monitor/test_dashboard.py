@@ -72,8 +72,9 @@ async def test_a_click_pauses_a_spider_on_a_real_engine(
     try:
         monitor, _ = await start_monitor(steering(zk_hosts))
         gone = await asyncio.to_thread(engines, "crawler-gone")
-        dead = f"http://127.0.0.1:{free_port()}/netdiscovery/engine"
-        await asyncio.to_thread(gone.join, status_url=dead)
+        dead_port = free_port()
+        dead = f"http://127.0.0.1:{dead_port}/netdiscovery/engine"
+        await asyncio.to_thread(gone.join, status_url=dead, port=dead_port)
         async with chromium(f"{monitor.http.url}/?interval=300", tmp_path / "profile") as page:
             state = row("crawler-1", "slowtree", ".state")
             await shows(page, f"{state}?.textContent === 'running'", "the running spider")

@@ -17,6 +17,7 @@ from netdisco.cluster.contract import tombstone_root
 from netdisco.exceptions import ConfigError
 from netdisco.testing import eventually
 from tests.monitor.conftest import REPO, Recorder, monitor_config
+from tests.monitor.fake_engines import FakeEngine
 
 SECRET = "engines:t0mb-Secret"
 TOMBS = tombstone_root("/netdiscovery")
@@ -129,3 +130,32 @@ def test_a_missing_digest_secret_is_a_config_error(zk_hosts, monkeypatch):
     config = monitor_config(zk_hosts, zookeeper={"digest_env": "TEST_MONITOR_DIGEST_UNSET"})
     with pytest.raises(ConfigError, match=r"zookeeper\.digest_env"):
         Monitor(config)
+
+
+async def test_tombstones_under_a_root_taken_over_are_not_trusted(
+    zk_hosts, digest_env, start_monitor
+):
+    """An anonymous client re-creates the tombstone root open: a leave there proves nothing."""
+    config = monitor_config(zk_hosts, zookeeper={"digest_env": digest_env, "resync_interval": 0.5})
+    monitor, rec = await start_monitor(config)
+    stranger = await asyncio.to_thread(_client, zk_hosts)
+    owner = await asyncio.to_thread(_client, zk_hosts, SECRET)
+    try:
+        await asyncio.to_thread(stranger.delete, TOMBS)  # empty; its parent is open
+        await asyncio.to_thread(stranger.create, TOMBS, b"")  # world: cdrwa
+        engine = FakeEngine(zk_hosts, "/netdiscovery", "taken", client=owner)
+        await asyncio.to_thread(engine.join)
+        await eventually(lambda: rec.of("engine_joined", "taken"))
+        with capture_logs() as logs:
+            await asyncio.to_thread(engine.leave)  # the tombstone anyone could have forged
+            await eventually(partial(_events_of, rec, "taken", 2))
+    finally:
+        await asyncio.to_thread(_close, stranger)
+        await asyncio.to_thread(_close, owner)
+    assert rec.types("taken") == ["engine_joined", "engine_lost"]
+    # and the health route (what `netdisco-monitor check` reads) names the open root
+    await eventually(lambda: monitor.health()[1]["warnings"], "the open root reported")
+    assert TOMBS in monitor.health()[1]["warnings"][0]
+    untrusted = [x for x in logs if x["event"] == "tombstones_untrusted"]
+    assert untrusted
+    assert "not the digest's" in untrusted[0]["reason"]

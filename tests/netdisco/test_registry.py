@@ -532,3 +532,17 @@ def test_guard_flags_calls_from_kazoo_threads_only() -> None:
     client.exists_async("/z")
     assert guard.violations == ["exists_async called from a kazoo thread"]
     client.close()
+
+
+async def test_a_tombstone_root_re_created_open_is_reported_at_the_next_audit(
+    zk_hosts: str, digest: str, observer: KazooClient, make: Make
+) -> None:
+    """The chroot is open: anyone may delete the empty tombstone root and re-create it open."""
+    registration = await make(zk_hosts, digest_env=digest)
+    await _registered(registration)
+    assert registration.status()["warnings"] == []
+    tombs = tombstone_root("/netdiscovery")
+    await wait_result(observer.delete_async(tombs))
+    await wait_result(observer.create_async(tombs, b""))  # world: cdrwa
+    await eventually(lambda: registration.status()["warnings"], what="the open root reported")
+    assert tombs in registration.status()["warnings"][0]

@@ -16,7 +16,9 @@ from netdisco import CallablePipeline, Crawler, Settings
 from netdisco.testing import eventually, serve
 from tests.netdisco.sites import FAST, Site, running_site, seeds
 
-QUICK = {**FAST, "robots_backoff": 0.05, "robots_max_backoff": 0.2, "progress_interval": 0}
+#: host_error_limit 0: these tests watch an unreachable robots.txt being waited out
+QUICK = {**FAST, "robots_backoff": 0.05, "robots_max_backoff": 0.2, "progress_interval": 0,
+         "host_error_limit": 0}  # fmt: skip
 
 
 @pytest.fixture
@@ -108,3 +110,53 @@ async def test_a_fetched_robots_is_trusted_for_max_age_only(site: Site) -> None:
     assert site.count("/robots.txt") >= 3
     assert crawler.stats.robots_blocked >= 1
     assert len(items) + crawler.stats.robots_blocked == 8
+
+
+@pytest.fixture
+async def dead_host() -> AsyncIterator[str]:
+    """A loopback TCP server that accepts every connection and never answers."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    for writer in held:
+        writer.close()
+    server.close()
+    await server.wait_closed()
+
+
+def _linking(dead: str, links: int) -> web.Application:
+    async def page(request: web.Request) -> web.Response:
+        hrefs = "".join(f'<a href="{dead}/p{n}">{n}</a>' for n in range(links))
+        return web.Response(text=f"<h1>home</h1>{hrefs}", content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/", page)
+    return app
+
+
+@pytest.mark.parametrize("obey", [True, False], ids=["robots", "requests"])
+async def test_a_host_that_never_answers_is_given_up_and_the_crawl_ends(
+    dead_host: str, obey: bool
+) -> None:
+    async with serve(_linking(dead_host, 12)) as base:
+        crawler, items = start(
+            seeds(f"{base}/"),
+            timeout=0.3,
+            retries=0,
+            host_error_limit=3,
+            obey_robots=obey,
+            per_host_concurrency=1,
+        )
+        with capture_logs() as logs:
+            await asyncio.wait_for(crawler.run(), 20)
+    assert crawler.state.value == "finished"
+    assert [item["title"] for item in items] == ["home"]
+    assert crawler.stats.failed == 12  # every request of the dead host, with the reason
+    given_up = [e for e in logs if e["event"] in ("robots_given_up", "host_given_up")]
+    assert len(given_up) == 1
+    assert "in a row" in str(crawler.stats.last_error)  # the later ones: given up
