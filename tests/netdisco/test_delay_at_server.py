@@ -108,7 +108,13 @@ class ChildSite:
 
     def stop(self) -> None:
         self.process.terminate()
-        self.process.wait(10)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+        if self.process.stdout is not None:  # else its pipe is closed by the GC, mid-test
+            self.process.stdout.close()
 
 
 class Stalling(Spider):
