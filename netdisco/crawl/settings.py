@@ -121,8 +121,11 @@ def _import_path(path: str) -> str | None:
 def _frontier(url: str) -> str | None:
     if not (url.startswith("memory") or is_shared(url)):
         return f"expected 'memory' or a redis:// URL, got {url!r}"
+    parts = urlsplit(url)
+    if "+cluster" in parts.scheme:
+        return None  # several host:port nodes: RedisOptions.check names the bad one
     try:
-        urlsplit(url).port  # noqa: B018 -- parsing it is the check
+        parts.port  # noqa: B018 -- parsing it is the check (redis-py would raise later)
     except ValueError as exc:
         return f"not a valid URL, {url!r}: {exc}"
     return None

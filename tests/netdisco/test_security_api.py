@@ -145,6 +145,8 @@ async def test_a_middleware_from_spider_modules_is_taken(engine: SpiderEngine) -
         ("items.csv.py", {"format": "csv"}),
         (".pth", {"format": "jsonl"}),
         ("a\\..\\..\\up.jsonl", {}),
+        ("a\x00b.jsonl", {}),  # was a 500
+        ("a\nb.jsonl", {}),
     ],
 )
 async def test_a_feed_outside_feeds_dir_is_refused(

@@ -97,6 +97,8 @@ def _guess_format(key: str, uri: str) -> str:
 def _check_template(key: str, uri: str) -> None:
     """Only the bare placeholders: a format spec (``{spider:>1000000000}``) or a
     conversion (``{spider!r}``) would let a setting size the path, so both are refused."""
+    if "\x00" in uri:
+        raise ConfigError(key, f"a file name holds no NUL character: {uri!r}")
     try:
         fields = [(n, s, c) for _, n, s, c in string.Formatter().parse(uri) if n is not None]
     except ValueError as exc:
@@ -115,8 +117,10 @@ def confine(key: str, spec: FeedSpec, root: str) -> FeedSpec:
     if spec.stdout:
         raise ConfigError(key, "over HTTP a feed is a file under engine.feeds_dir, not stdout")
     path = PurePosixPath(spec.path)
-    if path.is_absolute() or "\\" in spec.path or ".." in path.parts:
-        raise ConfigError(key, f"expected a relative path without '..', got {spec.path!r}")
+    if path.is_absolute() or ".." in path.parts or any(c < " " or c in "\\\x7f" for c in spec.path):
+        raise ConfigError(
+            key, f"expected a relative path without '..', '\\' or controls, got {spec.path!r}"
+        )
     if _BY_SUFFIX.get(path.suffix.lower()) != spec.format:
         suffixes = sorted(s for s, kind in _BY_SUFFIX.items() if kind == spec.format)
         raise ConfigError(key, f"a {spec.format} feed over HTTP ends in one of {suffixes}")
