@@ -29,7 +29,7 @@ from monitor.settings import (
 from netdisco.cluster.settings import MONITOR_KEYS, ZooKeeperSettings
 from netdisco.exceptions import ConfigError
 from netdisco.schema import Section, Source, from_environ, load, loadable
-from netdisco.values import is_loopback, read_toml
+from netdisco.values import is_loopback, read_secret, read_toml
 
 __all__ = [
     "AlertSettings",
@@ -148,11 +148,7 @@ class _Layers:
 
 def _secret(cls: type[Section], settings: Any, key: str, env: Mapping[str, str]) -> str | None:
     variable = getattr(settings, key)
-    if variable is None:
-        return None
-    if variable not in env:
-        raise ConfigError(cls.PREFIX + key, f"names the variable {variable!r}, which is not set")
-    return env[variable]
+    return None if variable is None else read_secret(cls.PREFIX + key, variable, env)
 
 
 def _check_exposure(control: ControlSettings, host: str) -> None:

@@ -5,6 +5,7 @@ the classes below); a class with a second, built-in base shows it in its line.
 
 NetdiscoError
 ├── ConfigError              a bad setting or config file (names the key)
+│   └── SettingNotAllowed    over HTTP: a setting a token holder may not set
 ├── SpiderLoadError          FILE.py:Class or module:Class cannot be loaded
 │   └── SpiderNotAllowed     over HTTP: the module is not in ``spider_modules``
 ├── RequestError             a request that cannot be made (carries ``url``)
@@ -63,6 +64,10 @@ class ConfigError(NetdiscoError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(f"{key}: {message}")
         self.key = key
+
+
+class SettingNotAllowed(ConfigError):
+    """A setting a ``POST /netdiscovery/spiders`` body may not set (docs/security.md)."""
 
 
 class SpiderLoadError(NetdiscoError):

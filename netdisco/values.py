@@ -193,6 +193,31 @@ def check_keys(section: str, table: Mapping[str, Any], known: typing.Iterable[st
             raise ConfigError(f"{section}.{key}", f"unknown key (known: {', '.join(allowed)})")
 
 
+def read_secret(key: str, variable: str, env: Mapping[str, str]) -> str:
+    """The secret in the variable ``variable`` (named by the setting ``key``); a variable
+    that is not set, or is empty, is a ConfigError: a deployment that names a token and
+    runs without one would otherwise serve control to anyone who reaches it."""
+    if variable not in env:
+        raise ConfigError(key, f"names the variable {variable!r}, which is not set")
+    if not env[variable].strip():
+        raise ConfigError(key, f"names the variable {variable!r}, which is empty")
+    return env[variable]
+
+
+#: what a spider launched over HTTP may be called: it ends up in file names, log lines,
+#: metrics labels and znodes, so no separators, no ``..``, no control characters
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_name(key: str, value: Any) -> str:
+    """``value`` if it is a name ``NAME`` matches (and holds no ``..``), else a ConfigError."""
+    if not isinstance(value, str) or not NAME.fullmatch(value) or ".." in value:
+        raise ConfigError(
+            key, f"expected a name of letters, digits, '_', '.' and '-' (no '..'), got {value!r}"
+        )
+    return value
+
+
 def is_loopback(host: str) -> bool:
     """Whether ``host`` binds only to this machine (control without a token is safe there)."""
     if host == "localhost":

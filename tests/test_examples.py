@@ -115,6 +115,7 @@ async def test_engine_toml_loads_and_crawls(
     """The file as it is, but on the test's ZooKeeper and a free port."""
     monkeypatch.setenv(SITE_ENV, demo_site)
     monkeypatch.setenv(ITEMS_ENV, str(tmp_path))
+    monkeypatch.setenv("NETDISCO_TOKEN", "tok-examples-0123456789")  # the file names it
     config = load_config(EXAMPLES / "engine.toml", overrides={"port": 0}, pairs={"max_pages": "40"})
     config = dataclasses.replace(config, zookeeper={**(config.zookeeper or {}), "hosts": zk_hosts})
     engine = SpiderEngine.from_config(config)

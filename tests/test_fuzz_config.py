@@ -1,7 +1,7 @@
 """Fuzzing the configuration parsers: random TOML values (``inf`` and ``nan`` included)
-for every known key of the spider, engine, ZooKeeper and monitor settings, and random
-TOML text. Whatever the input, the answer is a value or a ``ConfigError`` naming a key,
-never another exception."""
+for every known key of the spider, engine, ZooKeeper and monitor settings, random
+TOML text, and random launch bodies and feed templates. Whatever the input, the
+answer is a value or a ``ConfigError`` naming a key, never another exception."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 from monitor.config import load_config, schema
 from netdisco.cluster.settings import ZooKeeperSettings
 from netdisco.crawl import settings as crawl_settings
-from netdisco.engine.config import ENGINE_KEYS, parse_config
-from netdisco.exceptions import ConfigError
+from netdisco.crawl.feeds.pipeline import feed_path
+from netdisco.engine.config import ENGINE_KEYS, EngineSettings, parse_config
+from netdisco.engine.launch import HTTP_REFUSED, HTTP_SETTINGS, from_body
+from netdisco.exceptions import ConfigError, FeedError
 from netdisco.values import read_toml
 from tests.fuzzing import examples
 
@@ -105,3 +107,43 @@ def toml_file(tmp_path: Path) -> Path:
 def test_toml_text(toml_file: Path, text: str) -> None:
     toml_file.write_text(text, encoding="utf-8", errors="surrogatepass")
     _only_config_errors(read_toml, toml_file)
+
+
+# -- what a POST /netdiscovery/spiders body may ask for (issue 27) ---------------------
+
+_PIECES = st.sampled_from(
+    [
+        *("{spider}", "{engine}", "{time}", "{spider:>9}", "{spider!r}", "{", "}", "..", "/"),
+        *("\\", "a", ".jsonl", ".csv", ".db", ".py", "sqlite://", "file://", "-", "\x00"),
+        "\uff0e",
+    ]
+)
+_templates = st.lists(_PIECES | st.text(max_size=4), max_size=8).map("".join)
+_LAUNCH_KEYS = sorted(HTTP_SETTINGS | set(HTTP_REFUSED))
+
+
+@examples(60)
+@given(
+    feeds=st.dictionaries(_templates, st.just({}) | _toml, max_size=3),
+    table=st.just({}) | _table(_LAUNCH_KEYS),
+    name=st.none() | _text,
+)
+def test_launch_bodies_stay_under_feeds_dir(
+    tmp_path_factory: pytest.TempPathFactory, feeds: Any, table: dict[str, Any], name: Any
+) -> None:
+    """A launch body is a Launch whose feeds all land under ``feeds_dir`` and whose
+    settings are all allowed over HTTP, or a ConfigError / FeedError; nothing else."""
+    root = tmp_path_factory.mktemp("feeds")
+    engine = EngineSettings(spider_modules=("tests.netdisco.service",), feeds_dir=str(root))
+    body: dict[str, Any] = {"spider": "tests.netdisco.service.spiders:Tree"}
+    body["settings"] = {**table, "feeds": feeds} if feeds else table
+    if name is not None:
+        body["name"] = name
+    try:
+        spec = from_body(body, engine, "fuzz")
+    except (ConfigError, FeedError):
+        return
+    assert not set(body["settings"]) & set(HTTP_REFUSED)
+    for feed in spec.settings.feeds if feeds else ():
+        path = feed_path(feed, spider=spec.name, engine="fuzz", now=0.0)
+        assert Path(path).resolve().is_relative_to(root.resolve()), path

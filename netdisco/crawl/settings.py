@@ -15,12 +15,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
+from urllib.parse import urlsplit
 
 from netdisco._version import __version__
 from netdisco.crawl.feeds.spec import FeedSpec, parse_feeds
 from netdisco.exceptions import ConfigError
 from netdisco.frontiers import is_shared
 from netdisco.schema import (
+    Check,
     Section,
     Source,
     each,
@@ -55,6 +57,7 @@ SECTIONS = (
     "tuning",
 )
 RECRAWL = ("always", "conditional")
+GIB = 1024**3
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _NO_THROTTLE = (
     "netdisco has no auto-throttle: set download_delay and per_host_concurrency "
@@ -158,8 +161,23 @@ def _import_path(path: str) -> str | None:
 
 
 def _frontier(url: str) -> str | None:
-    ok = url.startswith("memory") or is_shared(url)
-    return None if ok else f"expected 'memory' or a redis:// URL, got {url!r}"
+    if not (url.startswith("memory") or is_shared(url)):
+        return f"expected 'memory' or a redis:// URL, got {url!r}"
+    parts = urlsplit(url)
+    if "+cluster" in parts.scheme:
+        return None  # several host:port nodes: RedisOptions.check names the bad one
+    try:
+        parts.port  # noqa: B018 -- parsing it is the check (redis-py would raise later)
+    except ValueError as exc:
+        return f"not a valid URL, {url!r}: {exc}"
+    return None
+
+
+def _up_to(high: int) -> Check:
+    """From 1 to ``high``: a bound a request body cannot raise (memory grows with it)."""
+    return lambda value: (
+        positive(value) or (None if value <= high else f"must be at most {high:,}, got {value!r}")
+    )
 
 
 def _age_check(age: Any) -> str | None:
@@ -200,7 +218,7 @@ class Settings(Section):
         0, "limits", "links followed from a seed (0: no limit)", check=non_negative
     )
     max_response_size: int = _field(
-        10 * 1024 * 1024, "limits", "largest body kept, bytes", check=non_negative
+        10 * 1024 * 1024, "limits", "largest body kept, bytes (at most 1 GiB)", check=_up_to(GIB)
     )
     max_redirects: int = _field(10, "limits", "redirects followed per request", check=non_negative)
     timeout: float = _field(30.0, "limits", "seconds one request may take", check=positive)
@@ -220,9 +238,11 @@ class Settings(Section):
         False, "scope", "let POST .../requests push loopback, link-local and private-range URLs"
     )
     # politeness: how hard hosts are hit
-    concurrency: int = _field(16, "politeness", "requests in flight", check=positive)
+    concurrency: int = _field(
+        16, "politeness", "requests in flight (at most 10,000)", check=_up_to(10_000)
+    )
     per_host_concurrency: int = _field(
-        8, "politeness", "requests in flight per host", check=positive
+        8, "politeness", "requests in flight per host (at most 10,000)", check=_up_to(10_000)
     )
     download_delay: float = _field(
         0.0, "politeness", "seconds between two requests to a host", check=non_negative
@@ -298,7 +318,9 @@ class Settings(Section):
     )
     # render: headless Chromium (netdisco.crawl.render)
     render: bool = _field(False, "render", "render every page in Chromium")
-    render_concurrency: int = _field(4, "render", "pages rendered at once", check=positive)
+    render_concurrency: int = _field(
+        4, "render", "pages rendered at once (at most 256)", check=_up_to(256)
+    )
     render_wait: str = _field(
         "load",
         "render",
@@ -356,12 +378,14 @@ class Settings(Section):
         5.0, "tuning", "seconds between progress lines (0: none)", check=non_negative
     )
     item_buffer: int = _field(
-        256, "tuning", "items pending before the spider waits", check=positive
+        256, "tuning", "items pending before the spider waits (at most 10^6)", check=_up_to(10**6)
     )
     flush_interval: float = _field(
         0.1, "tuning", "seconds between acknowledgement flushes", check=non_negative
     )
-    flush_items: int = _field(1000, "tuning", "items that force a flush", check=positive)
+    flush_items: int = _field(
+        1000, "tuning", "items that force a flush (at most 10^6)", check=_up_to(10**6)
+    )
     host_cache_size: int = _field(
         50_000, "tuning", "hosts whose scope and slot are kept (about 0.5 KB each)", check=positive
     )

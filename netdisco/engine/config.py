@@ -33,7 +33,7 @@ from netdisco.schema import (
     setting,
 )
 from netdisco.schema import port as port_check
-from netdisco.values import check_keys, read_toml
+from netdisco.values import check_keys, read_secret, read_toml
 from netdisco.values import is_loopback as is_loopback  # re-exported: callers import it here
 
 DEFAULT_PORT = 8715
@@ -78,7 +78,10 @@ class EngineSettings(Section):
     )
     api_process: bool = _engine(False, "serve HTTP from a child process")
     spider_modules: tuple[str, ...] = _engine(
-        (), "modules POST /netdiscovery/spiders may load spiders from"
+        (), "modules POST /netdiscovery/spiders may load spiders and middlewares from"
+    )
+    feeds_dir: str | None = _engine(
+        None, "directory feeds asked for over HTTP are written under (none: they are refused)"
     )
 
     def check(self) -> None:
@@ -159,13 +162,18 @@ def engine_settings(
     """``[engine]`` under ``NETDISCO_ENGINE_<KEY>`` under ``overrides`` (command line)."""
     env = os.environ if environ is None else environ
     flags = {name: value for name, value in (overrides or {}).items() if value is not None}
-    settings = load(
-        EngineSettings,
+    sources = (
         Source(table, text=False),
         from_environ(EngineSettings, env, "NETDISCO_{KEY}", name="{key}"),
         Source(flags, text=False),
     )
-    token = env.get(settings.token_env) if settings.token_env else None
+    settings = load(EngineSettings, *sources)
+    variable = settings.token_env
+    if variable is None or (
+        variable not in env and all("token_env" not in s.values for s in sources)
+    ):
+        return settings  # the default variable, unset: no token (loopback only, see check_exposure)
+    token = read_secret("engine.token_env", variable, env)
     return load(EngineSettings, base=settings, given={"token": token})
 
 

@@ -207,7 +207,7 @@ class SpiderEngine:
         """``POST /netdiscovery/spiders``: a spider from an allowed module, checked first."""
         from netdisco.engine.launch import from_body  # imports user code: only when asked
 
-        spec = from_body(body, self.settings.spider_modules)
+        spec = from_body(body, self.settings, self.id)
         current = self._crawlers.get(spec.name)
         if current is not None and current.state in TERMINAL and spec.name not in self._timetable:
             self.remove_spider(spec.name)  # a finished run gives way to the new one

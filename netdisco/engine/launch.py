@@ -4,6 +4,11 @@
 ``module:Class`` references whose module the engine's ``spider_modules`` names
 (itself or a submodule) are accepted: never a file path, never any other module.
 Everything is checked before anything starts, so a bad request starts nothing.
+
+A request's ``settings`` are held to least privilege (docs/security.md): only the
+settings ``HTTP_SETTINGS`` names may be set, ``middlewares`` only from
+``spider_modules`` too, and a feed only as a relative file under the engine's
+``feeds_dir``; the rest (``HTTP_REFUSED``) stays with whoever deploys the engine.
 """
 
 from __future__ import annotations
@@ -14,18 +19,53 @@ from typing import TYPE_CHECKING, Any
 
 from netdisco.crawl import settings as crawl_settings
 from netdisco.crawl.arguments import check_args
+from netdisco.crawl.feeds.pipeline import feed_path
+from netdisco.crawl.feeds.spec import confine
 from netdisco.crawl.loader import load_spider
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
-from netdisco.engine.config import EngineConfig
+from netdisco.engine.config import EngineConfig, EngineSettings
 from netdisco.engine.schedules import Schedule, parse_schedule
-from netdisco.exceptions import ConfigError, DuplicateSpider, SpiderLoadError, SpiderNotAllowed
+from netdisco.exceptions import (
+    ConfigError,
+    DuplicateSpider,
+    SettingNotAllowed,
+    SpiderLoadError,
+    SpiderNotAllowed,
+)
 from netdisco.schema import Source
+from netdisco.values import check_name
 
 if TYPE_CHECKING:
     from netdisco.engine.engine import SpiderEngine  # which imports this module: types only
 
 _BODY_KEYS = frozenset({"spider", "name", "settings", "schedule", "every", "args"})
+
+#: crawl settings a ``POST /netdiscovery/spiders`` body may set: what to fetch and how
+#: hard, all bounded by their fields' checks (``middlewares``: from ``spider_modules``;
+#: ``feeds``: under ``engine.feeds_dir``)
+HTTP_SETTINGS = frozenset(
+    {
+        *("max_pages", "depth_limit", "max_response_size", "max_redirects", "timeout"),
+        *("connect_timeout", "allow", "deny", "concurrency", "per_host_concurrency"),
+        *("download_delay", "obey_robots", "robots_cache_size", "robots_max_age"),
+        *("robots_backoff", "robots_max_backoff", "user_agents", "default_headers"),
+        *("cookies", "proxy_backoff", "middlewares", "retries", "retry_backoff"),
+        *("retry_max_delay", "render", "render_concurrency", "render_wait", "render_timeout"),
+        *("render_block", "recrawl", "age", "feeds", "stop_deadline", "progress_interval"),
+        *("item_buffer", "flush_interval", "flush_items", "host_cache_size"),
+        *("robots_agent", "host_error_limit", "http_cache_expiration", "warc_max_size"),
+    }
+)
+#: the other crawl settings, and why a token holder may not set them
+HTTP_REFUSED: Mapping[str, str] = {
+    "allow_private_targets": "it lifts the private-address fence",
+    "proxies": "it sends every request through a host the caller names",
+    "chromium": "it names a program the engine runs",
+    "frontier": "it connects the engine to a Redis the caller names",
+    "state_dir": "it writes a database wherever the caller says",
+    "http_cache": "it writes a cache of responses wherever the caller says",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,8 +106,42 @@ def spider_settings(spider_class: type[Spider], table: Mapping[str, Any], key: s
         raise ConfigError(f"{key}.{exc.key}", str(exc).removeprefix(f"{exc.key}: ")) from None
 
 
-def from_body(body: Any, allowed: Sequence[str]) -> Launch:
-    """A ``POST /netdiscovery/spiders`` body, checked, its spider loaded; or why not."""
+def refuse_settings(table: Mapping[str, Any]) -> None:
+    """Refuse the settings a token holder may not set, all of them named."""
+    refused = sorted(set(table) & set(HTTP_REFUSED))
+    if refused:
+        reasons = "; ".join(f"{name}: {HTTP_REFUSED[name]}" for name in refused)
+        raise SettingNotAllowed(
+            f"settings.{refused[0]}",
+            f"not settable over HTTP ({reasons}); set it in the engine's file",
+        )
+
+
+def _held(
+    table: Mapping[str, Any], s: Settings, name: str, engine: EngineSettings, eid: str
+) -> Settings:
+    """The request's middlewares checked against ``spider_modules``, and its feeds moved
+    under ``feeds_dir`` with each filled-in path checked now (not when the crawl starts)."""
+    for ref in s.middlewares if "middlewares" in table else ():
+        try:
+            check_allowed(ref, engine.spider_modules)
+        except SpiderNotAllowed as exc:
+            raise SettingNotAllowed("settings.middlewares", str(exc)) from None
+    if "feeds" not in table:
+        return s
+    root = engine.feeds_dir
+    if root is None:
+        raise SettingNotAllowed(
+            "settings.feeds", "this engine takes no feeds over HTTP (set engine.feeds_dir)"
+        )
+    feeds = tuple(confine(f"settings.feeds.{f.uri}", f, root) for f in s.feeds)
+    for feed in feeds:
+        feed_path(feed, spider=name, engine=eid, now=0.0)
+    return s.replace(feeds=feeds)
+
+
+def _body_parts(body: Any) -> tuple[str, dict[str, Any]]:
+    """The spider reference and settings table of a body, in the shapes expected."""
     if not isinstance(body, dict):
         raise ConfigError("body", 'expected a JSON object {"spider": "module:Class", ...}')
     unknown = sorted(set(body) - _BODY_KEYS)
@@ -78,13 +152,19 @@ def from_body(body: Any, allowed: Sequence[str]) -> Launch:
         raise ConfigError("spider", f"expected 'module:Class', got {ref!r}")
     if not isinstance(table, dict):
         raise ConfigError("settings", f"expected an object, got {table!r}")
+    return ref, table
+
+
+def from_body(body: Any, engine: EngineSettings, engine_id: str) -> Launch:
+    """A ``POST /netdiscovery/spiders`` body, checked, its spider loaded; or why not."""
+    ref, table = _body_parts(body)
     schedule = parse_schedule(body.get("schedule"), body.get("every"), key="")
-    check_allowed(ref, allowed)
+    check_allowed(ref, engine.spider_modules)
+    refuse_settings(table)
     spider_class = load_spider(ref)
-    name = body.get("name", spider_class.name)
-    if not isinstance(name, str) or not name or "/" in name:
-        raise ConfigError("name", f"expected a spider name without '/', got {name!r}")
+    name = check_name("name", body.get("name", spider_class.name))
     settings = spider_settings(spider_class, table, "settings")
+    settings = _held(table, settings, name, engine, engine_id)
     args = check_args(body.get("args", {}), spider_class, key="args.{name}")
     return Launch(
         spider_class=spider_class, name=name, settings=settings, schedule=schedule, args=args

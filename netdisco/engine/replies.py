@@ -18,8 +18,10 @@ from netdisco.exceptions import (
     ApiError,
     ConfigError,
     DuplicateSpider,
+    FeedError,
     InvalidTransition,
     NetdiscoError,
+    SettingNotAllowed,
     SpiderLoadError,
     SpiderNotAllowed,
     UnknownSpider,
@@ -73,7 +75,9 @@ _ERRORS: dict[type[NetdiscoError], tuple[int, str]] = {
     UnknownSpider: (404, "unknown_spider"),
     InvalidTransition: (409, "invalid_transition"),
     DuplicateSpider: (409, "spider_exists"),
+    SettingNotAllowed: (400, "setting_not_allowed"),
     ConfigError: (400, "invalid_value"),
+    FeedError: (400, "feed_not_allowed"),
     SpiderNotAllowed: (400, "spider_not_allowed"),
     SpiderLoadError: (400, "spider_not_loadable"),
 }
@@ -126,6 +130,14 @@ async def read_json(request: web.Request, max_body: int) -> Any:
             413, "payload_too_large", f"the body must not exceed {max_body} bytes"
         ) from None
     try:
-        return json.loads(raw)
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        data = json.loads(raw, parse_constant=_no_constant)
+        # "\ud800" is valid JSON but no text: it would fail later, wherever it is encoded
+        json.dumps(data, ensure_ascii=False).encode()
+    except (ValueError, RecursionError) as exc:  # UnicodeError is a ValueError
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
+    return data
+
+
+def _no_constant(name: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity``: Python's JSON reads them, JSON has none."""
+    raise ValueError(f"{name} is not a JSON value")

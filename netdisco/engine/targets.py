@@ -5,9 +5,13 @@ without this check that is a path into the services next to the engine (a
 metadata endpoint, an admin page on 127.0.0.1). A spider whose ``allowed_domains``
 names such a host, or whose ``allow_private_targets`` setting is on, still gets it.
 
-Host names are not resolved (no DNS traffic on behalf of a caller): a name is
-refused only if it is ``localhost`` or under ``.localhost``; an address literal
-in any form a resolver accepts (``127.1``, ``0x7f000001``, ``[::1]``) is checked.
+The decision is made on the host as the fetch will use it (``fetch_host``):
+percent-decoded, mapped by IDNA/UTS 46 (fullwidth digits and letters, ``。``,
+circled digits all become ASCII, as they do in the URL library that connects),
+lower-cased, trailing dots dropped. Host names are not resolved (no DNS traffic on
+behalf of a caller): a name is refused only if it is ``localhost`` or under
+``.localhost``; an address literal in any form a resolver accepts (``127.1``,
+``0x7f000001``, ``[::1]``) is checked.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Sequence
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
+
+import idna
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -34,6 +40,16 @@ def _address(host: str) -> IPAddress | None:
     return address
 
 
+def fetch_host(host: str) -> str:
+    """``host`` (a URL's, brackets removed) as the fetch resolves it; see the module doc."""
+    host = unquote(host, errors="strict")
+    try:
+        host = idna.uts46_remap(host, std3_rules=False, transitional=False)
+    except idna.IDNAError:
+        host = host.lower()  # not mappable: the fetch refuses it, the check sees it as is
+    return host.rstrip(".")
+
+
 def _internal(address: IPAddress) -> bool:
     return (
         address.is_loopback
@@ -49,10 +65,10 @@ def private_target(url: str, allowed_domains: Sequence[str]) -> str | None:
     """Why ``url`` points inside the engine's network, or None when it does not (or when
     ``allowed_domains`` names its host exactly)."""
     try:
-        host = (urlsplit(url).hostname or "").rstrip(".")
-    except ValueError:
+        host = fetch_host(urlsplit(url).hostname or "")
+    except ValueError:  # UnicodeDecodeError too
         return None  # not a URL at all: the scheduler says why
-    if host.lower() in {d.lower().strip(".") for d in allowed_domains}:
+    if host in {fetch_host(d).strip(".") for d in allowed_domains}:
         return None
     if host == "localhost" or host.endswith(".localhost"):
         return f"{host!r} is this machine: name it in allowed_domains or allow_private_targets"

@@ -41,6 +41,17 @@ def fill_template(template: str, *, spider: str, engine: str, now: float) -> str
     return template.format(spider=spider, engine=engine, time=stamp)
 
 
+def feed_path(spec: FeedSpec, *, spider: str, engine: str, now: float) -> str:
+    """The file ``spec`` writes to now; with a ``root``, a path that (symbolic links
+    resolved) leaves it is a FeedError."""
+    path = fill_template(spec.path, spider=spider, engine=engine, now=now)
+    if spec.root is not None:
+        root = Path(spec.root).resolve()
+        if not Path(path).resolve().is_relative_to(root):
+            raise FeedError(f"feed {path!r} is not under {str(root)!r} (engine.feeds_dir)")
+    return path
+
+
 class FeedPipeline(Pipeline):
     """Writes a spider's items to one feed; see the module docstring."""
 
@@ -56,9 +67,7 @@ class FeedPipeline(Pipeline):
         """Fill in the template and check that the feed can be written (see module doc)."""
         if self.target is not None or self.spec.stdout:
             return
-        path = fill_template(
-            self.spec.path, spider=self.spider, engine=self.engine, now=time.time()
-        )
+        path = feed_path(self.spec, spider=self.spider, engine=self.engine, now=time.time())
         try:
             _make_parents(Path(path))
             if self.spec.format == "sqlite":

@@ -15,11 +15,12 @@ for standard output, or ``sqlite:///PATH`` (also any path ending ``.db``,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import PurePath
+from pathlib import PurePath, PurePosixPath
 from typing import Any
 
 from netdisco.exceptions import ConfigError
@@ -47,6 +48,7 @@ class FeedSpec:
     format: str
     overwrite: bool = False
     fields: tuple[str, ...] = ()
+    root: str | None = None  # the directory the filled-in path must stay in (over HTTP)
 
     @property
     def stdout(self) -> bool:
@@ -99,13 +101,39 @@ def _guess_format(key: str, uri: str) -> str:
 
 
 def _check_template(key: str, uri: str) -> None:
+    """Only the bare placeholders: a format spec (``{spider:>1000000000}``) or a
+    conversion (``{spider!r}``) would let a setting size the path, so both are refused."""
+    if "\x00" in uri:
+        raise ConfigError(key, f"a file name holds no NUL character: {uri!r}")
     try:
-        names = [name for _, name, _, _ in string.Formatter().parse(uri) if name is not None]
+        fields = [(n, s, c) for _, n, s, c in string.Formatter().parse(uri) if n is not None]
     except ValueError as exc:
         raise ConfigError(key, f"bad template {uri!r}: {exc}") from exc
-    for name in names:
+    for name, spec, conversion in fields:
         if name not in PLACEHOLDERS:
             raise ConfigError(key, f"unknown placeholder {{{name}}} (known: {PLACEHOLDERS})")
+        if spec or conversion:
+            raise ConfigError(key, f"a placeholder takes no format spec or conversion: {uri!r}")
+
+
+def confine(key: str, spec: FeedSpec, root: str) -> FeedSpec:
+    """``spec`` as a path under ``root`` (an engine's ``feeds_dir``), or why not: a feed
+    asked for over HTTP is relative, has no ``..``, and ends in its format's suffix (so
+    it can never be a ``.py`` file or a dot file that something else reads)."""
+    if spec.stdout:
+        raise ConfigError(key, "over HTTP a feed is a file under engine.feeds_dir, not stdout")
+    path = PurePosixPath(spec.path)
+    if path.is_absolute() or ".." in path.parts or any(c < " " or c in "\\\x7f" for c in spec.path):
+        raise ConfigError(
+            key, f"expected a relative path without '..', '\\' or controls, got {spec.path!r}"
+        )
+    if _BY_SUFFIX.get(path.suffix.lower()) != spec.format:
+        suffixes = sorted(s for s, kind in _BY_SUFFIX.items() if kind == spec.format)
+        raise ConfigError(key, f"a {spec.format} feed over HTTP ends in one of {suffixes}")
+    braced = root.replace("{", "{{").replace("}", "}}")
+    scheme = "sqlite://" if spec.uri.startswith("sqlite://") else ""
+    uri = scheme + str(PurePosixPath(braced) / path)
+    return dataclasses.replace(spec, uri=uri, root=root)
 
 
 def parse_feeds(key: str, value: Any) -> tuple[FeedSpec, ...]:

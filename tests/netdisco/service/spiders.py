@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 
-from netdisco import Request
+from netdisco import Middleware, Request, Spider
 from tests.netdisco.engine_site import SiteSpider
 
 SITE_ENV = "NETDISCO_TEST_SERVICE_SITE"
@@ -26,3 +26,11 @@ class SlowTree(Tree):
 
     name = "slowtree"
     speed = "slow"
+
+
+class Tagging(Middleware):
+    """A middleware in an allowed module: a request body may name it."""
+
+    async def process_request(self, request: Request, spider: Spider) -> Request | None:
+        request.headers["X-Tag"] = "allowed"
+        return None
