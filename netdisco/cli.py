@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 
 from netdisco import logs
+from netdisco._tasks import Tasks
 from netdisco._version import __version__
 from netdisco.crawl import settings as settings_module
 from netdisco.crawl.arguments import check_args, make_spider
@@ -55,7 +56,7 @@ def install_signal_handlers(stop: Any) -> list[int]:
     list the signals received are appended to."""
     loop = asyncio.get_running_loop()
     received: list[int] = []
-    stopping: set[asyncio.Future[Any]] = set()
+    stopping = Tasks()  # the graceful stop, kept until it ends
 
     def handler(signum: int) -> None:
         received.append(signum)
@@ -63,9 +64,7 @@ def install_signal_handlers(stop: Any) -> list[int]:
             log.warning("forced_exit", signal=signal.Signals(signum).name)
             os._exit(130)
         log.info("stopping", signal=signal.Signals(signum).name)
-        task = asyncio.ensure_future(stop())
-        stopping.add(task)
-        task.add_done_callback(stopping.discard)
+        stopping.spawn(stop(), name="stop")
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, handler, signum)

@@ -41,6 +41,7 @@ from urllib.parse import urljoin, urlsplit
 import structlog
 from protego import Protego
 
+from netdisco._tasks import Tasks
 from netdisco.crawl.lru import LRU
 from netdisco.crawl.redirects import REDIRECT_STATUSES
 from netdisco.crawl.request import Request
@@ -91,6 +92,7 @@ class RobotsCache:
         self.settings = settings
         self.agent = robots_agent(settings)
         self._origins: LRU[str, _Origin] = LRU(settings.robots_cache_size, _Origin.idle)
+        self._fetches = Tasks()  # each origin's fetch under way (with its retries)
         self.fetches = 0  # robots.txt requests made
 
     def __len__(self) -> int:
@@ -117,7 +119,7 @@ class RobotsCache:
             entry = self._origins.put(origin, _Origin(origin, proxy))
         if entry.task is None and time.monotonic() >= entry.expires and not entry.given_up:
             entry.rules = None
-            entry.task = asyncio.create_task(self._until_answered(entry))
+            entry.task = self._fetches.spawn(self._until_answered(entry), name=f"robots:{origin}")
         if entry.rules is None and entry.task is not None:
             await asyncio.shield(entry.task)  # one fetch; a waiter's cancel is not its
         if entry.given_up:
@@ -133,10 +135,7 @@ class RobotsCache:
 
     async def close(self) -> None:
         """Stop the background fetches (the spider is closing)."""
-        tasks = [e.task for key in list(self._origins) if (e := self._origins.peek(key)) and e.task]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._fetches.cancel_all()
 
     async def _until_answered(self, entry: _Origin) -> None:
         """Fetch until robots.txt answers, backing off while the site is unreachable."""

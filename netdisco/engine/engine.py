@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
+from netdisco._tasks import Tasks
 from netdisco._version import __version__
 from netdisco.cluster.contract import EnginePayload, NodeState, SpiderSummary
 from netdisco.crawl.arguments import make_spider
@@ -83,11 +84,11 @@ class SpiderEngine:
         #: new for every engine object; labels this run's node and its leases in Redis
         self.incarnation = uuid.uuid4().hex
         self._leases = LeaseKeepers(self._zookeeper, self.incarnation)
-        self._starting: set[asyncio.Task[None]] = set()  # spiders added while running
+        self._starting = Tasks()  # spiders added while running, still opening
         self.started_at: float | None = None
         self.port: int = self.settings.port
         self._crawlers: dict[str, Crawler] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = Tasks()  # spider stops and scheduled runs under way
         self._changed = asyncio.Event()
         self._front_factory = http_front
         self._http: HttpFront | None = None
@@ -318,15 +319,10 @@ class SpiderEngine:
                 await self.registry.stop()
             except Exception as exc:  # the crawl must still drain and close its pipelines
                 log.warning("registry_stop_failed", engine=self.id, error=repr(exc))
-        starting = list(self._starting)  # a spider still opening its frontier must not start now
-        for task in starting:
-            task.cancel()
-        await asyncio.gather(*starting, return_exceptions=True)
+        await self._starting.cancel_all()  # a spider still opening its frontier must not start
         await asyncio.gather(*(self._stop_crawler(c, deadline) for c in self.crawlers()))
         await self._leases.stop()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.cancel_all()
         if self._http is not None:
             await self._http.stop()
         self.state = EngineState.STOPPED
@@ -370,9 +366,7 @@ class SpiderEngine:
         if crawler.name in self._timetable:
             self._timetable.keep(crawler.name, self._spawn, self._notify)
             return
-        starting = self._spawn(self._start_crawler(crawler))
-        self._starting.add(starting)
-        starting.add_done_callback(self._starting.discard)
+        self._starting.spawn(self._start_crawler(crawler), name=f"start:{crawler.name}")
 
     async def _scheduled_run(self, name: str, tick: float) -> bool:
         """A tick: a new run of ``name`` (its id the tick's), unless the previous one goes on."""
@@ -390,10 +384,7 @@ class SpiderEngine:
         return True
 
     def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        return self._tasks.spawn(coro)
 
     def _on_spider_changed(self, crawler: Crawler) -> None:
         log.info("spider_state", engine=self.id, spider=crawler.name, state=str(crawler.state))

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from aiohttp import web
 
+from netdisco._tasks import Tasks
 from netdisco.engine import statusd
 from netdisco.engine.api import (
     HttpEndpoint,
@@ -79,7 +80,7 @@ class StatusProcess:
         self._runner: web.AppRunner | None = None
         self._dir: Path | None = None
         self._proc: asyncio.subprocess.Process | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = Tasks()  # the publisher and the supervisor of the child
         self._sent: dict[str, tuple[int, str]] = {}
         self._stopping = False
         self._seq = 0
@@ -100,10 +101,8 @@ class StatusProcess:
         except BaseException:
             await self.stop()
             raise
-        self._tasks = [
-            asyncio.create_task(self._publish(), name="status-publish"),
-            asyncio.create_task(self._supervise(host, bound), name="status-supervise"),
-        ]
+        self._tasks.spawn(self._publish(), name="status-publish")
+        self._tasks.spawn(self._supervise(host, bound), name="status-supervise")
         return bound
 
     async def _spawn(self, host: str, port: int) -> int:
@@ -176,9 +175,7 @@ class StatusProcess:
     async def stop(self) -> None:
         """Close the child's stdin (it exits), then the app and its socket."""
         self._stopping = True
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.cancel_all()
         await self._end_child()
         if self._runner is not None:
             await self._runner.cleanup()

@@ -1,0 +1,54 @@
+"""Tasks with an owner: what an object starts, its stop cancels and awaits.
+
+``asyncio.TaskGroup`` owns the tasks of one block (a crawl's workers); a daemon's
+tasks live as long as an object (an engine, its status process, a robots.txt
+cache), so each such object keeps them in one ``Tasks``: started with ``spawn``,
+forgotten when they end, and every one still running cancelled and awaited by
+``cancel_all``, so a stop ends exactly what was started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class Tasks:
+    """The running tasks of one owner; see the module docstring."""
+
+    def __init__(self) -> None:
+        self._running: set[asyncio.Task[Any]] = set()
+
+    def __len__(self) -> int:
+        return len(self._running)
+
+    def __iter__(self) -> Iterator[asyncio.Task[Any]]:
+        return iter(list(self._running))
+
+    def spawn(
+        self,
+        coro: Coroutine[Any, Any, T],
+        *,
+        name: str | None = None,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Task[T]:
+        """Run ``coro`` as a task of this owner, kept until it ends."""
+        task = asyncio.create_task(coro, name=name, context=context)
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return task
+
+    async def cancel_all(self, timeout: float | None = None) -> set[asyncio.Task[Any]]:
+        """Cancel every task still running and await them (``timeout`` s at most); the
+        ones that outlived it (a task that swallows its cancellation)."""
+        tasks = set(self._running)
+        for task in tasks:
+            task.cancel()
+        if not tasks:
+            return set()
+        _, late = await asyncio.wait(tasks, timeout=timeout)
+        return late
