@@ -80,14 +80,6 @@ def linked(base: str, name: str = "") -> Linked:
 
 
 @pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer()
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def redis_cluster() -> Iterator[RedisClusterServer]:
     with RedisClusterServer(node_timeout_ms=1000) as server:
         yield server
