@@ -206,7 +206,13 @@ _NOT_US = "0"
 def robots_agent(settings: Settings) -> str:
     """The product token groups are matched by: ``robots_agent``, else the first user
     agent's first product (``netdisco`` of ``netdisco/0.1 (+https://...)``)."""
-    match = _PRODUCT_TOKEN.match(settings.robots_agent or settings.user_agent.strip())
+    return product_token(settings.robots_agent or settings.user_agent)
+
+
+def product_token(user_agent: str) -> str:
+    """A user agent's product token, lowercased: its first run of RFC 9309's
+    ``[A-Za-z_-]`` (``netdisco`` of ``netdisco/0.1 (+https://...)``); "" if none."""
+    match = _PRODUCT_TOKEN.match(user_agent.strip())
     return match.group().lower() if match else ""
 
 
