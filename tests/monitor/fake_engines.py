@@ -117,6 +117,13 @@ class FakeEngine:
         data = json.loads(self.data)
         data["state"] = "leaving"
         leaving = json.dumps(data).encode()
+        self.client.retry(self._commit_leave, leaving)
+
+    def _commit_leave(self, leaving: bytes) -> None:
+        """One try of the leave; retried when the 1 s session loses its connection, and
+        one that landed before the loss (the node is gone) is not made again."""
+        if self.client.exists(self.path) is None:
+            return
         if self.legacy:
             transaction = self.client.transaction()
             transaction.set_data(self.path, leaving)
