@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from netdisco.testing import eventually, free_port
+from netdisco.testing import eventually, serve
 from tests.monitor.conftest import monitor_config
 from tests.monitor.test_http import _get
 
@@ -37,14 +37,10 @@ async def huge_status() -> AsyncIterator[int]:
         await resp.write(item + b"]")
         return resp
 
-    port = free_port()
     app = web.Application()
     app.router.add_get("/netdiscovery/spiders", spiders)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    yield port
-    await runner.cleanup()
+    async with serve(app) as base:
+        yield int(base.rsplit(":", 1)[1])
 
 
 def _dropped(text: str) -> dict[str, float]:
