@@ -1,5 +1,5 @@
 """The ``netdisco`` command: ``crawl`` one spider standalone (``engine`` runs many), ``parse``
-one page with a spider, ``new`` spider from a template."""
+one page with a spider, ``shell`` to try selectors on a page, ``new`` spider from a template."""
 
 from __future__ import annotations
 
@@ -140,8 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"netdisco {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     after = _global_options(False)
-    for add in (_add_crawl_parser, _add_parse_parser, _add_new_parser, _add_engine_parser,
-                _add_demo_parser):  # fmt: skip
+    for add in (_add_crawl_parser, _add_parse_parser, _add_shell_parser, _add_new_parser,
+                _add_engine_parser, _add_demo_parser):  # fmt: skip
         add(commands, after)
     return parser
 
@@ -252,6 +252,41 @@ def _page_lines(page: Any, *, as_json: bool) -> list[str]:
     text += [f"request  {r.url} -> {getattr(r.callback, '__name__', 'parse')}"
              for r in page.requests]  # fmt: skip
     return text + ([f"error    {page.error}"] if page.error else [])
+
+
+def _add_shell_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    shell = commands.add_parser(
+        "shell",
+        help="an interactive console with a fetched page, to try selectors on",
+        parents=[common],
+        description="Fetches URL (if given) through the spider's downloader (settings, "
+        "middleware, robots.txt) and opens a console (IPython when installed) with "
+        "response, request, fetch(url), view(response), spider and settings.",
+    )
+    shell.add_argument("url", nargs="?", help="the page to fetch first")
+    shell.add_argument(
+        "--spider", default="netdisco:Spider", help="FILE.py:Class or module:Class whose "
+        "settings and middleware apply (default: a plain Spider)",
+    )  # fmt: skip
+    shell.add_argument("--plain", action="store_true", help="Python's console, not IPython")
+    _add_spider_options(shell)
+    shell.set_defaults(func=_shell)
+
+
+async def _shell(args: argparse.Namespace) -> int:
+    """Open the console; the fetches run on a loop of their own (netdisco.crawl.shell)."""
+    from netdisco.crawl.shell import Shell, interact  # only this command needs it
+
+    spider, settings = spider_and_settings(args)
+
+    def session() -> None:
+        with Shell(spider, settings) as shell:
+            if args.url:
+                shell.fetch(args.url)
+            interact(shell, plain=args.plain)
+
+    await asyncio.to_thread(session)
+    return 0
 
 
 def _add_new_parser(commands: Any, common: argparse.ArgumentParser) -> None:
