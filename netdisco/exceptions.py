@@ -33,6 +33,7 @@ NetdiscoError
 ├── FeedError                a feed cannot be opened or written (names the path)
 ├── SitemapInvalid           a sitemap that is not well-formed, truncated or too large
 ├── DropItem                 raised by a pipeline step to drop one item
+├── InvalidItem              an item that does not fit its schema (``invalid_items = "fail"``)
 ├── InvalidTransition        a lifecycle control not allowed in the current state
 ├── UnknownSpider            no spider of that name in the engine
 ├── DuplicateSpider          a spider of that name already runs in the engine
@@ -158,6 +159,11 @@ class RedirectHandedOff(RequestError):
 
 class DropItem(NetdiscoError):
     """Raised by an item pipeline step: the item goes no further."""
+
+
+class InvalidItem(NetdiscoError):
+    """An item that does not fit its schema, with ``invalid_items = "fail"``: the spider
+    ends failed (netdisco.crawl.schemas)."""
 
 
 class InvalidTransition(NetdiscoError):

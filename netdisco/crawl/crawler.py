@@ -41,6 +41,7 @@ from netdisco.crawl.pipelines import ItemStream, Pipeline
 from netdisco.crawl.recrawl import Recrawl, wants_pages
 from netdisco.crawl.request import Request
 from netdisco.crawl.scheduler import Scheduler
+from netdisco.crawl.schemas import field_names
 from netdisco.crawl.scraper import Scraper
 from netdisco.crawl.settings import check_recrawl
 from netdisco.crawl.spider import Spider
@@ -93,7 +94,7 @@ class Crawler:
         self.scheduler = Scheduler(ctx)
         self.stream = ItemStream(self.stats, s.item_buffer)
         self.scraper = Scraper(ctx, self.scheduler, self.stream)
-        self.feeds, last = _feeds(s, self.name, engine)
+        self.feeds, last = _feeds(s, self.name, engine, spider.item_schema)
         self.downloader = Downloader(ctx, self.scheduler, handler=download_handler, last=last)
         self.recrawl = Recrawl.wanted(ctx, self.downloader, self.scraper)
         self.acks = Acker(ctx, self.stream)
@@ -479,10 +480,13 @@ def _unwrap(exc: Exception) -> Exception:
 
 
 def _feeds(
-    s: settings_module.Settings, spider: str, engine: str | None
+    s: settings_module.Settings, spider: str, engine: str | None, schema: type | None
 ) -> tuple[list[FeedPipeline], list[Middleware]]:
-    """The spider's feeds, and the WARC middleware if one archives responses
-    (``feeds.warc``)."""
-    feeds = feed_pipelines(s.feeds, spider=spider, engine=engine, warc_max_size=s.warc_max_size)
+    """The spider's feeds (CSV columns from its item schema), and the WARC middleware if
+    one archives responses (``feeds.warc``)."""
+    columns = tuple(field_names(schema)) if schema is not None else ()
+    feeds = feed_pipelines(
+        s.feeds, spider=spider, engine=engine, warc_max_size=s.warc_max_size, columns=columns
+    )
     archives = [feed for feed in feeds if isinstance(feed, WarcFeed)]
     return feeds, [WarcMiddleware(archives, s.user_agent)] if archives else []

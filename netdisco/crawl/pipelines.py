@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+import attrs
 import reactivex
 import structlog
 from reactivex import Observable, abc
@@ -40,10 +41,16 @@ Operator = Callable[[Observable[Any]], Observable[Any]]
 
 
 def to_jsonable(item: Any) -> Any:
-    """Dataclass items become dicts; everything else is left to ``json``."""
+    """Dataclass, attrs and pydantic items become dicts; everything else is left to
+    ``json``."""
+    if isinstance(item, type):
+        return item
     if dataclasses.is_dataclass(item) and not isinstance(item, type):
         return dataclasses.asdict(item)
-    return item
+    if attrs.has(type(item)):
+        return attrs.asdict(item)
+    dump = getattr(item, "model_dump", None)
+    return dump(mode="json") if callable(dump) else item
 
 
 def json_line(item: Any) -> str:

@@ -18,6 +18,7 @@ from netdisco.crawl.pipelines import ItemStream
 from netdisco.crawl.request import CallbackResult, Request, outputs
 from netdisco.crawl.response import Response
 from netdisco.crawl.scheduler import Scheduler
+from netdisco.crawl.schemas import ItemChecker
 from netdisco.exceptions import FrontierFailed
 
 log = structlog.get_logger(__name__)
@@ -31,6 +32,8 @@ class Scraper:
         self.stats = ctx.stats
         self.scheduler = scheduler
         self.items = items
+        schema = ctx.spider.item_schema
+        self.check = ItemChecker(schema, ctx.settings.invalid_items, ctx.stats, ctx.fail)
 
     async def scrape(
         self, request: Request, response: Response, keep: list[Request] | None = None
@@ -55,7 +58,7 @@ class Scraper:
         requests (a page's links, for re-crawls). Requests yielded without a depth (built
         by hand, not by ``follow``) get ``depth``, so that ``depth_limit`` holds for them."""
         requests: list[Request] = []
-        route = partial(self._route, requests=requests, depth=depth, keep=keep)
+        route = partial(self._route, requests=requests, depth=depth, keep=keep, url=url)
         try:
             async for value in outputs(callback(*args)):
                 await route(value)
@@ -86,7 +89,13 @@ class Scraper:
             raise FrontierFailed(f"the frontier could not queue a page's links: {exc!r}") from exc
 
     async def _route(
-        self, value: Any, *, requests: list[Request], depth: int, keep: list[Request] | None
+        self,
+        value: Any,
+        *,
+        requests: list[Request],
+        depth: int,
+        keep: list[Request] | None,
+        url: str = "",
     ) -> None:
         if isinstance(value, Request):
             value.depth = value.depth or depth
@@ -96,5 +105,5 @@ class Scraper:
             if len(requests) >= 256:  # bound the batch for huge pages
                 await self.admit(requests[:])
                 requests.clear()
-        elif value is not None:
-            await self.items.emit(value)
+        elif value is not None and (item := self.check(value, url)) is not None:
+            await self.items.emit(item)

@@ -361,6 +361,13 @@ class Settings(Section):
         0.0, "cache", "seconds a cached response is served (0: for ever)", check=non_negative
     )
     # feeds: where items go (netdisco.crawl.feeds)
+    invalid_items: str = _field(
+        "keep",
+        "feeds",
+        "an item that does not fit its schema (netdisco.crawl.schemas), counted and "
+        "logged, is then: keep (in the feeds), drop, or fail (the spider ends failed)",
+        check=one_of("keep", "drop", "fail"),
+    )
     feeds: tuple[FeedSpec, ...] = _field(
         (), "feeds", "URI -> options table (JSON with -s)", parse=parse_feeds
     )

@@ -24,6 +24,9 @@ class Spider:
     start_urls: ClassVar[Sequence[str]] = ()
     allowed_domains: ClassVar[Sequence[str]] = ()
     custom_settings: ClassVar[dict[str, Any]] = {}
+    #: a dataclass, attrs class or pydantic model that yielded dicts must fit (instances
+    #: of such a class are checked against their own); see ``invalid_items``
+    item_schema: ClassVar[type | None] = None
 
     def __init__(self, **kwargs: Any) -> None:
         for key, value in kwargs.items():

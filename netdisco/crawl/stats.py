@@ -38,6 +38,7 @@ TOTALS = (
     *OUTCOMES,
     "items",
     "dropped_items",
+    "items_invalid",
     "pipeline_errors",
     "callback_errors",
     "bytes",
@@ -133,6 +134,8 @@ class Stats:
         self.items = 0
         self.dropped_items = 0
         self.items_discarded = 0  # yielded while no pipeline, feed or subscriber took them
+        self.items_invalid = 0  # did not fit their schema (netdisco.crawl.schemas)
+        self.invalid_fields: dict[str, int] = {}  # field -> invalid items it made
         self.pipeline_errors = 0
         self.callback_errors = 0
         self.middleware_errors = 0
@@ -205,6 +208,7 @@ class Stats:
             "items": self.items,
             "dropped_items": self.dropped_items,
             "items_discarded": self.items_discarded,
+            "items_invalid": self.items_invalid,
             "pipeline_errors": self.pipeline_errors,
             "callback_errors": self.callback_errors,
             "robots_deferred": self.robots_deferred,

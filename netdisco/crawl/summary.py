@@ -44,6 +44,8 @@ def summary(crawler: Crawler) -> dict[str, Any]:
         "items": s.items,
         "items_dropped": s.dropped_items,
         "items_discarded": s.items_discarded,
+        "items_invalid": s.items_invalid,
+        "invalid_fields": dict(s.invalid_fields),
         "feeds": feeds,
         "bytes": s.bytes,
         "seconds": round(elapsed, 3),
@@ -124,7 +126,8 @@ def render(data: dict[str, Any]) -> str:
 
 def _items_lost(data: dict[str, Any]) -> str:
     parts = [f"{data[key]} {key.removeprefix('items_')}"
-             for key in ("items_dropped", "items_discarded") if data[key]]  # fmt: skip
+             for key in ("items_dropped", "items_discarded", "items_invalid")
+             if data.get(key)]  # fmt: skip
     return f" ({', '.join(parts)})" if parts else ""
 
 

@@ -55,8 +55,11 @@ def feed_path(spec: FeedSpec, *, spider: str, engine: str, now: float) -> str:
 class FeedPipeline(Pipeline):
     """Writes a spider's items to one feed; see the module docstring."""
 
-    def __init__(self, spec: FeedSpec, *, spider: str, engine: str) -> None:
+    def __init__(
+        self, spec: FeedSpec, *, spider: str, engine: str, columns: tuple[str, ...] = ()
+    ) -> None:
         self.spec = spec
+        self.columns = spec.fields or columns  # declared, else the item schema's fields
         self.spider = spider
         self.engine = engine
         self.target: str | None = None  # the path, once the template is filled in
@@ -90,11 +93,11 @@ class FeedPipeline(Pipeline):
         if spec.format == "sqlite":
             assert self.target is not None
             return SqliteWriter(
-                self.target, self.spider, fields=spec.fields, overwrite=spec.overwrite
+                self.target, self.spider, fields=self.columns, overwrite=spec.overwrite
             )
         stream, owned = self._stream()
         if spec.format == "csv":
-            fields = list(spec.fields)
+            fields = list(self.columns)
             appending = owned and not spec.overwrite and stream.tell() > 0
             if appending and not fields:
                 assert self.target is not None
@@ -170,13 +173,19 @@ def _reason(exc: BaseException) -> str:
 
 
 def feed_pipelines(
-    specs: tuple[FeedSpec, ...], *, spider: str, engine: str | None, warc_max_size: int = 0
+    specs: tuple[FeedSpec, ...],
+    *,
+    spider: str,
+    engine: str | None,
+    warc_max_size: int = 0,
+    columns: tuple[str, ...] = (),
 ) -> list[FeedPipeline]:
-    """One pipeline per feed of a spider; ``{engine}`` is the host name when None."""
+    """One pipeline per feed of a spider; ``{engine}`` is the host name when None;
+    ``columns`` (the item schema's fields) for CSV and SQLite feeds that declare none."""
     name = engine or socket.gethostname()
     return [
         WarcFeed(spec, spider=spider, engine=name, max_size=warc_max_size)
         if spec.format == "warc"
-        else FeedPipeline(spec, spider=spider, engine=name)
+        else FeedPipeline(spec, spider=spider, engine=name, columns=columns)
         for spec in specs
     ]
