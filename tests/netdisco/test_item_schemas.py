@@ -63,7 +63,8 @@ def test_an_instance_of_a_dataclass_is_checked_too() -> None:
 def test_attrs_validators_and_pydantic_models_speak_for_themselves() -> None:
     assert check({"title": "a", "price": 1.0}, Priced) == (Priced("a", 1.0), [])
     _, problems = check({"title": "a", "price": -1.0}, Priced)
-    assert len(problems) == 1 and "price" in problems[0].reason
+    assert len(problems) == 1
+    assert "price" in problems[0].reason
     item, problems = check({"title": "a", "price": "2.5"}, Model)
     assert (item, problems) == (Model(title="a", price=2.5), [])
     _, problems = check({"price": "x"}, Model)
