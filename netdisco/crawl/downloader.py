@@ -36,6 +36,7 @@ from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.robots import RobotsCache
 from netdisco.crawl.settings import Settings
+from netdisco.crawl.throttle import SLOW_DOWN, Throttle
 from netdisco.crawl.transport import SENT, AiohttpHandler, DownloadHandler, describe, sent_trace
 from netdisco.crawl.urls import canonical_url, origin
 from netdisco.exceptions import (
@@ -73,6 +74,10 @@ class HostErrors:
         """``HostGivenUp`` if the request's host was given up."""
         if (reason := self._given_up.peek(request.host_key)) is not None:
             raise HostGivenUp(reason, url=request.url)
+
+    def row(self, request: Request) -> int:
+        """The host's failures in a row so far: a retry to it backs off that much longer."""
+        return self._row.peek(request.host_key) or 0
 
     def record(self, request: Request, exc: RequestError | None) -> None:
         """One final outcome of a request to its host (``None``: it answered)."""
@@ -125,6 +130,11 @@ class HostSlot:
         changes nothing."""
         return self.users == 0 and not self.waiting and self.next_start <= time.monotonic()
 
+    def rest(self, seconds: float) -> None:
+        """Start nothing for ``seconds`` (a 429, a 503, a failure): the whole host waits,
+        not only the request that was told to."""
+        self.next_start = max(self.next_start, time.monotonic() + seconds)
+
     async def wait_turn(self, delay: float) -> Start | None:
         """Wait until ``delay`` has passed since the previous request went out; the
         returned ``Start`` is called when this one goes out (``None``: no delay).
@@ -135,6 +145,8 @@ class HostSlot:
         host from going out on one deadline.
         """
         if delay <= 0:
+            while (left := self.next_start - time.monotonic()) > 0:  # noqa: ASYNC110 - resting
+                await asyncio.sleep(left)
             return None
         await self.starting.acquire()
         try:
@@ -159,7 +171,7 @@ class Start:
     def __call__(self) -> None:
         if not self.done:
             self.done = True
-            self.slot.next_start = time.monotonic() + self.delay
+            self.slot.next_start = max(self.slot.next_start, time.monotonic() + self.delay)
             self.slot.starting.release()
 
 
@@ -204,6 +216,7 @@ class Downloader:
         self.middlewares = [*first, *build_middlewares(settings, ctx.spider), *last]
         self._slots: LRU[str, HostSlot] = LRU(settings.host_cache_size, HostSlot.idle)
         self.host_errors = HostErrors(settings.host_error_limit, settings.host_cache_size)
+        self.throttle = Throttle(settings)
         self._session: aiohttp.ClientSession | None = None
         self._http: DownloadHandler | None = handler
         self._own_session = handler is None
@@ -284,34 +297,53 @@ class Downloader:
                 retryable = not isinstance(exc, TransferFailed) or exc.retryable
                 if request.attempts > s.retries or not retryable:
                     raise DownloadFailed(describe(exc), url=request.url) from exc
-                delay = self._backoff(request.attempts)
+                delay = self._backoff(request)
             else:
                 if response.status < 400:
                     return response
                 if response.status not in RETRY_STATUSES or request.attempts > s.retries:
+                    self._told_to_wait(request, response)
                     raise HttpStatusError(
                         f"HTTP {response.status}", url=response.url, status=response.status
                     )
-                asked = retry_after(response.headers, s.retry_max_delay)
-                delay = self._backoff(request.attempts) if asked is None else asked
+                delay = self._told_to_wait(request, response)
             self.stats.retried += 1
             await self._retry_later(request, delay)
+
+    def _told_to_wait(self, request: Request, response: Response) -> float:
+        """How long to wait before a retry: the Retry-After asked for, else the backoff.
+        A 429 or 503 rests the whole host that long, retried or not."""
+        if response.status not in RETRY_STATUSES:
+            return 0.0
+        asked = retry_after(response.headers, self.settings.retry_max_delay)
+        delay = self._backoff(request) if asked is None else asked
+        slot = self._slots.peek(request.host_key) if response.status in SLOW_DOWN else None
+        if slot is not None:
+            slot.rest(delay)
+        return delay
 
     async def _retry_later(self, request: Request, delay: float) -> None:
         """Sleep ``delay`` then try again, or, with host queues, hand the retry back.
 
-        A retry here would start on a slot no one reserved; the frontier instead
-        backs the host off for every engine and the request waits its turn there.
+        Either way the whole host rests ``delay``, not only this request. A retry here
+        would start on a slot no one reserved; the frontier instead backs the host off
+        for every engine and the request waits its turn there.
         """
+        host = request.host_key
         if self.reserved_by is None:
+            slot = self._slots.peek(host)
+            if slot is not None:
+                slot.rest(delay)
             await asyncio.sleep(delay)
             return
-        await self.reserved_by.back_off(request, max(delay, self.settings.download_delay))
+        await self.reserved_by.back_off(request, max(delay, self.throttle.delay(host)))
         raise RetryDeferred(f"retry in {delay:.2f} s, from the host queue", url=request.url)
 
-    def _backoff(self, attempt: int) -> float:
-        """Exponential backoff with full jitter around the nominal delay, capped."""
-        nominal = self.settings.retry_backoff * (2 ** (attempt - 1))
+    def _backoff(self, request: Request) -> float:
+        """Exponential backoff with full jitter around the nominal delay, capped; it
+        doubles with each attempt and with each failure in a row of the host before."""
+        exponent = request.attempts - 1 + self.host_errors.row(request)
+        nominal = self.settings.retry_backoff * (2 ** min(exponent, 30))
         jittered: float = nominal * random.uniform(0.5, 1.5)
         return min(jittered, self.settings.retry_max_delay)
 
@@ -332,8 +364,8 @@ class Downloader:
             if count:
                 await self._check_redirect(request, hop, key, claimed)
             await self._check_robots(hop)
-            if count and self.reserved_by is not None:  # our slot's host waits between starts
-                await asyncio.sleep(self.settings.download_delay)
+            if self.reserved_by is not None:
+                await self._reserved_pace(hop, count)
             response = await self.chain(hop)
             if self.reserved_by is not None:  # the host's delay runs from here
                 self.reserved_by.responded(request)
@@ -350,6 +382,16 @@ class Downloader:
         raise TooManyRedirects(
             f"more than {self.settings.max_redirects} redirects", url=request.url
         )
+
+    async def _reserved_pace(self, hop: Request, count: int) -> None:
+        """With host queues: tell them this host's delay and slots (for every engine);
+        a redirect hop waits the delay in our slot, after the hop before."""
+        assert self.reserved_by is not None
+        host = hop.host_key
+        delay = self.throttle.delay(host)
+        await self.reserved_by.pace(host, delay, self.throttle.concurrency(host))
+        if count:
+            await asyncio.sleep(delay)
 
     async def _check_redirect(
         self, request: Request, hop: Request, key: str, claimed: set[str]
@@ -373,9 +415,11 @@ class Downloader:
             raise
         if not allowed:
             raise RobotsDenied("disallowed by robots.txt", url=hop.url)
+        host = hop.host_key
+        self.throttle.crawl_delay(host, self.robots.crawl_delay(hop.url))
         since = time.monotonic() - self.robots.fetched_at(hop.url)
-        if since < self.settings.download_delay:  # robots.txt was a request to the host too
-            await asyncio.sleep(self.settings.download_delay - since)
+        if since < (delay := self.throttle.delay(host)):  # robots.txt was a request there too
+            await asyncio.sleep(delay - since)
 
     def busy(self, host: str, url: str | None = None) -> bool:
         """Whether ``host`` (a netloc) already has ``per_host_concurrency`` requests going,
@@ -392,7 +436,7 @@ class Downloader:
         host = urlsplit(request.url).netloc
         if self._parked_count >= self._park_limit or not self.busy(host, request.url):
             return False
-        slot = self._slot(request.url)
+        slot = self._slot(host)
         slot.waiting.append(request)
         self._parked[host] = slot
         self._parked_count += 1
@@ -422,15 +466,14 @@ class Downloader:
         self._parked_count = 0
         return requests
 
-    def _slot(self, url: str) -> HostSlot:
-        key = urlsplit(url).netloc
-        slot = self._slots.get(key)
+    def _slot(self, host: str) -> HostSlot:
+        slot = self._slots.get(host)
         if slot is None:
-            slot = self._slots.put(key, HostSlot(self.settings.per_host_concurrency))
+            slot = self._slots.put(host, HostSlot(self.throttle.concurrency(host)))
         return slot
 
     @contextlib.asynccontextmanager
-    async def _turn(self, url: str, reports_sent: bool) -> AsyncIterator[None]:
+    async def _turn(self, host: str, reports_sent: bool) -> AsyncIterator[None]:
         """The host's slot and delay here, unless the frontier reserved them already.
 
         ``reports_sent``: the handler says when the request went out (our aiohttp
@@ -439,9 +482,9 @@ class Downloader:
         if self.reserved_by is not None:
             yield
             return
-        slot = self._slot(url)
+        slot = self._slot(host)
         async with slot:
-            start = await slot.wait_turn(self.settings.download_delay)
+            start = await slot.wait_turn(self.throttle.delay(host))
             if start is None:
                 yield
                 return
@@ -461,11 +504,15 @@ class Downloader:
         handler: DownloadHandler = self._http
         if request.render or self.settings.render:
             handler = self._renderer()
-        async with self._turn(request.url, self._own_session and handler is self._http):
+        host = urlsplit(request.url).netloc
+        async with self._turn(host, self._own_session and handler is self._http):
             began = time.monotonic()
             response = await handler.fetch(request)
+        took = time.monotonic() - began
         self.stats.bytes += len(response.body)
-        self.stats.responded(response.status, time.monotonic() - began)
+        self.stats.responded(response.status, took)
+        if self.throttle.enabled:
+            self.throttle.observe(host, took, response.status)
         return response
 
 

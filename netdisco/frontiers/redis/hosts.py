@@ -59,6 +59,11 @@ ACK_WAIT = 0.005
 ROBOTS_LOCK = 30
 #: how many times an add is sent until a replica confirms it (``replication``)
 ADD_TRIES = 5
+#: how long a host's own pace is kept in Redis after its last change (s)
+PACE_TTL = 86_400
+#: the longest delay written for a host (s), and how many hosts' paces we remember
+PACE_MAX = 86_400.0
+PACE_HOSTS = 100_000
 
 
 class HostQueueFrontier(RedisFrontier[R]):
@@ -88,6 +93,7 @@ class HostQueueFrontier(RedisFrontier[R]):
         self._host_done = self._redis.register_script(HOST_DONE_LUA)
         self._delay_us = 0
         self._per_host = 8
+        self._paces: dict[str, tuple[int, int]] = {}  # host -> its pace as last written
         self._taking = asyncio.Lock()
         self._wanting = 0  # workers in take(): a take asks Redis for one each
         self._ended: dict[str, float] = {}  # id -> when its response ended (monotonic)
@@ -105,6 +111,21 @@ class HostQueueFrontier(RedisFrontier[R]):
             raise ConfigError("per_host_concurrency", f"must be at least 1, not {per_host!r}")
         self._delay_us = round(delay * 1_000_000)
         self._per_host = 1 if self._delay_us else per_host
+
+    async def pace(self, host: str, delay: float, per_host: int) -> None:
+        """Write a host's own delay and slots where the scripts read them, when they
+        moved by more than a tenth (autothrottle moves a little with every answer)."""
+        delay_us = round(min(max(delay, 0.0), PACE_MAX) * 1_000_000)
+        slots = 1 if delay_us else max(per_host, 1)
+        known_us, known_slots = self._paces.get(host, (self._delay_us, self._per_host))
+        if slots == known_slots and abs(delay_us - known_us) <= known_us / 10:
+            return
+        if len(self._paces) >= PACE_HOSTS:  # bounded: writing again is harmless
+            self._paces.clear()
+        self._paces[host] = (delay_us, slots)
+        key = self.shard_keys[self._shard(host)].pace(host)
+        await self._call(lambda: self._redis.hset(key, mapping={"d": delay_us, "c": slots}))
+        await self._call(lambda: self._redis.expire(key, PACE_TTL))
 
     def responded(self, request: R) -> None:
         """The whole response is here: the host's delay runs from now, not from the ack."""
