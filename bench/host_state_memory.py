@@ -10,6 +10,7 @@ cache, then prints what each holds.
 from __future__ import annotations
 
 import argparse
+import functools
 import tracemalloc
 
 from protego import Protego
@@ -19,6 +20,7 @@ from netdisco.crawl.lru import LRU
 from netdisco.crawl.robots import _Origin
 from netdisco.crawl.scheduler import Scope
 from netdisco.crawl.settings import Settings
+from netdisco.crawl.throttle import Throttle
 
 ROBOTS = "User-agent: *\nDisallow: /private/\nDisallow: /admin/\nAllow: /public/\nCrawl-delay: 1\n"
 
@@ -32,8 +34,11 @@ def measure(hosts: int) -> dict[str, float]:
         scope.reason(f"http://h{n}.links.test/", f"h{n}.links.test")
     after_scope = tracemalloc.get_traced_memory()[0]
     slots: LRU[str, HostSlot] = LRU(s.host_cache_size, HostSlot.idle)
+    throttle = Throttle(s)
     for n in range(hosts):
-        slots.put(f"h{n}.links.test:80", HostSlot(s.per_host_concurrency))
+        host = f"h{n}.links.test:80"
+        delay = functools.partial(throttle.delay, host)  # as the downloader makes them
+        slots.put(host, HostSlot(s.per_host_concurrency, delay))
     after_slots = tracemalloc.get_traced_memory()[0]
     robots: LRU[str, _Origin] = LRU(s.robots_cache_size, _Origin.idle)
     for n in range(s.robots_cache_size * 2):

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
@@ -104,9 +105,10 @@ class HostSlot:
     """Politeness for one host: how many requests at once, when the next may start, and
     the requests set aside until it has room (``Downloader.park``)."""
 
-    __slots__ = ("next_start", "semaphore", "starting", "users", "waiting")
+    __slots__ = ("delay", "next_start", "semaphore", "starting", "users", "waiting")
 
-    def __init__(self, concurrency: int) -> None:
+    def __init__(self, concurrency: int, delay: Callable[[], float]) -> None:
+        self.delay = delay  # the host's delay now (``Throttle.delay``): it may change
         self.semaphore = asyncio.Semaphore(concurrency)
         self.starting = asyncio.Lock()  # one request at a time waits out the delay
         self.next_start = 0.0
@@ -135,16 +137,17 @@ class HostSlot:
         not only the request that was told to."""
         self.next_start = max(self.next_start, time.monotonic() + seconds)
 
-    async def wait_turn(self, delay: float) -> Start | None:
-        """Wait until ``delay`` has passed since the previous request went out; the
-        returned ``Start`` is called when this one goes out (``None``: no delay).
+    async def wait_turn(self) -> Start | None:
+        """Wait until the host's delay has passed since the previous request went out;
+        the returned ``Start`` is called when this one goes out (``None``: no delay).
 
         The next start is counted from the moment a request really starts, not booked
         ahead: booked times let sleepers that a stalled loop wakes together start
         together. The lock, held until the request is sent, keeps two waiters of one
-        host from going out on one deadline.
+        host from going out on one deadline. The delay is read when it is due, not
+        when the wait began: autothrottle may have changed it meanwhile.
         """
-        if delay <= 0:
+        if self.delay() <= 0:
             while (left := self.next_start - time.monotonic()) > 0:  # noqa: ASYNC110 - resting
                 await asyncio.sleep(left)
             return None
@@ -155,23 +158,24 @@ class HostSlot:
         except BaseException:
             self.starting.release()
             raise
-        self.next_start = time.monotonic() + delay  # until the handler says when it sent
-        return Start(self, delay)
+        self.next_start = time.monotonic() + self.delay()  # until the handler says it sent
+        return Start(self)
 
 
 class Start:
     """One request's start on its host: called when it goes out (at the latest when its
     download ends), it counts the host's delay from then and lets the next one wait."""
 
-    __slots__ = ("delay", "done", "slot")
+    __slots__ = ("done", "slot")
 
-    def __init__(self, slot: HostSlot, delay: float) -> None:
-        self.slot, self.delay, self.done = slot, delay, False
+    def __init__(self, slot: HostSlot) -> None:
+        self.slot, self.done = slot, False
 
     def __call__(self) -> None:
         if not self.done:
             self.done = True
-            self.slot.next_start = max(self.slot.next_start, time.monotonic() + self.delay)
+            slot = self.slot
+            slot.next_start = max(slot.next_start, time.monotonic() + slot.delay())
             self.slot.starting.release()
 
 
@@ -365,7 +369,7 @@ class Downloader:
                 await self._check_redirect(request, hop, key, claimed)
             await self._check_robots(hop)
             if self.reserved_by is not None:
-                await self._reserved_pace(hop, count)
+                await self._reserved_pace(request, hop, count)
             response = await self.chain(hop)
             if self.reserved_by is not None:  # the host's delay runs from here
                 self.reserved_by.responded(request)
@@ -383,15 +387,20 @@ class Downloader:
             f"more than {self.settings.max_redirects} redirects", url=request.url
         )
 
-    async def _reserved_pace(self, hop: Request, count: int) -> None:
+    async def _reserved_pace(self, request: Request, hop: Request, count: int) -> None:
         """With host queues: tell them this host's delay and slots (for every engine);
-        a redirect hop waits the delay in our slot, after the hop before."""
+        a redirect hop waits the delay in our slot, after the hop before. A first hop
+        whose slot was reserved under a looser pace goes back to wait its turn."""
         assert self.reserved_by is not None
         host = hop.host_key
         delay = self.throttle.delay(host)
-        await self.reserved_by.pace(host, delay, self.throttle.concurrency(host))
+        stricter = await self.reserved_by.pace(request, delay, self.throttle.concurrency(host))
         if count:
             await asyncio.sleep(delay)
+        elif stricter:
+            request.attempts -= 1  # not an attempt: nothing was sent
+            await self.reserved_by.back_off(request, delay)
+            raise RetryDeferred("the host's pace changed: back to its queue", url=request.url)
 
     async def _check_redirect(
         self, request: Request, hop: Request, key: str, claimed: set[str]
@@ -469,7 +478,8 @@ class Downloader:
     def _slot(self, host: str) -> HostSlot:
         slot = self._slots.get(host)
         if slot is None:
-            slot = self._slots.put(host, HostSlot(self.throttle.concurrency(host)))
+            delay = functools.partial(self.throttle.delay, host)
+            slot = self._slots.put(host, HostSlot(self.throttle.concurrency(host), delay))
         return slot
 
     @contextlib.asynccontextmanager
@@ -484,7 +494,7 @@ class Downloader:
             return
         slot = self._slot(host)
         async with slot:
-            start = await slot.wait_turn(self.throttle.delay(host))
+            start = await slot.wait_turn()
             if start is None:
                 yield
                 return

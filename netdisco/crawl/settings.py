@@ -186,6 +186,11 @@ def _age_check(age: Any) -> str | None:
     return None if ok else f"must be a positive duration in seconds, got {age!r}"
 
 
+def _host_rule(rule: Any) -> str | None:
+    ok = isinstance(rule, HostRule)
+    return None if ok else f"expected rows of parse_hosts (or Settings.replace), got {rule!r}"
+
+
 def _delay_check(value: Any) -> str | None:
     return non_negative(value) or (
         None if value <= MAX_HOST_DELAY else f"must be at most {MAX_HOST_DELAY:g} s"
@@ -260,6 +265,7 @@ class Settings(Section):
         "host -> {download_delay, per_host_concurrency} table: a host's own politeness "
         "(JSON with -s; a host without a port matches every port)",
         parse=parse_hosts,
+        check=each(_host_rule),
     )
     autothrottle: bool = _field(
         False, "politeness", "adapt each host's delay to its latency (Scrapy's AutoThrottle)"

@@ -178,9 +178,12 @@ class Frontier(abc.ABC, Generic[R]):
         """The crawl's ``download_delay`` and ``per_host_concurrency``. Default: ignored,
         the crawl keeps them itself."""
 
-    async def pace(self, host: str, delay: float, per_host: int) -> None:
-        """``host``'s own delay and slots now (a ``hosts`` row, its Crawl-delay,
-        autothrottle), for every engine. Default: ignored, the crawl keeps them itself."""
+    async def pace(self, request: R, delay: float, per_host: int) -> bool:
+        """The delay and slots of the taken ``request``'s host now (a ``hosts`` row, its
+        Crawl-delay, autothrottle), for every engine; say if its slot was reserved under
+        a looser pace (then it goes back to wait its turn: ``back_off``).
+        Default: ignored, the crawl keeps them itself."""
+        return False
 
     def responded(self, request: R) -> None:
         """The response to a taken ``request`` has fully arrived (its host's delay runs).
