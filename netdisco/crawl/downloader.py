@@ -306,7 +306,8 @@ class Downloader:
                 if response.status < 400:
                     return response
                 if response.status not in RETRY_STATUSES or request.attempts > s.retries:
-                    self._told_to_wait(request, response)
+                    if response.status in SLOW_DOWN:  # not retried, but the host was told
+                        self._rest(request, self._told_to_wait(request, response))
                     raise HttpStatusError(
                         f"HTTP {response.status}", url=response.url, status=response.status
                     )
@@ -315,16 +316,15 @@ class Downloader:
             await self._retry_later(request, delay)
 
     def _told_to_wait(self, request: Request, response: Response) -> float:
-        """How long to wait before a retry: the Retry-After asked for, else the backoff.
-        A 429 or 503 rests the whole host that long, retried or not."""
-        if response.status not in RETRY_STATUSES:
-            return 0.0
+        """How long to wait before a retry: the Retry-After asked for, else the backoff."""
         asked = retry_after(response.headers, self.settings.retry_max_delay)
-        delay = self._backoff(request) if asked is None else asked
-        slot = self._slots.peek(request.host_key) if response.status in SLOW_DOWN else None
+        return self._backoff(request) if asked is None else asked
+
+    def _rest(self, request: Request, delay: float) -> None:
+        """The whole host waits ``delay`` (a 429, a 503, a failure), not only ``request``."""
+        slot = self._slots.peek(request.host_key)
         if slot is not None:
             slot.rest(delay)
-        return delay
 
     async def _retry_later(self, request: Request, delay: float) -> None:
         """Sleep ``delay`` then try again, or, with host queues, hand the retry back.
@@ -333,14 +333,12 @@ class Downloader:
         would start on a slot no one reserved; the frontier instead backs the host off
         for every engine and the request waits its turn there.
         """
-        host = request.host_key
         if self.reserved_by is None:
-            slot = self._slots.peek(host)
-            if slot is not None:
-                slot.rest(delay)
+            self._rest(request, delay)
             await asyncio.sleep(delay)
             return
-        await self.reserved_by.back_off(request, max(delay, self.throttle.delay(host)))
+        delay = max(delay, self.throttle.delay(request.host_key))
+        await self.reserved_by.back_off(request, delay)
         raise RetryDeferred(f"retry in {delay:.2f} s, from the host queue", url=request.url)
 
     def _backoff(self, request: Request) -> float:

@@ -126,14 +126,14 @@ async def test_autothrottle_holds_a_loaded_site_near_the_target() -> None:
             Pages(b, pages=40),
             autothrottle=True,
             autothrottle_target_concurrency=2,
-            autothrottle_start_delay=0.05,
+            autothrottle_start_delay=0.01,  # as is, it would overload the site
             **wide,
         )
     assert len(plain.refused) >= 10  # the site is one that load hurts
     loads = [load for _, _, load in adaptive.arrivals]
     assert crawler.stats.succeeded == 40
     assert len(adaptive.refused) <= 1  # error rate near zero
-    assert sum(loads) / len(loads) <= 3.0  # near the target of 2
+    assert 1.5 <= sum(loads) / len(loads) <= 3.0  # near the target of 2
     assert max(loads) <= 6
 
 
