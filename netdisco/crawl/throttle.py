@@ -15,7 +15,6 @@ crawl), which also rest the whole host after a 429, a 503 or a failure.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from ada_url import URL
 from netdisco.crawl.lru import LRU
 from netdisco.crawl.urls import check_url
 from netdisco.exceptions import ConfigError
+from netdisco.values import parse_table
 
 if TYPE_CHECKING:
     from netdisco.crawl.settings import Settings
@@ -49,15 +49,9 @@ class HostRule:
 
 def parse_hosts(key: str, value: Any) -> tuple[HostRule, ...]:
     """The ``hosts`` setting: a table of host -> options (or its JSON text), or rules."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError as exc:
-            raise ConfigError(key, f"expected a JSON object of host -> options: {exc}") from None
     if isinstance(value, tuple | list) and all(isinstance(v, HostRule) for v in value):
         return tuple(value)
-    if not isinstance(value, Mapping):
-        raise ConfigError(key, f"expected a table of host -> options, got {value!r}")
+    value = parse_table(key, value, "host -> options")
     if len(value) > MAX_HOST_RULES:
         raise ConfigError(key, f"at most {MAX_HOST_RULES:,} hosts, got {len(value):,}")
     rules = [_rule(f"{key}.{name}", name, options) for name, options in value.items()]
