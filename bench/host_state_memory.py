@@ -10,7 +10,6 @@ cache, then prints what each holds.
 from __future__ import annotations
 
 import argparse
-import functools
 import tracemalloc
 
 from protego import Protego
@@ -37,8 +36,7 @@ def measure(hosts: int) -> dict[str, float]:
     throttle = Throttle(s)
     for n in range(hosts):
         host = f"h{n}.links.test:80"
-        delay = functools.partial(throttle.delay, host)  # as the downloader makes them
-        slots.put(host, HostSlot(s.per_host_concurrency, delay))
+        slots.put(host, HostSlot(host, throttle))
     after_slots = tracemalloc.get_traced_memory()[0]
     robots: LRU[str, _Origin] = LRU(s.robots_cache_size, _Origin.idle)
     for n in range(s.robots_cache_size * 2):

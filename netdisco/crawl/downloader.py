@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import random
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
@@ -105,11 +104,11 @@ class HostSlot:
     """Politeness for one host: how many requests at once, when the next may start, and
     the requests set aside until it has room (``Downloader.park``)."""
 
-    __slots__ = ("delay", "next_start", "semaphore", "starting", "users", "waiting")
+    __slots__ = ("host", "next_start", "semaphore", "starting", "throttle", "users", "waiting")
 
-    def __init__(self, concurrency: int, delay: Callable[[], float]) -> None:
-        self.delay = delay  # the host's delay now (``Throttle.delay``): it may change
-        self.semaphore = asyncio.Semaphore(concurrency)
+    def __init__(self, host: str, throttle: Throttle) -> None:
+        self.host, self.throttle = host, throttle  # its delay may change: asked each time
+        self.semaphore = asyncio.Semaphore(throttle.concurrency(host))
         self.starting = asyncio.Lock()  # one request at a time waits out the delay
         self.next_start = 0.0
         self.users = 0  # requests holding or waiting for the semaphore
@@ -131,6 +130,10 @@ class HostSlot:
         """Nobody uses it or waits for it, and its delay has run out: forgetting it
         changes nothing."""
         return self.users == 0 and not self.waiting and self.next_start <= time.monotonic()
+
+    def delay(self) -> float:
+        """The host's delay now (``Throttle.delay``)."""
+        return self.throttle.delay(self.host)
 
     def rest(self, seconds: float) -> None:
         """Start nothing for ``seconds`` (a 429, a 503, a failure): the whole host waits,
@@ -476,8 +479,7 @@ class Downloader:
     def _slot(self, host: str) -> HostSlot:
         slot = self._slots.get(host)
         if slot is None:
-            delay = functools.partial(self.throttle.delay, host)
-            slot = self._slots.put(host, HostSlot(self.throttle.concurrency(host), delay))
+            slot = self._slots.put(host, HostSlot(host, self.throttle))
         return slot
 
     @contextlib.asynccontextmanager
