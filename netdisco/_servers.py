@@ -63,6 +63,7 @@ class ServerProcess:
     name = "server"
 
     def __init__(self, data_dir: Path | None, prefix: str) -> None:
+        self._owns_dir = data_dir is None  # a temporary directory, removed by close()
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix=prefix))
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.host = "127.0.0.1"
@@ -110,12 +111,18 @@ class ServerProcess:
         time.sleep(downtime)
         self.start()
 
+    def close(self) -> None:
+        """Stop for good: the temporary data directory this object made goes too."""
+        self.stop()
+        if self._owns_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
     def __enter__(self) -> Self:
         self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self.close()
 
 
 class ZooKeeperServer(ServerProcess):

@@ -1,5 +1,5 @@
 """The ``netdisco`` command: ``crawl`` one spider standalone (``engine`` runs many), ``parse``
-one page with a spider, ``new`` spider from a template."""
+one page with a spider, ``shell`` to try selectors on a page, ``new`` spider from a template."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from netdisco.crawl.loader import load_spider
 from netdisco.crawl.pipelines import json_line, to_jsonable
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
-from netdisco.crawl.summary import render, summary
+from netdisco.crawl.summary import broken_thresholds, parse_threshold, render, summary
 from netdisco.crawl.templates import TEMPLATES
 from netdisco.crawl.templates import render as render_template
 from netdisco.exceptions import ConfigError, NetdiscoError, StateDirError
@@ -80,6 +80,7 @@ def spider_and_settings(args: argparse.Namespace) -> tuple[Spider, Settings]:
 
 
 async def _crawl(args: argparse.Namespace) -> int:
+    thresholds = dict(parse_threshold(pair) for pair in args.fail_on)
     spider, settings = spider_and_settings(args)
     feeds = cli_feeds(args)
     if feeds:
@@ -96,7 +97,8 @@ async def _crawl(args: argparse.Namespace) -> int:
         print(f"netdisco: error: {crawler.failure}", file=sys.stderr)
         return 2
     report = summary(crawler)
-    code = crawl_exit_code(crawler, signals)
+    report["failed_checks"] = broken_thresholds(report, thresholds)
+    code = crawl_exit_code(crawler, signals) or (1 if report["failed_checks"] else 0)
     # the command's answer, not a log line: shown at every --log-level
     text = json.dumps({"event": "crawl_summary", "exit_code": code, **report})
     print(text if args.log_json_effective else render(report), file=sys.stderr)
@@ -140,8 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"netdisco {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     after = _global_options(False)
-    for add in (_add_crawl_parser, _add_parse_parser, _add_new_parser, _add_engine_parser,
-                _add_demo_parser):  # fmt: skip
+    for add in (_add_crawl_parser, _add_parse_parser, _add_shell_parser, _add_new_parser,
+                _add_engine_parser, _add_demo_parser):  # fmt: skip
         add(commands, after)
     return parser
 
@@ -152,10 +154,15 @@ def _add_crawl_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         help="run one spider standalone",
         parents=[common],
         description="Exit status: 0 when pages were fetched and the crawl finished, 1 when "
-        "the spider failed or no page succeeded, 2 on bad usage, 128 + the signal that "
-        "stopped it (130: Ctrl-C).",
+        "the spider failed, no page succeeded or a --fail-on threshold was crossed, 2 on "
+        "bad usage, 128 + the signal that stopped it (130: Ctrl-C).",
     )
     crawl.add_argument("spider", help="FILE.py:Class or module:Class")
+    crawl.add_argument(
+        "--fail-on", action="append", default=[], metavar="NAME=VALUE",
+        help="exit 1 past a threshold (repeatable): error_ratio=0.1 (failed pages over "
+        "pages tried), errors=N (failed pages), min_items=N, min_pages=N",
+    )  # fmt: skip
     _add_feed_options(crawl)
     _add_spider_options(crawl)
     crawl.set_defaults(func=_crawl)
@@ -252,6 +259,41 @@ def _page_lines(page: Any, *, as_json: bool) -> list[str]:
     text += [f"request  {r.url} -> {getattr(r.callback, '__name__', 'parse')}"
              for r in page.requests]  # fmt: skip
     return text + ([f"error    {page.error}"] if page.error else [])
+
+
+def _add_shell_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    shell = commands.add_parser(
+        "shell",
+        help="an interactive console with a fetched page, to try selectors on",
+        parents=[common],
+        description="Fetches URL (if given) through the spider's downloader (settings, "
+        "middleware, robots.txt) and opens a console (IPython when installed) with "
+        "response, request, fetch(url), view(response), spider and settings.",
+    )
+    shell.add_argument("url", nargs="?", help="the page to fetch first")
+    shell.add_argument(
+        "--spider", default="netdisco:Spider", help="FILE.py:Class or module:Class whose "
+        "settings and middleware apply (default: a plain Spider)",
+    )  # fmt: skip
+    shell.add_argument("--plain", action="store_true", help="Python's console, not IPython")
+    _add_spider_options(shell)
+    shell.set_defaults(func=_shell)
+
+
+async def _shell(args: argparse.Namespace) -> int:
+    """Open the console; the fetches run on a loop of their own (netdisco.crawl.shell)."""
+    from netdisco.crawl.shell import Shell, interact  # only this command needs it
+
+    spider, settings = spider_and_settings(args)
+
+    def session() -> None:
+        with Shell(spider, settings) as shell:
+            if args.url:
+                shell.fetch(args.url)
+            interact(shell, plain=args.plain)
+
+    await asyncio.to_thread(session)
+    return 0
 
 
 def _add_new_parser(commands: Any, common: argparse.ArgumentParser) -> None:

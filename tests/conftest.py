@@ -21,7 +21,7 @@ def zk_server() -> Iterator[ZooKeeperServer]:
     server = ZooKeeperServer()
     server.start()
     yield server
-    server.stop()
+    server.close()
 
 
 @pytest.fixture

@@ -165,7 +165,7 @@ def servers(
         wait_port("127.0.0.1", port)
         yield Servers(port, zk_server.hosts, f"{redis.host}:{redis.port}")
     finally:
-        redis.stop()
+        redis.close()
         site.terminate()
         site.wait(10)
 

@@ -10,6 +10,8 @@ memory frontier (a ``state_dir`` is left untouched).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,28 +43,36 @@ def callback_of(spider: Spider, name: str | None) -> Any:
     return method
 
 
+@asynccontextmanager
+async def quiet_crawler(spider: Spider, settings: Settings) -> AsyncIterator[Crawler]:
+    """A crawler whose downloader is open and that writes nothing (see the module
+    docstring); ``netdisco parse`` and ``netdisco shell`` fetch through it."""
+    quiet = settings.replace(feeds=(), state_dir=None, frontier="memory", recrawl="always",
+                             age=None, progress_interval=0)  # fmt: skip
+    crawler = Crawler(spider, quiet)
+    await crawler.frontier.open()
+    await crawler.downloader.open()
+    try:
+        yield crawler
+    finally:
+        await crawler.downloader.close()
+        await crawler.frontier.close()
+
+
 async def parse_url(
     spider: Spider, settings: Settings, url: str, *, callback: str | None = None, depth: int = 1
 ) -> list[Page]:
     """The pages parsed from ``url`` down to ``depth`` levels; see the module docstring."""
-    quiet = settings.replace(feeds=(), state_dir=None, frontier="memory", recrawl="always",
-                             age=None, progress_interval=0)  # fmt: skip
-    crawler = Crawler(spider, quiet)
-    items: list[Any] = []
-    crawler.items.subscribe(on_next=items.append)
-    await crawler.frontier.open()
-    await crawler.downloader.open()
     pages: list[Page] = []
-    try:
+    async with quiet_crawler(spider, settings) as crawler:
+        items: list[Any] = []
+        crawler.items.subscribe(on_next=items.append)
         level = [Request(url, callback=callback_of(spider, callback))]
         await crawler.frontier.claim(level)  # a link back to it is not fetched again
         for step in range(depth):
             for request in level:
                 pages.append(await _parse_one(crawler, request, items))
             level = await _admitted(crawler) if step + 1 < depth else []
-    finally:
-        await crawler.downloader.close()
-        await crawler.frontier.close()
     return pages
 
 

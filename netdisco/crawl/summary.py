@@ -9,7 +9,10 @@ the whole run, not the progress line's last minute.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
+
+from netdisco.exceptions import ConfigError
 
 if TYPE_CHECKING:
     from netdisco.crawl.crawler import Crawler
@@ -52,6 +55,49 @@ def summary(crawler: Crawler) -> dict[str, Any]:
     }
 
 
+#: ``--fail-on NAME=VALUE``: what each threshold measures in a summary, and whether a
+#: crawl fails when the figure is above the value (True) or below it (False).
+def _error_ratio(data: dict[str, Any]) -> float:
+    pages = data["pages"]
+    return float(pages["failed"]) / float(max(pages["ok"] + pages["failed"], 1))
+
+
+THRESHOLDS: dict[str, tuple[Callable[[dict[str, Any]], float], bool]] = {
+    "error_ratio": (_error_ratio, True),
+    "errors": (lambda d: d["pages"]["failed"], True),
+    "min_items": (lambda d: d["items"], False),
+    "min_pages": (lambda d: d["pages"]["ok"], False),
+}  # fmt: skip
+
+
+def parse_threshold(pair: str) -> tuple[str, float]:
+    """``NAME=VALUE`` of ``--fail-on``, checked: a known name, a finite number >= 0
+    (a ratio at most 1)."""
+    name, sep, text = pair.partition("=")
+    if not sep or name not in THRESHOLDS:
+        raise ConfigError("--fail-on", f"expected NAME=VALUE with NAME one of "
+                          f"{', '.join(THRESHOLDS)}, got {pair!r}")  # fmt: skip
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf") or (name == "error_ratio" and value > 1):
+        raise ConfigError("--fail-on", f"{name}: expected a number >= 0, got {text!r}")
+    return name, value
+
+
+def broken_thresholds(data: dict[str, Any], thresholds: Mapping[str, float]) -> list[str]:
+    """The ``--fail-on`` thresholds a summary breaks, each said as a reader would."""
+    broken = []
+    for name, limit in thresholds.items():
+        measure, above = THRESHOLDS[name]
+        figure = measure(data)
+        if figure > limit if above else figure < limit:
+            said = "above" if above else "below"
+            broken.append(f"{name} {round(figure, 3):g} {said} {limit:g}")
+    return broken
+
+
 def render(data: dict[str, Any]) -> str:
     """``summary``'s mapping as a few readable lines (no line longer than it must be)."""
     pages = data["pages"]
@@ -67,6 +113,8 @@ def render(data: dict[str, Any]) -> str:
     if data["errors"]:
         kinds = ", ".join(f"{kind} x{count}" for kind, count in data["errors"].items())
         lines.append(f"  errors   {kinds}")
+    if data.get("failed_checks"):
+        lines.append(f"  fail-on  {'; '.join(data['failed_checks'])}")
     lines += [
         f"Stored {feed['format']} feed ({feed['items']} items) in {feed['path']}"
         for feed in data["feeds"]

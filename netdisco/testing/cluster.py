@@ -116,4 +116,5 @@ class RedisClusterServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop()
+        for node in self.nodes:
+            node.close()

@@ -26,7 +26,7 @@ def redis_server() -> Iterator[RedisServer]:
     server = RedisServer()
     server.start()
     yield server
-    server.stop()
+    server.close()
 
 
 @pytest.fixture

@@ -56,6 +56,22 @@ async def test_a_site_that_is_down_exits_1_and_says_why(tmp_path: Path) -> None:
     assert report["errors"] == {"ClientConnectorError": 1}
 
 
+async def test_fail_on_thresholds_exit_1_and_say_which(site: Site, tmp_path: Path) -> None:
+    env = _env(LOCAL_SITE_URL=site.url("/shop/"))
+    args = ("crawl", CATALOGUE, "-O", str(tmp_path / "i.jsonl"), "-s", "max_pages=4",
+            "--log-json", "--fail-on", "error_ratio=0.5", "--fail-on", "min_pages=4")  # fmt: skip
+    code, _, err = await run_cli(*args, env=env)
+    assert (code, _summary(err)["failed_checks"]) == (0, []), err
+    code, _, err = await run_cli(*args, "--fail-on", "min_items=1000", env=env)
+    report = _summary(err)
+    assert (code, report["exit_code"]) == (1, 1), err
+    assert report["failed_checks"] == [f"min_items {report['items']} below 1000"]
+    for bad in ("bogus=1", "error_ratio=2", "errors=-1", "errors=nan", "min_items"):
+        code, _, err = await run_cli("crawl", CATALOGUE, "--fail-on", bad, env=env)
+        assert code == 2, (bad, err)
+        assert "--fail-on" in err, err
+
+
 async def test_the_json_summary_names_each_feed_and_its_count(site: Site, tmp_path: Path) -> None:
     jsonl, csv = tmp_path / "items.jsonl", tmp_path / "items.csv"
     env = _env(LOCAL_SITE_URL=site.url("/shop/"))

@@ -91,6 +91,7 @@ def own_zk() -> Iterator[ZooKeeperServer]:
     server = ZooKeeperServer()
     yield server
     server.stop(signal.SIGKILL)
+    server.close()
 
 
 @pytest.fixture
