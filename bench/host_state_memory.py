@@ -19,6 +19,7 @@ from netdisco.crawl.lru import LRU
 from netdisco.crawl.robots import _Origin
 from netdisco.crawl.scheduler import Scope
 from netdisco.crawl.settings import Settings
+from netdisco.crawl.throttle import Throttle
 
 ROBOTS = "User-agent: *\nDisallow: /private/\nDisallow: /admin/\nAllow: /public/\nCrawl-delay: 1\n"
 
@@ -32,8 +33,10 @@ def measure(hosts: int) -> dict[str, float]:
         scope.reason(f"http://h{n}.links.test/", f"h{n}.links.test")
     after_scope = tracemalloc.get_traced_memory()[0]
     slots: LRU[str, HostSlot] = LRU(s.host_cache_size, HostSlot.idle)
+    throttle = Throttle(s)
     for n in range(hosts):
-        slots.put(f"h{n}.links.test:80", HostSlot(s.per_host_concurrency))
+        host = f"h{n}.links.test:80"
+        slots.put(host, HostSlot(host, throttle))
     after_slots = tracemalloc.get_traced_memory()[0]
     robots: LRU[str, _Origin] = LRU(s.robots_cache_size, _Origin.idle)
     for n in range(s.robots_cache_size * 2):

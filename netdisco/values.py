@@ -185,6 +185,18 @@ def field_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+def parse_table(key: str, value: Any, what: str) -> Mapping[Any, Any]:
+    """A table of ``what`` (TOML, a mapping), or its JSON text (``-s``, the environment)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise ConfigError(key, f"expected a JSON object of {what}: {exc}") from None
+    if not isinstance(value, Mapping):
+        raise ConfigError(key, f"expected a table of {what}, got {value!r}")
+    return value
+
+
 def check_keys(section: str, table: Mapping[str, Any], known: typing.Iterable[str]) -> None:
     """Refuse keys a section does not have, naming the first and listing the known."""
     allowed = sorted(known)

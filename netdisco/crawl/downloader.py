@@ -36,6 +36,7 @@ from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.robots import RobotsCache
 from netdisco.crawl.settings import Settings
+from netdisco.crawl.throttle import SLOW_DOWN, Throttle
 from netdisco.crawl.transport import SENT, AiohttpHandler, DownloadHandler, describe, sent_trace
 from netdisco.crawl.urls import canonical_url, origin
 from netdisco.exceptions import (
@@ -74,6 +75,10 @@ class HostErrors:
         if (reason := self._given_up.peek(request.host_key)) is not None:
             raise HostGivenUp(reason, url=request.url)
 
+    def row(self, request: Request) -> int:
+        """The host's failures in a row so far: a retry to it backs off that much longer."""
+        return self._row.peek(request.host_key) or 0
+
     def record(self, request: Request, exc: RequestError | None) -> None:
         """One final outcome of a request to its host (``None``: it answered)."""
         host = request.host_key
@@ -99,10 +104,11 @@ class HostSlot:
     """Politeness for one host: how many requests at once, when the next may start, and
     the requests set aside until it has room (``Downloader.park``)."""
 
-    __slots__ = ("next_start", "semaphore", "starting", "users", "waiting")
+    __slots__ = ("host", "next_start", "semaphore", "starting", "throttle", "users", "waiting")
 
-    def __init__(self, concurrency: int) -> None:
-        self.semaphore = asyncio.Semaphore(concurrency)
+    def __init__(self, host: str, throttle: Throttle) -> None:
+        self.host, self.throttle = host, throttle  # its delay may change: asked each time
+        self.semaphore = asyncio.Semaphore(throttle.concurrency(host))
         self.starting = asyncio.Lock()  # one request at a time waits out the delay
         self.next_start = 0.0
         self.users = 0  # requests holding or waiting for the semaphore
@@ -125,16 +131,28 @@ class HostSlot:
         changes nothing."""
         return self.users == 0 and not self.waiting and self.next_start <= time.monotonic()
 
-    async def wait_turn(self, delay: float) -> Start | None:
-        """Wait until ``delay`` has passed since the previous request went out; the
-        returned ``Start`` is called when this one goes out (``None``: no delay).
+    def delay(self) -> float:
+        """The host's delay now (``Throttle.delay``)."""
+        return self.throttle.delay(self.host)
+
+    def rest(self, seconds: float) -> None:
+        """Start nothing for ``seconds`` (a 429, a 503, a failure): the whole host waits,
+        not only the request that was told to."""
+        self.next_start = max(self.next_start, time.monotonic() + seconds)
+
+    async def wait_turn(self) -> Start | None:
+        """Wait until the host's delay has passed since the previous request went out;
+        the returned ``Start`` is called when this one goes out (``None``: no delay).
 
         The next start is counted from the moment a request really starts, not booked
         ahead: booked times let sleepers that a stalled loop wakes together start
         together. The lock, held until the request is sent, keeps two waiters of one
-        host from going out on one deadline.
+        host from going out on one deadline. The delay is read when it is due, not
+        when the wait began: autothrottle may have changed it meanwhile.
         """
-        if delay <= 0:
+        if self.delay() <= 0:
+            while (left := self.next_start - time.monotonic()) > 0:  # noqa: ASYNC110 - resting
+                await asyncio.sleep(left)
             return None
         await self.starting.acquire()
         try:
@@ -143,23 +161,24 @@ class HostSlot:
         except BaseException:
             self.starting.release()
             raise
-        self.next_start = time.monotonic() + delay  # until the handler says when it sent
-        return Start(self, delay)
+        self.next_start = time.monotonic() + self.delay()  # until the handler says it sent
+        return Start(self)
 
 
 class Start:
     """One request's start on its host: called when it goes out (at the latest when its
     download ends), it counts the host's delay from then and lets the next one wait."""
 
-    __slots__ = ("delay", "done", "slot")
+    __slots__ = ("done", "slot")
 
-    def __init__(self, slot: HostSlot, delay: float) -> None:
-        self.slot, self.delay, self.done = slot, delay, False
+    def __init__(self, slot: HostSlot) -> None:
+        self.slot, self.done = slot, False
 
     def __call__(self) -> None:
         if not self.done:
             self.done = True
-            self.slot.next_start = time.monotonic() + self.delay
+            slot = self.slot
+            slot.next_start = max(slot.next_start, time.monotonic() + slot.delay())
             self.slot.starting.release()
 
 
@@ -204,6 +223,7 @@ class Downloader:
         self.middlewares = [*first, *build_middlewares(settings, ctx.spider), *last]
         self._slots: LRU[str, HostSlot] = LRU(settings.host_cache_size, HostSlot.idle)
         self.host_errors = HostErrors(settings.host_error_limit, settings.host_cache_size)
+        self.throttle = Throttle(settings)
         self._session: aiohttp.ClientSession | None = None
         self._http: DownloadHandler | None = handler
         self._own_session = handler is None
@@ -284,34 +304,51 @@ class Downloader:
                 retryable = not isinstance(exc, TransferFailed) or exc.retryable
                 if request.attempts > s.retries or not retryable:
                     raise DownloadFailed(describe(exc), url=request.url) from exc
-                delay = self._backoff(request.attempts)
+                delay = self._backoff(request)
             else:
                 if response.status < 400:
                     return response
                 if response.status not in RETRY_STATUSES or request.attempts > s.retries:
+                    if response.status in SLOW_DOWN:  # not retried, but the host was told
+                        self._rest(request, self._told_to_wait(request, response))
                     raise HttpStatusError(
                         f"HTTP {response.status}", url=response.url, status=response.status
                     )
-                asked = retry_after(response.headers, s.retry_max_delay)
-                delay = self._backoff(request.attempts) if asked is None else asked
+                delay = self._told_to_wait(request, response)
             self.stats.retried += 1
             await self._retry_later(request, delay)
+
+    def _told_to_wait(self, request: Request, response: Response) -> float:
+        """How long to wait before a retry: the Retry-After asked for, else the backoff."""
+        asked = retry_after(response.headers, self.settings.retry_max_delay)
+        return self._backoff(request) if asked is None else asked
+
+    def _rest(self, request: Request, delay: float) -> None:
+        """The whole host waits ``delay`` (a 429, a 503, a failure), not only ``request``."""
+        slot = self._slots.peek(request.host_key)
+        if slot is not None:
+            slot.rest(delay)
 
     async def _retry_later(self, request: Request, delay: float) -> None:
         """Sleep ``delay`` then try again, or, with host queues, hand the retry back.
 
-        A retry here would start on a slot no one reserved; the frontier instead
-        backs the host off for every engine and the request waits its turn there.
+        Either way the whole host rests ``delay``, not only this request. A retry here
+        would start on a slot no one reserved; the frontier instead backs the host off
+        for every engine and the request waits its turn there.
         """
         if self.reserved_by is None:
+            self._rest(request, delay)
             await asyncio.sleep(delay)
             return
-        await self.reserved_by.back_off(request, max(delay, self.settings.download_delay))
+        delay = max(delay, self.throttle.delay(request.host_key))
+        await self.reserved_by.back_off(request, delay)
         raise RetryDeferred(f"retry in {delay:.2f} s, from the host queue", url=request.url)
 
-    def _backoff(self, attempt: int) -> float:
-        """Exponential backoff with full jitter around the nominal delay, capped."""
-        nominal = self.settings.retry_backoff * (2 ** (attempt - 1))
+    def _backoff(self, request: Request) -> float:
+        """Exponential backoff with full jitter around the nominal delay, capped; it
+        doubles with each attempt and with each failure in a row of the host before."""
+        exponent = request.attempts - 1 + self.host_errors.row(request)
+        nominal = self.settings.retry_backoff * (2 ** min(exponent, 30))
         jittered: float = nominal * random.uniform(0.5, 1.5)
         return min(jittered, self.settings.retry_max_delay)
 
@@ -332,8 +369,8 @@ class Downloader:
             if count:
                 await self._check_redirect(request, hop, key, claimed)
             await self._check_robots(hop)
-            if count and self.reserved_by is not None:  # our slot's host waits between starts
-                await asyncio.sleep(self.settings.download_delay)
+            if self.reserved_by is not None:
+                await self._reserved_pace(request, hop, count)
             response = await self.chain(hop)
             if self.reserved_by is not None:  # the host's delay runs from here
                 self.reserved_by.responded(request)
@@ -350,6 +387,21 @@ class Downloader:
         raise TooManyRedirects(
             f"more than {self.settings.max_redirects} redirects", url=request.url
         )
+
+    async def _reserved_pace(self, request: Request, hop: Request, count: int) -> None:
+        """With host queues: tell them this host's delay and slots (for every engine);
+        a redirect hop waits the delay in our slot, after the hop before. A first hop
+        whose slot was reserved under a looser pace goes back to wait its turn."""
+        assert self.reserved_by is not None
+        host = hop.host_key
+        delay = self.throttle.delay(host)
+        stricter = await self.reserved_by.pace(request, delay, self.throttle.concurrency(host))
+        if count:
+            await asyncio.sleep(delay)
+        elif stricter:
+            request.attempts -= 1  # not an attempt: nothing was sent
+            await self.reserved_by.back_off(request, delay)
+            raise RetryDeferred("the host's pace changed: back to its queue", url=request.url)
 
     async def _check_redirect(
         self, request: Request, hop: Request, key: str, claimed: set[str]
@@ -373,9 +425,11 @@ class Downloader:
             raise
         if not allowed:
             raise RobotsDenied("disallowed by robots.txt", url=hop.url)
+        host = hop.host_key
+        self.throttle.crawl_delay(host, self.robots.crawl_delay(hop.url))
         since = time.monotonic() - self.robots.fetched_at(hop.url)
-        if since < self.settings.download_delay:  # robots.txt was a request to the host too
-            await asyncio.sleep(self.settings.download_delay - since)
+        if since < (delay := self.throttle.delay(host)):  # robots.txt was a request there too
+            await asyncio.sleep(delay - since)
 
     def busy(self, host: str, url: str | None = None) -> bool:
         """Whether ``host`` (a netloc) already has ``per_host_concurrency`` requests going,
@@ -392,7 +446,7 @@ class Downloader:
         host = urlsplit(request.url).netloc
         if self._parked_count >= self._park_limit or not self.busy(host, request.url):
             return False
-        slot = self._slot(request.url)
+        slot = self._slot(host)
         slot.waiting.append(request)
         self._parked[host] = slot
         self._parked_count += 1
@@ -422,15 +476,14 @@ class Downloader:
         self._parked_count = 0
         return requests
 
-    def _slot(self, url: str) -> HostSlot:
-        key = urlsplit(url).netloc
-        slot = self._slots.get(key)
+    def _slot(self, host: str) -> HostSlot:
+        slot = self._slots.get(host)
         if slot is None:
-            slot = self._slots.put(key, HostSlot(self.settings.per_host_concurrency))
+            slot = self._slots.put(host, HostSlot(host, self.throttle))
         return slot
 
     @contextlib.asynccontextmanager
-    async def _turn(self, url: str, reports_sent: bool) -> AsyncIterator[None]:
+    async def _turn(self, host: str, reports_sent: bool) -> AsyncIterator[None]:
         """The host's slot and delay here, unless the frontier reserved them already.
 
         ``reports_sent``: the handler says when the request went out (our aiohttp
@@ -439,9 +492,9 @@ class Downloader:
         if self.reserved_by is not None:
             yield
             return
-        slot = self._slot(url)
+        slot = self._slot(host)
         async with slot:
-            start = await slot.wait_turn(self.settings.download_delay)
+            start = await slot.wait_turn()
             if start is None:
                 yield
                 return
@@ -461,11 +514,15 @@ class Downloader:
         handler: DownloadHandler = self._http
         if request.render or self.settings.render:
             handler = self._renderer()
-        async with self._turn(request.url, self._own_session and handler is self._http):
+        host = urlsplit(request.url).netloc
+        async with self._turn(host, self._own_session and handler is self._http):
             began = time.monotonic()
             response = await handler.fetch(request)
+        took = time.monotonic() - began
         self.stats.bytes += len(response.body)
-        self.stats.responded(response.status, time.monotonic() - began)
+        self.stats.responded(response.status, took)
+        if self.throttle.enabled:
+            self.throttle.observe(host, took, response.status)
         return response
 
 

@@ -19,7 +19,8 @@ Read as RFC 9309 says: a byte-order mark is no part of the first line; groups ar
 matched by product token (``robots_agent``, else the first user agent's, ``netdisco``
 of ``netdisco/0.1 (+...)``), case-insensitively and whole, so a group for ``net`` or
 ``org`` is not ours; protego does the rest (longest match, Allow winning ties, ``*``
-and ``$``, percent-encoding). ``Sitemap:`` lines are kept (``RobotsCache.sitemaps``).
+and ``$``, percent-encoding). ``Sitemap:`` lines are kept (``RobotsCache.sitemaps``),
+and so is our group's ``Crawl-delay`` (``RobotsCache.crawl_delay``; ``throttle`` caps it).
 
 The text comes through the frontier's ``robots_txt``: by default it runs our fetch;
 a frontier that shares robots.txt (host queues in Redis) lets one
@@ -73,6 +74,7 @@ class _Origin:
     origin: str
     proxy: str | None
     rules: Protego | None = None
+    crawl_delay: float | None = None  # the rules' Crawl-delay for our agent
     expires: float = 0.0
     failures: int = 0
     task: asyncio.Task[None] | None = None  # the fetch (and its retries) under way
@@ -128,6 +130,11 @@ class RobotsCache:
         assert entry.rules is not None
         return bool(entry.rules.can_fetch(url, self.agent))
 
+    def crawl_delay(self, url: str) -> float | None:
+        """The ``Crawl-delay`` of ``url``'s robots.txt for us (as written: unchecked)."""
+        entry = self._origins.peek(_origin(url))
+        return None if entry is None or entry.rules is None else entry.crawl_delay
+
     def sitemaps(self, url: str) -> tuple[str, ...]:
         """The ``Sitemap:`` URLs of ``url``'s robots.txt, as far as it is known here."""
         entry = self._origins.peek(_origin(url))
@@ -151,6 +158,7 @@ class RobotsCache:
                 log.warning("robots_unreachable", origin=entry.origin, retry_in=delay)
                 await asyncio.sleep(delay)
             entry.rules, entry.failures = rules, 0
+            entry.crawl_delay = rules.crawl_delay(self.agent)
             entry.expires = time.monotonic() + s.robots_max_age
         finally:
             entry.task = None

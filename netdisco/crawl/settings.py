@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from netdisco._version import __version__
 from netdisco.crawl.feeds.spec import FeedSpec, parse_feeds
+from netdisco.crawl.throttle import MAX_HOST_DELAY, HostRule, parse_hosts
 from netdisco.exceptions import ConfigError
 from netdisco.frontiers import is_shared
 from netdisco.schema import (
@@ -32,6 +33,7 @@ from netdisco.schema import (
     one_of,
     positive,
     setting,
+    within,
 )
 from netdisco.schema import (
     reference as render_reference,
@@ -59,10 +61,6 @@ SECTIONS = (
 RECRAWL = ("always", "conditional")
 GIB = 1024**3
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-_NO_THROTTLE = (
-    "netdisco has no auto-throttle: set download_delay and per_host_concurrency "
-    "(429 and 503 answers back off, honouring Retry-After)"
-)
 #: Scrapy's names for netdisco's settings: (the setting, how its meaning differs)
 SCRAPY_ALIASES: Mapping[str, tuple[str, str]] = {
     "DOWNLOAD_DELAY": ("download_delay", "a fixed delay (no RANDOMIZE_DOWNLOAD_DELAY)"),
@@ -84,13 +82,16 @@ SCRAPY_ALIASES: Mapping[str, tuple[str, str]] = {
     "FEEDS": ("feeds", "options: format, overwrite and fields"),
     "HTTPCACHE_DIR": ("http_cache", "setting it turns the cache on; no RFC 9111 policy"),
     "HTTPCACHE_EXPIRATION_SECS": ("http_cache_expiration", ""),
+    "AUTOTHROTTLE_ENABLED": ("autothrottle", ""),
+    "AUTOTHROTTLE_START_DELAY": ("autothrottle_start_delay", ""),
+    "AUTOTHROTTLE_MAX_DELAY": ("autothrottle_max_delay", ""),
+    "AUTOTHROTTLE_TARGET_CONCURRENCY": (
+        "autothrottle_target_concurrency",
+        "per host name, as CONCURRENT_REQUESTS_PER_DOMAIN",
+    ),
 }
 #: Scrapy's names that have no netdisco counterpart, and what to do instead
 SCRAPY_REFUSED: Mapping[str, str] = {
-    "AUTOTHROTTLE_ENABLED": _NO_THROTTLE,
-    "AUTOTHROTTLE_START_DELAY": _NO_THROTTLE,
-    "AUTOTHROTTLE_MAX_DELAY": _NO_THROTTLE,
-    "AUTOTHROTTLE_TARGET_CONCURRENCY": _NO_THROTTLE,
     "RANDOMIZE_DOWNLOAD_DELAY": "netdisco's download_delay is fixed, never randomized",
     "RETRY_ENABLED": "set retries = 0 to turn retries off",
     "CLOSESPIDER_ITEMCOUNT": "no item limit: max_pages bounds the pages fetched",
@@ -185,6 +186,17 @@ def _age_check(age: Any) -> str | None:
     return None if ok else f"must be a positive duration in seconds, got {age!r}"
 
 
+def _host_rule(rule: Any) -> str | None:
+    ok = isinstance(rule, HostRule)
+    return None if ok else f"expected rows of parse_hosts (or Settings.replace), got {rule!r}"
+
+
+def _delay_check(value: Any) -> str | None:
+    return non_negative(value) or (
+        None if value <= MAX_HOST_DELAY else f"must be at most {MAX_HOST_DELAY:g} s"
+    )
+
+
 def _product_token(value: str) -> str | None:
     """RFC 9309: a product token is letters, ``-`` and ``_`` only."""
     if value and not re.fullmatch(r"[A-Za-z_-]+", value):
@@ -247,6 +259,32 @@ class Settings(Section):
     download_delay: float = _field(
         0.0, "politeness", "seconds between two requests to a host", check=non_negative
     )
+    hosts: tuple[HostRule, ...] = _field(
+        (),
+        "politeness",
+        "host -> {download_delay, per_host_concurrency} table: a host's own politeness "
+        "(JSON with -s; a host without a port matches every port)",
+        parse=parse_hosts,
+        check=each(_host_rule),
+    )
+    autothrottle: bool = _field(
+        False, "politeness", "adapt each host's delay to its latency (Scrapy's AutoThrottle)"
+    )
+    autothrottle_target_concurrency: float = _field(
+        1.0,
+        "politeness",
+        "requests in flight autothrottle aims at per host (at most 10,000)",
+        check=within(0.01, 10_000, "must be from 0.01 to 10,000"),
+    )
+    autothrottle_start_delay: float = _field(
+        5.0, "politeness", "autothrottle's delay before a host answered", check=_delay_check
+    )
+    autothrottle_max_delay: float = _field(
+        60.0,
+        "politeness",
+        "autothrottle's longest delay (a 429 or 503 doubles it)",
+        check=_delay_check,
+    )
     # robots: robots.txt
     obey_robots: bool = _field(True, "robots", "fetch and obey robots.txt")
     robots_cache_size: int = _field(
@@ -265,6 +303,12 @@ class Settings(Section):
         check=positive,
     )
     robots_max_backoff: float = _field(3_600.0, "robots", "longest such wait", check=positive)
+    max_crawl_delay: float = _field(
+        10.0,
+        "robots",
+        "longest robots.txt Crawl-delay obeyed: a longer one is cut to it (0: ignore Crawl-delay)",
+        check=_delay_check,
+    )
     robots_agent: str = _field(
         "",
         "robots",

@@ -55,6 +55,8 @@ HTTP_SETTINGS = frozenset(
         *("render_block", "recrawl", "age", "feeds", "stop_deadline", "progress_interval"),
         *("item_buffer", "flush_interval", "flush_items", "host_cache_size"),
         *("robots_agent", "host_error_limit", "http_cache_expiration", "warc_max_size"),
+        *("hosts", "autothrottle", "autothrottle_target_concurrency", "max_crawl_delay"),
+        *("autothrottle_start_delay", "autothrottle_max_delay"),
     }
 )
 #: the other crawl settings, and why a token holder may not set them

@@ -24,8 +24,8 @@ page store             ``pages``                   None: no re-crawls (refused
                                                    at start by ``check_recrawl``)
 host reservation       ``reserves_hosts``,         False: the crawl keeps
                        ``set_politeness``,         per-host politeness itself;
-                       ``responded``, ``fetched``  the three are no-ops and
-                       ``back_off``                ``back_off`` refuses
+                       ``pace``, ``responded``,    the four are no-ops and
+                       ``fetched``, ``back_off``   ``back_off`` refuses
 shared robots.txt      ``robots_txt``              not shared: this process
                                                    fetches (and caches) it
 =====================  ==========================  ===============================
@@ -177,6 +177,13 @@ class Frontier(abc.ABC, Generic[R]):
     def set_politeness(self, delay: float, per_host: int) -> None:
         """The crawl's ``download_delay`` and ``per_host_concurrency``. Default: ignored,
         the crawl keeps them itself."""
+
+    async def pace(self, request: R, delay: float, per_host: int) -> bool:
+        """The delay and slots of the taken ``request``'s host now (a ``hosts`` row, its
+        Crawl-delay, autothrottle), for every engine; say if its slot was reserved under
+        a looser pace (then it goes back to wait its turn: ``back_off``).
+        Default: ignored, the crawl keeps them itself."""
+        return False
 
     def responded(self, request: R) -> None:
         """The response to a taken ``request`` has fully arrived (its host's delay runs).

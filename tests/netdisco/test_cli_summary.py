@@ -229,8 +229,8 @@ async def test_spider_arguments_become_keywords_or_attributes(site: Site, tmp_pa
             "DOWNLOAD_DELAI: unknown setting; did you mean download_delay?",
         ),
         (
-            ["-s", "AUTOTHROTTLE_ENABLED=true"],
-            "AUTOTHROTTLE_ENABLED: netdisco has no auto-throttle",
+            ["-s", "RANDOMIZE_DOWNLOAD_DELAY=true"],
+            "RANDOMIZE_DOWNLOAD_DELAY: netdisco's download_delay is fixed",
         ),
     ],
 )

@@ -16,7 +16,6 @@ for standard output, or ``sqlite:///PATH`` (also any path ending ``.db``,
 from __future__ import annotations
 
 import dataclasses
-import json
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from pathlib import PurePath, PurePosixPath
 from typing import Any
 
 from netdisco.exceptions import ConfigError
+from netdisco.values import parse_table
 
 FORMATS = ("jsonl", "json", "csv", "sqlite", "warc")
 PLACEHOLDERS = ("spider", "engine", "time")
@@ -138,15 +138,9 @@ def confine(key: str, spec: FeedSpec, root: str) -> FeedSpec:
 
 def parse_feeds(key: str, value: Any) -> tuple[FeedSpec, ...]:
     """The ``feeds`` setting: a table of URI -> options (or its JSON text), or specs."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError as exc:
-            raise ConfigError(key, f"expected a JSON object of URI -> options: {exc}") from None
     if isinstance(value, tuple | list) and all(isinstance(v, FeedSpec) for v in value):
         return tuple(value)
-    if not isinstance(value, Mapping):
-        raise ConfigError(key, f"expected a table of URI -> options, got {value!r}")
+    value = parse_table(key, value, "URI -> options")
     specs = []
     for uri, options in value.items():
         if not isinstance(options, Mapping):

@@ -5,7 +5,8 @@ set of request ids per host (``hq:<host>``, by ``-priority`` then id, so FIFO
 within a priority); ``ready``, the hosts that have queued requests and a free
 slot, scored by when each may next start one (microseconds, the Redis server's
 clock); ``next``, that time per host even while it has nothing queued;
-``busy:<host>``, the ids holding the host's slots; ``hostof``, id -> host.
+``busy:<host>``, the ids holding the host's slots; ``hostof``, id -> host;
+``pace:<host>``, a host's own delay and slots where they are not the crawl's.
 
 A take picks the ready host whose time came first, pops its best request and
 holds one of its slots until its download is over (``free``; the lease stays until
@@ -57,6 +58,11 @@ class HostKeys(Keys):
     def busy(self, host: str) -> str:
         """Set: the ids that hold a host's slots now."""
         return self._key(f"busy:{host}")
+
+    def pace(self, host: str) -> str:
+        """Hash: a host's own ``d`` delay (us) and ``c`` slots, if they are not the
+        crawl's (a ``hosts`` row, its Crawl-delay, autothrottle); expires unless renewed."""
+        return self._key(f"pace:{host}")
 
     @property
     def ready(self) -> str:
@@ -112,13 +118,20 @@ local function trace(what, host, id, at)
     redis.call('RPUSH', K_trace, what .. ' ' .. int(at) .. ' ' .. host .. ' ' .. id)
   end
 end
+-- a host's own delay (us) and slots (HostKeys.pace: a hosts row, its Crawl-delay,
+-- autothrottle), else the crawl's
+local function pace(host)
+  local own = redis.call('HMGET', pre .. 'pace:' .. host, 'd', 'c')
+  return tonumber(own[1]) or delay, tonumber(own[2]) or cap
+end
 -- in the ready set while it has queued requests and a free slot. A host that becomes
 -- ready wakes the takers if it is due now or due first; one due after another does
 -- not: they already wait for that one, and ask again when it is due (a wake-up costs
 -- every engine a round trip)
 local function refresh(host)
   local queued = redis.call('EXISTS', pre .. 'hq:' .. host) == 1
-  if queued and redis.call('SCARD', pre .. 'busy:' .. host) < cap then
+  local _, slots = pace(host)
+  if queued and redis.call('SCARD', pre .. 'busy:' .. host) < slots then
     local at = redis.call('HGET', K_next, host) or '0'
     if redis.call('ZADD', K_ready, at, host) == 1 and (tonumber(at) <= now
       or redis.call('ZRANGE', K_ready, 0, 0)[1] == host) then
@@ -133,15 +146,17 @@ local function enqueue(host, id, score)
   redis.call('HSET', K_hostof, id, host)
   redis.call('INCR', K_hosted)
 end
--- a slot ends: the host may start again no sooner than now + wait (logged as the
--- end, the time the delay runs from: now + wait - delay)
-local function release(host, id, wait)
+-- a slot ends: the host may start again no sooner than now + its delay - credit (the
+-- response ended credit us ago), or now + wait if longer (logged as the end, the time
+-- the delay runs from: that time - the delay)
+local function release(host, id, credit, wait)
   if redis.call('SREM', pre .. 'busy:' .. host, id) == 1 then
-    local at = now + wait
+    local own = pace(host)
+    local at = now + math.max(own - credit, wait)
     if at > tonumber(redis.call('HGET', K_next, host) or '0') then
       redis.call('HSET', K_next, host, int(at))
     end
-    trace('end', host, id, at - delay)
+    trace('end', host, id, at - own)
   end
   refresh(host)
 end
@@ -149,7 +164,7 @@ end
 -- the delay runs from the response's end, credit us ago
 local function free(owner, id, credit)
   if redis.call('HGET', K_owner, id) == owner then
-    release(redis.call('HGET', K_hostof, id) or '', id, delay - credit)
+    release(redis.call('HGET', K_hostof, id) or '', id, credit, 0)
   end
 end
 -- nothing queued, put back or leased in the shard: wake the takers, who wait for a
@@ -170,7 +185,7 @@ local function drain_inbox(limit)
   for i = 1, #back, 2 do
     local host = redis.call('HGET', K_hostof, back[i]) or ''
     enqueue(host, back[i], tonumber(back[i + 1]))
-    release(host, back[i], delay)
+    release(host, back[i], 0, 0)
   end
 end
 -- end our lease on id: done (forget it) or put back (its body replaced if given);
@@ -184,12 +199,12 @@ local function finish(owner, id, requeue, wait, body, credit)
     if requeue and body ~= '' then redis.call('HSET', K_payload, id, body) end
     local raw = redis.call('HGET', K_payload, id)
     if requeue and raw then enqueue(host, id, -cjson.decode(raw)['priority']) else forget(id) end
-    release(host, id, math.max(delay - credit, wait))
+    release(host, id, credit, wait)
   elseif not requeue then
     -- put back by lease recovery meanwhile, but done after all: take it out again
     if redis.call('ZREM', K_inbox, id) == 1 then
       forget(id)
-      release(host, id, delay)
+      release(host, id, 0, 0)
     elseif redis.call('ZREM', pre .. 'hq:' .. host, id) == 1 then
       redis.call('DECR', K_hosted)
       forget(id)
@@ -261,8 +276,9 @@ else
     if #top > 0 then
       redis.call('DECR', K_hosted)
       redis.call('SADD', pre .. 'busy:' .. host, top[1])
-      if now + delay > tonumber(redis.call('HGET', K_next, host) or '0') then
-        redis.call('HSET', K_next, host, int(now + delay))
+      local own = pace(host)
+      if now + own > tonumber(redis.call('HGET', K_next, host) or '0') then
+        redis.call('HSET', K_next, host, int(now + own))
       end
       trace('start', host, top[1], now)
       ids[#ids + 1] = top[1]

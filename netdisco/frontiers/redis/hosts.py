@@ -59,6 +59,11 @@ ACK_WAIT = 0.005
 ROBOTS_LOCK = 30
 #: how many times an add is sent until a replica confirms it (``replication``)
 ADD_TRIES = 5
+#: how long a host's own pace is kept in Redis after its last change (s)
+PACE_TTL = 86_400
+#: the longest delay written for a host (s), and how many hosts' paces we remember
+PACE_MAX = 86_400.0
+PACE_HOSTS = 100_000
 
 
 class HostQueueFrontier(RedisFrontier[R]):
@@ -88,6 +93,9 @@ class HostQueueFrontier(RedisFrontier[R]):
         self._host_done = self._redis.register_script(HOST_DONE_LUA)
         self._delay_us = 0
         self._per_host = 8
+        self._paces: dict[str, tuple[int, int]] = {}  # host -> its pace as last written
+        self._stricter: dict[str, float] = {}  # host -> when we made its pace stricter
+        self._asked: dict[str, float] = {}  # id -> when the take that leased it was sent
         self._taking = asyncio.Lock()
         self._wanting = 0  # workers in take(): a take asks Redis for one each
         self._ended: dict[str, float] = {}  # id -> when its response ended (monotonic)
@@ -106,6 +114,36 @@ class HostQueueFrontier(RedisFrontier[R]):
         self._delay_us = round(delay * 1_000_000)
         self._per_host = 1 if self._delay_us else per_host
 
+    async def pace(self, request: R, delay: float, per_host: int) -> bool:
+        """Write a host's own delay and slots where the scripts read them, when they
+        moved by more than a tenth (autothrottle moves a little with every answer).
+
+        A pace stricter than the crawl's at first sight, or with fewer slots than
+        before, makes every request of the host leased by a take sent before it was
+        written stale: its slot was reserved under the old pace.
+        """
+        rid = self._ids.get(id(request))
+        asked = self._asked.pop(rid, math.inf) if rid is not None else math.inf
+        host = request.host_key
+        delay_us = round(min(max(delay, 0.0), PACE_MAX) * 1_000_000)
+        slots = 1 if delay_us else max(per_host, 1)
+        known = self._paces.get(host)
+        known_us, known_slots = known or (self._delay_us, self._per_host)
+        if slots != known_slots or abs(delay_us - known_us) > known_us / 10:
+            if len(self._paces) >= PACE_HOSTS:  # bounded: writing again is harmless
+                self._paces.clear()
+                self._stricter.clear()
+            self._paces[host] = (delay_us, slots)
+            stricter = slots < known_slots or (known is None and delay_us > known_us)
+            if stricter:  # until it is written, every request of the host is stale
+                self._stricter[host] = math.inf
+            key = self.shard_keys[self._shard(host)].pace(host)
+            await self._call(lambda: self._redis.hset(key, mapping={"d": delay_us, "c": slots}))
+            await self._call(lambda: self._redis.expire(key, PACE_TTL))
+            if stricter:
+                self._stricter[host] = time.monotonic()
+        return asked < self._stricter.get(host, -math.inf)
+
     def responded(self, request: R) -> None:
         """The whole response is here: the host's delay runs from now, not from the ack."""
         rid = self._ids.get(id(request))
@@ -120,6 +158,7 @@ class HostQueueFrontier(RedisFrontier[R]):
         """
         rid = self._ids.get(id(request))
         if rid is not None:
+            self._asked.pop(rid, None)
             self._freeing.append(rid)
             self._start_flusher()
 
@@ -140,6 +179,7 @@ class HostQueueFrontier(RedisFrontier[R]):
         rid = self._ids.pop(id(request), None)
         if rid is None:
             return
+        self._asked.pop(rid, None)
         self._freeing = [r for r in self._freeing if r != rid]  # the back-off frees it
         wait = round(max(seconds, 0.0) * 1_000_000)
         triple = [rid, self.codec.encode(request), *self._credit(rid)[1:]]
@@ -287,12 +327,17 @@ class HostQueueFrontier(RedisFrontier[R]):
         args = [*self._prelude(shard), self.owner, ttl, count, len(frees)]
         args += [x for rid in frees + acks for x in self._credit(rid)]
         keys = self._host_keys(shard, token)
+        asked = time.monotonic()
         try:
             if self.options.wait == "all":
-                return await self._call(lambda: self._replicated(self._host_take, keys, args))
-            return await self._call(lambda: self._host_take(keys=keys, args=args))
+                found = await self._call(lambda: self._replicated(self._host_take, keys, args))
+            else:
+                found = await self._call(lambda: self._host_take(keys=keys, args=args))
         finally:
             self._unacked.difference_update(acks)
+        if isinstance(found, list):  # requests (else how long until one is due)
+            self._asked.update((_text(rid), asked) for rid in found[::2])
+        return found
 
     async def _release(self, rids: list[str], *, requeue: bool, what: str = "") -> None:
         """End our leases (put back with ``requeue``), or with ``what="2"`` free their slots."""
@@ -343,3 +388,7 @@ class HostQueueFrontier(RedisFrontier[R]):
         trace = "1" if self.options.trace else "0"
         pre = self.shard_keys[shard].host_prefix
         return [pre, self._delay_us, self._per_host, trace, self.keys.added_channel, self.epoch]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,355 @@
+"""Adaptive politeness at the server (``crawl/throttle.py``): autothrottle keeps a site
+whose latency rises with its load near the target concurrency, a 429 rests the whole
+host for its Retry-After, robots.txt's Crawl-delay is obeyed and capped, the ``hosts``
+table applies per host, a failing host backs off longer each time; and the Redis host
+queues obey the same. Every time is taken by the server, as each request arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from netdisco import Crawler, Request, Response, Settings, Spider
+from netdisco.crawl.settings import from_mapping
+from netdisco.crawl.throttle import MAX_HOST_RULES, Throttle
+from netdisco.exceptions import ConfigError
+from netdisco.testing import RedisServer, serve
+
+#: the slack allowed on a gap measured at an in-process server (loop scheduling)
+TOLERANCE = 0.01
+FAST = {"retry_backoff": 0.01, "timeout": 5.0, "connect_timeout": 2.0}
+
+
+@dataclass
+class Host:
+    """Any ``/p/<n>`` page after ``base + per_request * requests in flight`` seconds (503
+    past ``limit`` in flight); ``throttle`` maps a path to a Retry-After, answered once."""
+
+    base: float = 0.0
+    per_request: float = 0.0
+    limit: int = 1_000
+    robots: str = ""
+    statuses: dict[str, int] = field(default_factory=dict)  # path -> status, always
+    throttle: dict[str, str] = field(default_factory=dict)
+    arrivals: list[tuple[float, str, int]] = field(default_factory=list)  # (at, path, load)
+    refused: list[float] = field(default_factory=list)  # when each 429/503 was sent
+    in_flight: int = 0
+
+    async def page(self, request: web.Request) -> web.Response:
+        self.in_flight += 1
+        self.arrivals.append((time.monotonic(), request.path, self.in_flight))
+        try:
+            await asyncio.sleep(self.base + self.per_request * self.in_flight)
+            return self._answer(request.path)
+        finally:
+            self.in_flight -= 1
+
+    def _answer(self, path: str) -> web.Response:
+        wait = self.throttle.pop(path, None)
+        if wait is not None or self.in_flight > self.limit:
+            self.refused.append(time.monotonic())
+            status = 503 if wait is None else 429
+            return web.Response(status=status, headers={"Retry-After": wait or "0"})
+        if path in self.statuses:
+            return web.Response(status=self.statuses[path])
+        return web.Response(text="<html><body>page</body></html>", content_type="text/html")
+
+    async def robots_txt(self, request: web.Request) -> web.Response:
+        self.arrivals.append((time.monotonic(), request.path, 0))
+        return web.Response(text=self.robots)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/p/{n}", self.page)
+        app.router.add_get("/robots.txt", self.robots_txt)
+        return app
+
+    def gaps(self) -> list[float]:
+        """Times between two arrivals in a row (robots.txt included: a request too)."""
+        starts = sorted(at for at, _, _ in self.arrivals)
+        return [b - a for a, b in itertools.pairwise(starts)]
+
+
+class Pages(Spider):
+    """``/p/0`` .. ``/p/<n-1>`` of each base, all queued at the start."""
+
+    name = "pages"
+
+    def __init__(self, *bases: str, pages: int) -> None:
+        super().__init__()
+        self.bases, self.pages = bases, pages
+
+    async def start(self) -> AsyncIterator[Request]:
+        for n in range(self.pages):
+            for base in self.bases:
+                yield Request(f"{base}/p/{n}", callback=self.parse)
+
+    def parse(self, response: Response) -> Iterator[Any]:
+        yield {"url": response.url}
+
+
+@contextlib.asynccontextmanager
+async def served(*hosts: Host) -> AsyncIterator[list[str]]:
+    """Each host on its own loopback address (127.0.0.1, .2, ...): their base URLs."""
+    async with contextlib.AsyncExitStack() as stack:
+        yield [
+            await stack.enter_async_context(serve(h.app(), f"127.0.0.{n}"))
+            for n, h in enumerate(hosts, 1)
+        ]
+
+
+async def run(spider: Spider, **settings: Any) -> Crawler:
+    crawler = Crawler(spider, Settings().replace(**{**FAST, **settings}))
+    await asyncio.wait_for(crawler.run(), 60)
+    return crawler
+
+
+async def test_autothrottle_holds_a_loaded_site_near_the_target() -> None:
+    # latency 10 ms + 20 ms per request in flight; past 6 in flight the site answers 503
+    wide = {"concurrency": 16, "per_host_concurrency": 16, "obey_robots": False}
+    plain, adaptive = Host(0.01, 0.02, limit=6), Host(0.01, 0.02, limit=6)
+    async with served(plain, adaptive) as (a, b):
+        await run(Pages(a, pages=40), retries=0, **wide)
+        crawler = await run(
+            Pages(b, pages=40),
+            autothrottle=True,
+            autothrottle_target_concurrency=2,
+            autothrottle_start_delay=0.01,  # as is, it would overload the site
+            **wide,
+        )
+    assert len(plain.refused) >= 10  # the site is one that load hurts
+    loads = [load for _, _, load in adaptive.arrivals]
+    assert crawler.stats.succeeded == 40
+    assert len(adaptive.refused) <= 1  # error rate near zero
+    assert 1.5 <= sum(loads) / len(loads) <= 3.0  # near the target of 2
+    assert max(loads) <= 6
+
+
+@pytest.mark.parametrize("form", ["seconds", "http-date"])
+async def test_429_rests_the_whole_host_for_its_retry_after_then_recovers(form: str) -> None:
+    later = format_datetime(datetime.now(UTC) + timedelta(seconds=4), usegmt=True)
+    host = Host(0.02, throttle={"/p/3": "2" if form == "seconds" else later})
+    async with served(host) as (base,):
+        crawler = await run(Pages(base, pages=12), per_host_concurrency=2, obey_robots=False)
+    assert crawler.stats.succeeded == 12
+    (told,) = host.refused
+    after = sorted(at for at, _, _ in host.arrivals if at > told + 0.05)  # not yet told
+    assert after[0] - told >= 2.0 - TOLERANCE  # no request to the host in the meantime
+    assert after[-1] - after[0] < 1.5  # then it goes on at its pace (10 pages, 2 at once)
+
+
+@pytest.mark.parametrize(
+    ("crawl_delay", "cap", "wanted"), [("0.3", 10.0, 0.3), ("3600", 0.25, 0.25)]
+)
+async def test_crawl_delay_is_obeyed_and_capped(crawl_delay: str, cap: float, wanted: float):
+    host = Host(robots=f"User-agent: *\nCrawl-delay: {crawl_delay}\n")
+    async with served(host) as (base,):
+        crawler = await run(Pages(base, pages=5), per_host_concurrency=4, max_crawl_delay=cap)
+    assert crawler.stats.succeeded == 5
+    gaps = host.gaps()
+    assert len(gaps) == 5  # robots.txt and the five pages
+    assert min(gaps) >= wanted - TOLERANCE
+    assert max(gaps) < wanted + 0.5  # the cap holds: not an hour
+
+
+async def test_crawl_delay_is_ignored_with_max_crawl_delay_0() -> None:
+    host = Host(0.01, robots="User-agent: *\nCrawl-delay: 5\n")
+    async with served(host) as (base,):
+        crawler = await run(Pages(base, pages=5), per_host_concurrency=1, max_crawl_delay=0)
+    assert crawler.stats.succeeded == 5
+    assert max(host.gaps()) < 1
+
+
+async def test_the_hosts_table_applies_per_host() -> None:
+    one_at_a_time, delayed, plain = Host(0.05), Host(0.0), Host(0.05)
+    async with served(one_at_a_time, delayed, plain) as bases:
+        table = {
+            "127.0.0.1": {"per_host_concurrency": 1},  # any port
+            bases[1].removeprefix("http://"): {"download_delay": 0.2},  # this port
+        }
+        crawler = await run(
+            Pages(*bases, pages=6), per_host_concurrency=4, obey_robots=False, hosts=table
+        )
+    assert crawler.stats.succeeded == 18
+    assert max(load for _, _, load in one_at_a_time.arrivals) == 1
+    assert min(delayed.gaps()) >= 0.2 - TOLERANCE
+    assert max(load for _, _, load in plain.arrivals) > 1  # the crawl's own settings
+    assert min(plain.gaps()) < 0.2
+
+
+async def test_a_failing_host_backs_off_longer_with_each_failure_in_a_row() -> None:
+    host = Host(statuses={f"/p/{n}": 500 for n in range(4)})
+    async with served(host) as (base,):
+        crawler = await run(
+            Pages(base, pages=4),
+            per_host_concurrency=1,
+            concurrency=1,
+            obey_robots=False,
+            retries=1,
+            retry_backoff=0.05,
+            host_error_limit=10,
+        )
+    assert crawler.stats.failed == 4
+    times = {path: [at for at, p, _ in host.arrivals if p == path] for path in host.statuses}
+    waits = [b - a for a, b in times.values()]
+    # nominal 0.05 s * 2^(failures of the host so far), jittered by 0.5-1.5
+    assert waits[0] < 0.075 + TOLERANCE
+    assert waits[3] >= 0.2
+
+
+async def test_redis_host_queues_obey_the_hosts_table_and_crawl_delay(
+    redis_server: RedisServer,
+) -> None:
+    redis_url = f"{redis_server.url}?prefix=t{uuid.uuid4().hex[:10]}"
+    by_table, by_robots = Host(0.01), Host(0.01, robots="User-agent: *\nCrawl-delay: 0.3\n")
+    async with served(by_table, by_robots) as bases:
+        table = {"127.0.0.1": {"download_delay": 0.3}}
+        crawler = await run(
+            Pages(*bases, pages=4), frontier=redis_url, per_host_concurrency=4, hosts=table
+        )
+    assert crawler.stats.succeeded == 8
+    for host in (by_table, by_robots):
+        assert len(host.arrivals) == 5  # robots.txt and the pages
+        assert min(host.gaps()) >= 0.3 - TOLERANCE
+
+
+# -- the rules alone (pure logic) -----------------------------------------------------
+
+
+def throttle(**settings: Any) -> Throttle:
+    return Throttle(Settings().replace(**settings))
+
+
+def test_autothrottle_follows_latency_and_recovers_after_a_429() -> None:
+    t = throttle(autothrottle=True, autothrottle_start_delay=1.0, autothrottle_target_concurrency=2)
+    assert t.delay("h") == 1.0  # before the host answered
+    for _ in range(20):
+        t.observe("h", 0.2, 200)
+    assert t.delay("h") == pytest.approx(0.1, abs=1e-3)  # latency / target
+    t.observe("h", 0.01, 429)
+    assert t.delay("h") == pytest.approx(1.0, abs=0.01)  # doubled, at least the start
+    t.observe("h", 0.01, 404)
+    assert t.delay("h") == pytest.approx(1.0, abs=0.01)  # a quick error does not lower it
+    for _ in range(20):
+        t.observe("h", 0.2, 200)
+    assert t.delay("h") == pytest.approx(0.1, abs=1e-3)  # recovered
+
+
+def test_autothrottle_stays_within_its_bounds() -> None:
+    t = throttle(autothrottle=True, autothrottle_max_delay=3.0, download_delay=0.5)
+    for _ in range(10):
+        t.observe("h", 100.0, 200)
+    assert t.delay("h") == 3.0
+    for _ in range(40):
+        t.observe("h", 0.0, 200)
+    assert t.delay("h") == 0.5  # download_delay is the least
+    t.observe("h", float("nan"), 200)
+    assert t.delay("h") == 0.5
+
+
+def test_autothrottle_off_keeps_download_delay() -> None:
+    t = throttle(download_delay=0.2)
+    t.observe("h", 5.0, 200)
+    t.slowed("h")
+    assert t.delay("h") == 0.2
+
+
+@pytest.mark.parametrize(
+    ("asked", "wanted"),
+    [(0.3, 0.3), (3600.0, 10.0), (float("inf"), 10.0), (float("nan"), 0.0), (-2.0, 0.0)],
+)
+def test_crawl_delay_from_the_network_is_bounded(asked: float, wanted: float) -> None:
+    t = throttle()
+    t.crawl_delay("h", asked)
+    assert t.delay("h") == wanted
+
+
+def test_crawl_delay_is_not_obeyed_without_robots() -> None:
+    t = throttle(obey_robots=False)
+    t.crawl_delay("h", 2.0)
+    assert t.delay("h") == 0.0
+
+
+def test_host_rules_match_by_port_or_by_name() -> None:
+    table = {"Example.ORG.": {"download_delay": 1}, "example.org:8080": {"download_delay": 2},
+             "bücher.de": {"per_host_concurrency": 2}}  # fmt: skip
+    t = throttle(hosts=table)
+    assert [t.delay(h) for h in ("example.org", "example.org:81", "example.org:8080")] == [1, 1, 2]
+    assert (t.concurrency("xn--bcher-kva.de"), t.concurrency("other.org")) == (2, 8)
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        {"example.org/path": {}},
+        {"user@example.org": {}},
+        {"example.org:99999": {}},
+        {"exa mple.org": {}},
+        {"": {}},
+        {"a" * 400: {}},
+        {"example.org": {"download_delay": -1}},
+        {"example.org": {"download_delay": 1e9}},
+        {"example.org": {"download_delay": "1"}},
+        {"example.org": {"per_host_concurrency": 0}},
+        {"example.org": {"per_host_concurrency": True}},
+        {"example.org": {"per_host_concurrency": 1.5}},
+        {"example.org": {"render": True}},
+        {"example.org": 1},
+        {"example.org": {}, "EXAMPLE.org": {}},
+        {f"h{n}.org": {} for n in range(MAX_HOST_RULES + 1)},
+        "[1, 2]",
+        "{not json",
+    ],
+)
+def test_bad_hosts_tables_are_refused(table: Any) -> None:
+    with pytest.raises(ConfigError, match="hosts"):
+        from_mapping({"hosts": table})
+
+
+def test_hosts_rows_made_in_code_are_checked() -> None:
+    with pytest.raises(ConfigError, match="hosts"):
+        Settings(hosts={"example.org": {"download_delay": 1}})  # type: ignore[arg-type]
+
+
+def test_hosts_table_as_json_and_scrapy_names() -> None:
+    s = from_mapping(
+        {
+            "hosts": '{"example.org": {"download_delay": 0.5}}',
+            "AUTOTHROTTLE_ENABLED": "true",
+            "AUTOTHROTTLE_TARGET_CONCURRENCY": "4",
+            "AUTOTHROTTLE_START_DELAY": "1",
+            "AUTOTHROTTLE_MAX_DELAY": "9",
+        }
+    )
+    assert (s.hosts[0].host, s.hosts[0].download_delay) == ("example.org", 0.5)
+    assert (s.autothrottle, s.autothrottle_target_concurrency) == (True, 4.0)
+    assert (s.autothrottle_start_delay, s.autothrottle_max_delay) == (1.0, 9.0)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"autothrottle_target_concurrency": 0},
+        {"autothrottle_target_concurrency": 1e9},
+        {"autothrottle_max_delay": -1},
+        {"autothrottle_max_delay": float("inf")},
+        {"autothrottle_start_delay": 1e9},
+        {"max_crawl_delay": -1},
+        {"max_crawl_delay": float("nan")},
+    ],
+)
+def test_autothrottle_settings_are_bounded(bad: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match=next(iter(bad))):
+        from_mapping(bad)
