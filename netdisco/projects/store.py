@@ -42,7 +42,7 @@ HARD_MAX_SIZE = 64 * 1024 * 1024
 ORPHAN_AGE = 3600.0
 _HASH = re.compile(r"[0-9a-f]{64}")
 _SPIDER = re.compile(r"[A-Za-z_][\w.]{0,199}:[A-Za-z_]\w{0,99}")
-_FILENAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}\.whl")
+WHEEL_FILENAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}\.whl")
 _MAX_META = 64 * 1024
 
 #: what the functions of this package accept: a kazoo client or the cluster's bridge
@@ -111,7 +111,7 @@ def parse_version(path: str, name: str, raw: bytes, czxid: int) -> Version:
         and all(isinstance(s, str) and _SPIDER.fullmatch(s) for s in spiders)
         and (label is None or (isinstance(label, str) and LABEL.fullmatch(label) is not None))
         and kind in ("directory", "wheel")
-        and (filename is None or (isinstance(filename, str) and _FILENAME.fullmatch(filename)))
+        and (filename is None or (isinstance(filename, str) and WHEEL_FILENAME.fullmatch(filename)))
         and (kind != "wheel" or filename is not None)
     ):
         raise _bad(path, "version metadata out of bounds")
