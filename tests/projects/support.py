@@ -44,3 +44,25 @@ async def kazoo(hosts: str) -> AsyncIterator[KazooClient]:
         yield client
     finally:
         await asyncio.to_thread(close_client, client)
+
+
+def wheel(name: str, version: str, files: dict[str, str], requires: tuple[str, ...] = ()) -> bytes:
+    """A pure-Python wheel made by hand (what a build backend would write)."""
+    import io
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires
+    )
+    members = {
+        **files,
+        f"{info}/METADATA": metadata,
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/RECORD": "",
+    }
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path, text in members.items():
+            archive.writestr(path, text)
+    return buffer.getvalue()

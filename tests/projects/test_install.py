@@ -12,7 +12,7 @@ from netdisco.exceptions import ProjectRefused
 from netdisco.projects import InstalledProject, collect_garbage, install
 from netdisco.projects.archive import inspect, pack
 from netdisco.projects.store import ProjectStore
-from tests.projects.support import kazoo, write_project
+from tests.projects.support import SPIDER, kazoo, wheel, write_project
 
 ROOT = "/netdiscovery"
 
@@ -27,7 +27,7 @@ async def _deploy(hosts: str, directory: Path, project: str = "docs") -> str:
     return version.id
 
 
-async def test_install_runs_the_project_and_the_engines_netdisco(
+async def test_install_runs_the_project_and_the_engines_netdisco_then_is_collected(
     zk_hosts: str, tmp_path: Path
 ) -> None:
     digest = await _deploy(zk_hosts, write_project(tmp_path / "proj"))
@@ -59,6 +59,12 @@ async def test_install_runs_the_project_and_the_engines_netdisco(
     out = done.stdout.split()
     assert out[0] == "42"
     assert Path(out[1]) == first.python.parent.parent  # the project's venv, not the engine's
+    async with kazoo(zk_hosts) as client:  # garbage: only what ZooKeeper no longer has
+        assert await collect_garbage(client, ROOT, tmp_path / "cache", unused_days=7) == 0
+        assert first.python.exists()
+        await ProjectStore(client, ROOT).delete("docs", digest)
+        assert await collect_garbage(client, ROOT, tmp_path / "cache", unused_days=7) == 1
+    assert not first.path.parent.exists()
 
 
 async def test_unknown_project_or_version_is_a_404(zk_hosts: str, tmp_path: Path) -> None:
@@ -70,13 +76,36 @@ async def test_unknown_project_or_version_is_a_404(zk_hosts: str, tmp_path: Path
             assert caught.value.status == 404
 
 
-async def test_garbage_collection_removes_deleted_versions(zk_hosts: str, tmp_path: Path) -> None:
-    digest = await _deploy(zk_hosts, write_project(tmp_path / "proj"))
-    cache = tmp_path / "cache"
+async def _run(python: Path, code: str, cwd: Path) -> str:
+    done = await asyncio.to_thread(
+        subprocess.run, [str(python), "-c", code], cwd=cwd, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+async def test_a_bundled_wheel_is_the_dependency_and_a_wheel_is_a_project(
+    zk_hosts: str, tmp_path: Path
+) -> None:
+    directory = write_project(tmp_path / "proj")
+    (directory / "pyproject.toml").write_text(
+        '[project]\nname = "docsproj"\nversion = "1"\ndependencies = ["nd-bundled-dep==1.0"]\n'
+    )
+    (directory / "wheels").mkdir()
+    dep = wheel("nd_bundled_dep", "1.0", {"nd_bundled_dep.py": "ANSWER = 7\n"})
+    (directory / "wheels" / "nd_bundled_dep-1.0-py3-none-any.whl").write_bytes(dep)
+    await _deploy(zk_hosts, directory)
+    built = wheel("wheelproj", "2.0", {"wheelproj/__init__.py": "", "wheelproj/s.py": SPIDER})
     async with kazoo(zk_hosts) as client:
-        found = await install(client, ROOT, "docs", None, cache)
-        assert await collect_garbage(client, ROOT, cache, unused_days=7) == 0
-        assert found.python.exists()
-        await ProjectStore(client, ROOT).delete("docs", digest)
-        assert await collect_garbage(client, ROOT, cache, unused_days=7) == 1
-    assert not found.path.parent.exists()
+        store = ProjectStore(client, ROOT)
+        await store.put("wheelproj", built, inspect(built, 8 << 20), None,
+                        "wheelproj-2.0-py3-none-any.whl")  # fmt: skip
+        bundled = await install(client, ROOT, "docs", None, tmp_path / "cache")
+        from_wheel = await install(client, ROOT, "wheelproj", None, tmp_path / "cache")
+    assert (
+        await _run(bundled.python, "import nd_bundled_dep as d; print(d.ANSWER)", tmp_path) == "7"
+    )
+    assert from_wheel.spiders == ("wheelproj.s:Docs",)
+    code = "import wheelproj.s, netdisco, importlib.metadata as m; print(m.version('wheelproj'))"
+    assert await _run(from_wheel.python, code, tmp_path) == "2.0"  # installed, not only unpacked
