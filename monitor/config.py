@@ -63,7 +63,11 @@ SECTIONS: dict[str, type[Section]] = {
 #: secrets read from the variables other keys name: section -> field -> its key
 SECRETS = {
     "email": {"username": "username_env", "password": "password_env"},
-    "control": {"engine_token": "token_env", "token": "monitor_token_env"},
+    "control": {
+        "engine_token": "token_env",
+        "token": "monitor_token_env",
+        "deploy_token": "deploy_token_env",
+    },
 }
 
 Raw = dict[str, dict[str, Any]]

@@ -45,26 +45,32 @@ def check_caller(
         raise ControlRefused(
             403, "control_disabled", "control is off: the monitor has no [control]"
         )
+    check_token(settings.token, headers, host, socket_host, "control")
+
+
+def check_token(
+    token: str | None, headers: Any, host: str, socket_host: str | None, what: str
+) -> None:
+    """The one gate of the monitor's write routes (``what``: control, deploy): a bearer
+    ``token``, or with none a loopback socket and Host; never a cross-site browser."""
     origin = headers.get("Origin")
     if origin is not None and urlsplit(origin).netloc != host:
-        raise ControlRefused(
-            403, "cross_origin", f"control from another site ({origin}) is refused"
-        )
-    if settings.token is None:
+        raise ControlRefused(403, "cross_origin", f"{what} from another site ({origin}) is refused")
+    if token is None:
         if socket_host is None or not is_loopback(socket_host):
             raise ControlRefused(
-                403, "control_needs_token", "control without a token is served on loopback only"
+                403, f"{what}_needs_token", f"{what} without a token is served on loopback only"
             )
         if not is_loopback(urlsplit(f"//{host}").hostname or ""):
             raise ControlRefused(
-                403, "bad_host", f"control is answered for loopback names, not {host!r}"
+                403, "bad_host", f"{what} is answered for loopback names, not {host!r}"
             )
         return
     scheme, _, given = headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not given.strip():
-        raise ControlRefused(401, "unauthorized", "control needs an 'Authorization: Bearer' token")
-    if not hmac.compare_digest(given.strip().encode(), settings.token.encode()):
-        raise ControlRefused(403, "forbidden", "the bearer token is not valid for this monitor")
+        raise ControlRefused(401, "unauthorized", f"{what} needs an 'Authorization: Bearer' token")
+    if not hmac.compare_digest(given.strip().encode(), token.encode()):
+        raise ControlRefused(403, "forbidden", f"the bearer token is not valid for {what}")
 
 
 def token_target(payload: EnginePayload, allowed: tuple[str, ...]) -> str | None:

@@ -25,6 +25,7 @@ from monitor.history import History
 from monitor.hooks import build_hooks
 from monitor.http import HttpServer
 from monitor.metrics import Metrics
+from monitor.projects import Projects
 from monitor.settings import MonitorConfig
 from monitor.status import StatusPoller
 from monitor.watcher import Watcher
@@ -60,6 +61,7 @@ class Monitor:
             record=self.record,
         )
         self.control = Control(config.control, self.watcher.members)
+        self.projects = Projects(self.watcher.client, config.zookeeper, config.control, self.record)
         self.http = HttpServer(self, self.control, config.http.host, config.http.port)
         self.history = History()
         self.status = StatusPoller(

@@ -6,8 +6,9 @@ for polling, ``?limit=N``), ``GET /netdiscovery/health`` (200, or 503 while the
 view is stale), ``GET /metrics`` (Prometheus), ``GET /netdiscovery/monitor/spiders``
 (each engine's spiders and their recent pages/s, cluster totals),
 ``POST /netdiscovery/monitor/engines/{id}/spiders/{name}/{action}`` (pause, resume,
-stop through the monitor: :mod:`monitor.control`), ``GET /`` (the dashboard, which
-polls the JSON routes). Errors are real status codes with a JSON body.
+stop through the monitor: :mod:`monitor.control`), the project routes under
+``/netdiscovery/monitor/projects`` (:mod:`monitor.projects`), ``GET /`` (the dashboard,
+which polls the JSON routes). Errors are real status codes with a JSON body.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from typing import TYPE_CHECKING
 
 import structlog
 from aiohttp import web
+from kazoo.exceptions import KazooException
 
 from monitor.control import ACTIONS, Control, check_caller
 from netdisco import serving
-from netdisco.exceptions import ControlRefused
+from netdisco.exceptions import ApiError
 
 if TYPE_CHECKING:
     from monitor.daemon import Monitor  # which imports this module: types only
@@ -43,8 +45,10 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
     """404/405 and friends as JSON, like every other answer of the API."""
     try:
         return await handler(request)
-    except ControlRefused as exc:
+    except ApiError as exc:
         return _error(exc.status, exc.code, exc.message)
+    except KazooException as exc:  # the project routes read and write ZooKeeper
+        return _error(503, "zookeeper_unavailable", f"ZooKeeper: {type(exc).__name__}")
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -119,6 +123,7 @@ def make_app(state: Monitor, ctl: Control) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/netdiscovery/monitor/spiders", spider_history)
     app.router.add_post("/netdiscovery/monitor/engines/{engine}/spiders/{spider}/{action}", control)
+    state.projects.add_routes(app)
     return app
 
 

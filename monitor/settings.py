@@ -264,10 +264,29 @@ class ControlSettings(Section):
         (),
         "hosts besides loopback that get the engine token (a status_url's host, exactly)",
     )
+    deploy_token_env: str | None = _field(
+        "control",
+        None,
+        "variable holding the token that deploys projects (none: deploy from loopback only)",
+        compared=False,
+    )
+    deploy_token: str | None = _field(
+        "control", None, "(read from deploy_token_env)", loaded=False, shown=False
+    )
+    max_project_size: int = _field(
+        "control",
+        8 * 1024 * 1024,
+        "bytes a project archive may have (stored in ZooKeeper, which keeps all in memory)",
+        check=lambda n: None if 0 < n <= 64 * 1024 * 1024 else f"must be 1 to 67108864, not {n}",
+    )
 
     def check(self) -> None:
         if self.token is not None and not self.token.strip():
             raise ConfigError("control.monitor_token_env", "the variable it names is empty")
+        if self.deploy_token is not None and self.deploy_token == self.token:
+            raise ConfigError(
+                "control.deploy_token_env", "the deploy token must differ from the control token"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)

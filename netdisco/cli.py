@@ -1,5 +1,6 @@
 """The ``netdisco`` command: ``crawl`` one spider standalone (``engine`` runs many), ``parse``
-one page with a spider, ``shell`` to try selectors on a page, ``new`` spider from a template."""
+one page with a spider, ``shell`` to try selectors on a page, ``new`` spider from a template,
+``deploy`` a project."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from netdisco import logs
+from netdisco import deploy, logs
 from netdisco._tasks import Tasks
 from netdisco._version import __version__
 from netdisco.crawl import settings as settings_module
@@ -143,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     after = _global_options(False)
     for add in (_add_crawl_parser, _add_parse_parser, _add_shell_parser, _add_new_parser,
-                _add_engine_parser, _add_demo_parser):  # fmt: skip
+                _add_engine_parser, _add_demo_parser, deploy.add_parser):  # fmt: skip
         add(commands, after)
     return parser
 

@@ -69,6 +69,7 @@ class EventType(StrEnum):
     CLUSTER_EMPTY = "cluster_empty"
     ZK_DISCONNECTED = "zk_disconnected"
     ZK_RECONNECTED = "zk_reconnected"
+    PROJECT_DEPLOYED = "project_deployed"  # a project version uploaded through a monitor
 
 
 @dataclass(frozen=True, kw_only=True)
