@@ -20,6 +20,7 @@ import structlog
 from aiohttp import web
 
 from monitor.control import ACTIONS, Control, check_caller
+from monitor.jobroutes import add_routes
 from netdisco import serving
 from netdisco.exceptions import ControlRefused
 
@@ -103,9 +104,18 @@ async def control(request: web.Request) -> web.Response:
     return web.json_response(body, status=status)
 
 
-async def dashboard(request: web.Request) -> web.Response:
-    html = resources.files("monitor").joinpath("static/dashboard.html").read_text("utf-8")
+def _page(name: str) -> web.Response:
+    html = resources.files("monitor").joinpath(f"static/{name}").read_text("utf-8")
     return web.Response(text=html, content_type="text/html", charset="utf-8")
+
+
+async def dashboard(request: web.Request) -> web.Response:
+    return _page("dashboard.html")
+
+
+async def jobs_page(request: web.Request) -> web.Response:
+    """The Jobs page (and a job's log and counters): static, it polls the job routes."""
+    return _page("jobs.html")
 
 
 def make_app(state: Monitor, ctl: Control) -> web.Application:
@@ -119,6 +129,8 @@ def make_app(state: Monitor, ctl: Control) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/netdiscovery/monitor/spiders", spider_history)
     app.router.add_post("/netdiscovery/monitor/engines/{engine}/spiders/{spider}/{action}", control)
+    app.router.add_get("/jobs", jobs_page)
+    add_routes(app, state.jobs, ctl)
     return app
 
 
