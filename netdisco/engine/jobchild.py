@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import ctypes
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -102,6 +103,7 @@ async def run(spec: dict[str, Any]) -> int:
     tasks.spawn(_watch_stdin(stop))
     interval = float(spec.get("status_interval", 0.5))
     await crawler.start()
+    log.info("job_running", job=spec["job"]["id"], spider=crawler.name, pid=os.getpid())
     waiting = tasks.spawn(crawler.wait())
     stopping = tasks.spawn(stop.wait())
     while not waiting.done():
