@@ -278,6 +278,8 @@ class SpiderEngine:
         self.jobs = JobRunner(
             self.settings, self._zookeeper, self.incarnation, lambda: self.id, self._notify
         )
+        if self.settings.job_frontier is not None:  # a lost engine's jobs' leases come back
+            await self._leases.ensure(self.settings.job_frontier)
         await self.jobs.start()
 
     async def wait(self) -> dict[str, SpiderState]:

@@ -45,6 +45,15 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def _orphaned(parent: int) -> None:
+    """Our engine is gone, and with it the pipes: what we write now goes nowhere (a
+    write to a broken pipe would fail the graceful stop that hands the leases back)."""
+    if os.getppid() != parent:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+
+
 def _emit(data: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(data, default=str, separators=(",", ":")) + "\n")
     sys.stdout.flush()
@@ -96,6 +105,7 @@ async def run(spec: dict[str, Any]) -> int:
         _emit({"state": "failed", "error": str(exc), "final": True})
         return REFUSED
     stop = asyncio.Event()
+    parent = os.getppid()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
@@ -110,6 +120,7 @@ async def run(spec: dict[str, Any]) -> int:
         _emit(report(crawler))
         await asyncio.wait({waiting, stopping}, timeout=interval, return_when="FIRST_COMPLETED")
         if stopping.done() and crawler.state in (SpiderState.RUNNING, SpiderState.PAUSED):
+            _orphaned(parent)
             log.info("job_stopping")
             await crawler.stop()
     _emit(report(crawler, final=True))
