@@ -320,6 +320,12 @@ class JobRunner:
         }
 
     async def _launch(self, job: Job) -> None:
+        if job.project is not None:  # until projects are installed here: refused, not guessed
+            error = "this engine installs no projects yet; start spiders of spider_modules (-)"
+            await self._write_end(
+                replace(job, state=JobState.FAILED, ended_at=time.time(), error=error)
+            )
+            return
         process = JobProcess(
             job, job_dir(self.directory, job.id), self._spec(job), self.settings.job_log_max
         )
