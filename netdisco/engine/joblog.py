@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import BinaryIO
 
 #: a longer line is cut there: one line never holds the reader's memory
 MAX_LINE = 64 * 1024
@@ -92,22 +93,47 @@ def tail(path: Path, lines: int) -> tuple[bytes, int]:
 async def follow(
     path: Path, offset: int, done: Callable[[], bool], poll: float = 0.1
 ) -> AsyncIterator[bytes]:
-    """Whole lines appended to ``path`` after ``offset``, until ``done()`` and all is read."""
-    inode = _inode(path)
-    while True:
-        finished = done()  # asked before the read: lines written before it are sent
-        chunk = _read(path, offset)
-        if chunk:
-            offset += len(chunk)
-            yield chunk
-            continue
-        now = _inode(path)
-        if now != inode:  # rotated: the new file starts at 0
-            inode, offset = now, 0
-            continue
-        if finished:
-            return
-        await asyncio.sleep(poll)
+    """Whole lines appended to ``path`` after ``offset``, until ``done()`` and all is read.
+
+    The open file is read to its end before a rotated one is opened from its start, so
+    no line is lost or sent twice across a rotation."""
+    f = _open(path, offset)
+    try:
+        while True:
+            finished = done()  # asked before the read: lines written before it are sent
+            chunk = _read(f)
+            if chunk:
+                yield chunk
+                continue
+            if f is None or _inode(path) != os.fstat(f.fileno()).st_ino:
+                if f is not None:
+                    f.close()
+                f = _open(path, 0)  # rotated (or created): the new file from its start
+                if f is not None and _read_ahead(f):
+                    continue
+            if finished:
+                return
+            await asyncio.sleep(poll)
+    finally:
+        if f is not None:
+            f.close()
+
+
+def _open(path: Path, offset: int) -> BinaryIO | None:
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
+        return None
+    f.seek(offset)
+    return f
+
+
+def _read_ahead(f: BinaryIO) -> bool:
+    """Whether ``f`` holds something past its position (without moving it)."""
+    here = f.tell()
+    more = bool(f.read(1))
+    f.seek(here)
+    return more
 
 
 def _inode(path: Path) -> int | None:
@@ -117,11 +143,13 @@ def _inode(path: Path) -> int | None:
         return None
 
 
-def _read(path: Path, offset: int) -> bytes:
-    try:
-        with path.open("rb") as f:
-            f.seek(offset)
-            data = f.read(CHUNK)
-    except FileNotFoundError:
+def _read(f: BinaryIO | None) -> bytes:
+    """Up to :data:`CHUNK` bytes of whole lines from ``f``'s position (a partial last line
+    is left for the next read)."""
+    if f is None:
         return b""
-    return data[: data.rfind(b"\n") + 1]
+    here = f.tell()
+    data = f.read(CHUNK)
+    cut = data.rfind(b"\n") + 1
+    f.seek(here + cut)
+    return data[:cut]
