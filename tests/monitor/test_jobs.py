@@ -104,7 +104,9 @@ class Client:
             return await resp.text()
 
 
-async def state_of(client: Client, job_id: str, *states: str, timeout: float = 30) -> dict:
+async def state_of(
+    client: Client, job_id: str, *states: str, timeout: float = 30
+) -> dict[str, Any]:
     found: dict[str, Any] = {}
 
     async def check() -> bool:
@@ -119,7 +121,7 @@ async def two_engines(zk_hosts: str, start_monitor: Any, spawn: Spawn) -> tuple[
     monitor, rec = await start_monitor(with_token(monitor_config(zk_hosts)))
     await spawn("e1", labels='"zone=a"')
     await spawn("e2", labels='"zone=b"')
-    await eventually(lambda: len(monitor.jobs.slots()) == 2, "two engines with job slots", timeout=30)
+    await eventually(lambda: len(monitor.jobs.slots()) == 2, "two engines", timeout=30)
     return monitor, rec
 
 
@@ -141,7 +143,8 @@ async def test_jobs_placed_logged_cancelled_and_kept(
     assert done_e1["stats"]["succeeded"] == 200
     assert done_e1["feeds"][0]["items"] == 200
     page = await client.call("GET", f"/{on_e1['id']}/items?offset=10&limit=5")
-    assert page[0] == 200 and len(page[1]["items"]) == 5
+    assert page[0] == 200
+    assert len(page[1]["items"]) == 5
     everywhere = await client.start(**walk, on="all")
     assert sorted(j["on"][0] for j in everywhere) == ["e1", "e2"]
     ended = [await state_of(client, j["id"], "finished") for j in everywhere]
@@ -159,7 +162,8 @@ async def test_jobs_placed_logged_cancelled_and_kept(
     text = await eventually(crawling, "the running job's log", timeout=30)
     assert "job_stopping" not in text
     status, answer = await client.call("POST", f"/{running['id']}/cancel")
-    assert status == 200 and answer["cancel"] is True
+    assert status == 200
+    assert answer["cancel"] is True
     follow = asyncio.create_task(client.log(running["id"], tail="0", follow="1"))
     cancelled = await state_of(client, running["id"], "cancelled")
     assert "job_stopping" in await asyncio.wait_for(follow, 20)  # the stream ends with the job
@@ -198,5 +202,5 @@ async def test_job_on_a_killed_engine_is_lost_requeued_and_finished(
     await first.wait()
     await eventually(lambda: rec.of("job_lost"), "the job lost with its engine", timeout=20)
     done = await state_of(client, job["id"], "finished", timeout=60)
-    assert done["engine"] == "e2" and done["attempts"] == 2
+    assert (done["engine"], done["attempts"]) == ("e2", 2)
     assert 0 < done["stats"]["succeeded"] < 63  # resumed: e1's pages were not fetched again

@@ -55,7 +55,9 @@ def test_a_bad_request_is_refused_naming_its_key(body, key):
 def test_a_request_round_trips_through_its_node():
     job = job_request({"spider": "m:S", "args": {"q": "x"}, "on": ["e1", "e2"]}, now=5.0)
     back = parse_job(job.id, job.to_json())
-    assert back == job and back.on == ("e1", "e2") and back.state is JobState.PENDING
+    assert back == job
+    assert back is not None
+    assert (back.on, back.state) == (("e1", "e2"), JobState.PENDING)
 
 
 @pytest.mark.parametrize(
@@ -111,7 +113,8 @@ def test_log_rotates_by_size_and_tails_whole_lines(tmp_path):
         writer.write(json.dumps({"n": n}).encode())
     writer.write(b"x" * 100_000)  # cut at MAX_LINE, never kept whole
     writer.close()
-    assert path.with_name("job.log.1").exists() and path.with_name("job.log.2").exists()
+    assert path.with_name("job.log.1").exists()
+    assert path.with_name("job.log.2").exists()
     assert not path.with_name("job.log.3").exists()
     text, _ = tail(path.with_name("job.log.2"), 3)
     assert len(text.splitlines()) == 3
