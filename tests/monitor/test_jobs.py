@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -20,6 +21,8 @@ from monitor.daemon import Monitor
 from monitor.settings import ControlSettings
 from netdisco.testing import eventually, free_port
 from tests.monitor.conftest import monitor_config
+from tests.monitor.test_dashboard import shows
+from tests.monitor.test_http import CHROMIUM, chromium
 from tests.netdisco.conftest import redis_server, redis_url  # noqa: F401 - fixtures
 from tests.netdisco.engine_site import start_site
 
@@ -204,3 +207,35 @@ async def test_job_on_a_killed_engine_is_lost_requeued_and_finished(
     done = await state_of(client, job["id"], "finished", timeout=60)
     assert (done["engine"], done["attempts"]) == ("e2", 2)
     assert 0 < done["stats"]["succeeded"] < 63  # resumed: e1's pages were not fetched again
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(180)  # Chromium's first start on a loaded machine
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium absent")
+async def test_jobs_page_starts_follows_and_cancels_a_job(
+    zk_hosts, start_monitor, spawn_engine, site, tmp_path
+):
+    config = replace(monitor_config(zk_hosts), control=ControlSettings())  # loopback, no token
+    monitor, rec = await start_monitor(config)
+    await spawn_engine("e1")
+    await eventually(lambda: monitor.jobs.slots(), "an engine with slots", timeout=30)
+    args = json.dumps({"site": site, "speed": "slow"})
+    settings = json.dumps({"concurrency": "1", "download_delay": "0.1"})
+    async with chromium(f"{monitor.http.url}/jobs", tmp_path / "profile") as page:
+        await shows(page, "document.querySelector('#start-button') !== null", "the form")
+        await page.eval(
+            "document.querySelector('#spider').value = 'tests.monitor.job_spiders:Walk';"
+            f"document.querySelector('#args').value = {json.dumps(args)};"
+            f"document.querySelector('#settings').value = {json.dumps(settings)};"
+            "document.querySelector('#start-button').click(); true"
+        )
+        log = "document.querySelector('#log').textContent"
+        await shows(page, f"{log}.includes('job_running')", "the job's log, followed live")
+        (job_id,) = monitor.jobs.jobs
+        cancel = f"document.querySelector(\"tr[data-job='{job_id}'] button.cancel\")"
+        await shows(page, f"{cancel} !== null", "the Cancel button")
+        await page.eval(f"{cancel}.click(); true")
+        state = f"document.querySelector(\"tr[data-job='{job_id}'] .state\").textContent"
+        assert await shows(page, f"{state} === 'cancelled' && {state}", "cancelled") == "cancelled"
+        await shows(page, f"{log}.includes('job_stopping')", "the stop, in the log")
+    assert [e.detail["job"] for e in rec.of("job_cancelled")] == [job_id]
