@@ -44,7 +44,9 @@ NetdiscoError
 ├── RequestNotShareable      a request cannot be stored in a shared frontier (carries ``url``)
 ├── HookError                a monitor hook could not deliver an event (names the hook)
 ├── ApiError                 an HTTP error answer: status, machine code, sentence
-│   └── ControlRefused       a control call through the monitor, refused or unreachable
+│   ├── ControlRefused       a control call through the monitor, refused or unreachable
+│   └── ProjectRefused       a project archive, name or deploy call the monitor refuses
+├── ProjectUnavailable       a project version that cannot be read from ZooKeeper or installed
 ├── AnswerTooLarge           an engine's answer to the monitor passed its size cap
 └── DemoFailed               ``netdisco demo``: a step it shows did not happen in time
 """
@@ -304,3 +306,15 @@ class ApiError(NetdiscoError):
 
 class ControlRefused(ApiError):
     """A control call through the monitor that was refused or could not reach its engine."""
+
+
+class ProjectRefused(ApiError):
+    """A deploy refused: a bad archive or name, over a cap, no spiders, or no deploy right.
+
+    Raised before anything is written, so a refused deploy leaves nothing in ZooKeeper.
+    """
+
+
+class ProjectUnavailable(NetdiscoError):
+    """A project version an engine cannot use: unknown, damaged in ZooKeeper, or its
+    virtual environment could not be built (the message says which step failed)."""

@@ -27,9 +27,10 @@ ALLOWED: dict[str, set[str]] = {
     "cluster": {"base"},
     "frontiers": {"base"},  # and cluster, from CLUSTER_USERS_IN_FRONTIERS only
     "crawl": {"base", "frontiers"},
-    "engine": {"base", "cluster", "frontiers", "crawl"},
-    "monitor": {"base", "cluster"},
-    "top": {"base", "cluster", "frontiers", "crawl", "engine", "top"},
+    "projects": {"base", "cluster"},
+    "engine": {"base", "cluster", "frontiers", "crawl", "projects"},
+    "monitor": {"base", "cluster", "projects"},
+    "top": {"base", "cluster", "frontiers", "crawl", "engine", "projects", "top"},
 }
 
 #: the one frontier module that may use the cluster layer: it watches the registry
@@ -45,7 +46,7 @@ def layer(module: str) -> str | None:
         return "monitor"
     if parts[0] != "netdisco":
         return None
-    if parts[1] in ("cluster", "frontiers", "crawl", "engine"):
+    if parts[1] in ("cluster", "frontiers", "crawl", "engine", "projects"):
         return parts[1]
     return "top"  # cli, demo, testing, _servers, _polling, __init__
 

@@ -1,0 +1,385 @@
+"""Project archives: packed from a directory, checked before storing, unpacked safely.
+
+An archive is a zip (a directory project, packed by :func:`pack`, or a built wheel).
+Everything in it is untrusted until :func:`inspect` passed it: member names (no
+traversal, absolute paths, drive letters, backslashes, duplicates), member types (no
+symlinks or devices, read from the zip's external attributes), sizes (stored,
+unpacked and the ratio of each member, against zip bombs) and a project file. The
+spiders are found by reading the source (:mod:`ast`), never by importing it: the
+monitor does not run a project's code.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import stat
+import tomllib
+import zipfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from netdisco.exceptions import ProjectRefused
+
+#: one strict pattern for project names: they are znode names and directory names
+PROJECT_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+#: a version's optional label (the id is the content hash)
+LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+#: the base classes whose subclasses are spiders
+SPIDER_BASES = frozenset({"Spider", "CrawlSpider", "SitemapSpider"})
+
+MAX_MEMBERS = 10_000
+#: unpacked bytes allowed per stored byte of the cap, and the ratio of one member
+UNPACKED_FACTOR = 8
+MAX_RATIO = 200
+#: a member whose ratio is not checked: too small to be a bomb
+RATIO_FLOOR = 1 << 20
+#: what a single source file read for spiders may be
+MAX_SOURCE = 1 << 20
+#: never packed from a directory
+SKIPPED = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        "__pycache__",
+        ".venv",
+        "venv",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".tox",
+        "node_modules",
+        "dist",
+        "build",
+    }
+)
+_DRIVE = re.compile(r"^[A-Za-z]:")
+_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What :func:`inspect` found in an archive that passed."""
+
+    kind: str  # "directory" or "wheel"
+    spiders: tuple[str, ...]  # "module:Class"
+    unpacked_size: int
+    members: int
+
+
+def refuse(status: int, code: str, message: str) -> ProjectRefused:
+    """The one way this package refuses: status, machine code, sentence."""
+    return ProjectRefused(status, code, message)
+
+
+def check_project_name(name: str) -> str:
+    """``name`` if ``PROJECT_NAME`` matches it, else a 400."""
+    if not PROJECT_NAME.fullmatch(name):
+        raise refuse(
+            400,
+            "bad_project_name",
+            f"a project name is 1-64 of a-z, 0-9, '_' and '-', starting with a letter: {name!r}",
+        )
+    return name
+
+
+def check_label(label: str | None) -> str | None:
+    """``label`` if it is None or matches ``LABEL``, else a 400."""
+    if label is not None and not LABEL.fullmatch(label):
+        raise refuse(
+            400, "bad_version_label", f"a version label is 1-64 of A-Z a-z 0-9 . _ + -: {label!r}"
+        )
+    return label
+
+
+def default_name(raw: str) -> str:
+    """A project name made of a directory or distribution name: ``My.Project``, ``my-project``."""
+    return re.sub(r"[^a-z0-9_-]+", "-", raw.lower()).strip("-_") or "project"
+
+
+# --- packing -------------------------------------------------------------------------------
+
+
+def _walk(directory: Path) -> Iterator[Path]:
+    for path in sorted(directory.iterdir()):
+        if path.name in SKIPPED or path.suffix in (".pyc", ".pyo"):
+            continue
+        if path.is_symlink():
+            raise refuse(400, "symlink", f"{path} is a symbolic link: copy the file instead")
+        if path.is_dir():
+            yield from _walk(path)
+        elif path.is_file():
+            yield path
+
+
+def pack(directory: Path) -> bytes:
+    """A deterministic zip of ``directory`` (sorted, fixed times and modes): the same
+    files give the same bytes, hence the same version hash."""
+    if not ((directory / "pyproject.toml").is_file() or (directory / "requirements.txt").is_file()):
+        raise refuse(
+            400, "no_project_file", f"{directory} has no pyproject.toml or requirements.txt"
+        )
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in _walk(directory):
+            info = zipfile.ZipInfo(path.relative_to(directory).as_posix(), _FIXED_TIME)
+            info.external_attr = (stat.S_IFREG | 0o644) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, path.read_bytes())
+    return buffer.getvalue()
+
+
+# --- checking -------------------------------------------------------------------------------
+
+
+def _open(data: bytes) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError):
+        raise refuse(400, "not_a_zip", "the archive is not a zip file (nor a wheel)") from None
+
+
+def member_path(name: str) -> PurePosixPath:
+    """The relative path a member name stands for, or a 400 if it could leave its directory."""
+    if (
+        not name
+        or "\\" in name
+        or "\x00" in name
+        or name.startswith("/")
+        or _DRIVE.match(name)
+        or any(ord(c) < 32 for c in name)
+    ):
+        raise refuse(400, "bad_member_name", f"archive member {name!r} is not a relative path")
+    parts = PurePosixPath(name).parts
+    if not parts or any(p in ("..", ".") for p in name.rstrip("/").split("/")):
+        raise refuse(400, "path_traversal", f"archive member {name!r} leaves the project directory")
+    return PurePosixPath(*parts)
+
+
+def _check_member(info: zipfile.ZipInfo) -> None:
+    mode = info.external_attr >> 16
+    file_type = stat.S_IFMT(mode)
+    if file_type and file_type not in (stat.S_IFREG, stat.S_IFDIR):
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+        raise refuse(
+            400,
+            "symlink" if stat.S_ISLNK(mode) else "bad_member_type",
+            f"archive member {info.filename!r} is {kind}",
+        )
+    if info.flag_bits & 0x1:
+        raise refuse(400, "encrypted", f"archive member {info.filename!r} is encrypted")
+    if info.file_size > RATIO_FLOOR and info.file_size > MAX_RATIO * max(info.compress_size, 1):
+        raise refuse(
+            413, "zip_bomb", f"archive member {info.filename!r} expands more than {MAX_RATIO}x"
+        )
+
+
+def _checked_members(archive: zipfile.ZipFile, max_size: int) -> list[zipfile.ZipInfo]:
+    infos = archive.infolist()
+    if len(infos) > MAX_MEMBERS:
+        raise refuse(413, "too_many_members", f"the archive has more than {MAX_MEMBERS} members")
+    seen: set[PurePosixPath] = set()
+    unpacked = 0
+    for info in infos:
+        path = member_path(info.filename)
+        if path in seen:
+            raise refuse(400, "duplicate_member", f"archive member {info.filename!r} appears twice")
+        seen.add(path)
+        _check_member(info)
+        unpacked += info.file_size
+    if unpacked > UNPACKED_FACTOR * max_size:
+        raise refuse(
+            413,
+            "zip_bomb",
+            f"the archive unpacks to {unpacked} bytes, over {UNPACKED_FACTOR * max_size}",
+        )
+    return infos
+
+
+def read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
+    """A member's bytes, never more than ``limit`` nor more than its header declared
+    (a lying header is a refused archive, not a bigger read)."""
+    bound = min(limit, info.file_size)
+    try:
+        with archive.open(info) as source:
+            data = source.read(bound + 1)
+    except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError) as exc:
+        raise refuse(400, "bad_member", f"archive member {info.filename!r}: {exc}") from None
+    if len(data) > bound:
+        raise refuse(413, "zip_bomb", f"archive member {info.filename!r} is larger than declared")
+    return data
+
+
+def _kind(names: set[str]) -> str:
+    if any(n.count("/") == 1 and n.endswith(".dist-info/WHEEL") for n in names):
+        return "wheel"
+    if "pyproject.toml" in names or "requirements.txt" in names:
+        return "directory"
+    raise refuse(
+        400,
+        "no_project_file",
+        "the archive holds no pyproject.toml or requirements.txt at its top, nor is a wheel",
+    )
+
+
+def inspect(data: bytes, max_size: int) -> Manifest:
+    """Check an uploaded archive completely; a :class:`ProjectRefused` (4xx) if it fails."""
+    if len(data) > max_size:
+        raise refuse(
+            413, "too_large", f"the archive is {len(data)} bytes, over the cap of {max_size}"
+        )
+    with _open(data) as archive:
+        infos = _checked_members(archive, max_size)
+        kind = _kind({i.filename for i in infos})
+        sources = {
+            i.filename: read_member(archive, i, MAX_SOURCE)
+            for i in infos
+            if (i.filename.endswith(".py") and not i.is_dir())
+            or i.filename in ("pyproject.toml", "requirements.txt")
+        }
+    if kind == "directory":
+        requirements(sources.get("pyproject.toml"), sources.get("requirements.txt"))
+    spiders = declared_spiders(sources.get("pyproject.toml")) or find_spiders(sources)
+    if not spiders:
+        raise refuse(
+            422,
+            "no_spiders",
+            "no spider found: no class derives from Spider, CrawlSpider or SitemapSpider, "
+            "and pyproject.toml declares no [tool.netdisco] spiders",
+        )
+    return Manifest(kind, spiders, sum(i.file_size for i in infos), len(infos))
+
+
+# --- spiders, statically --------------------------------------------------------------------
+
+
+def declared_spiders(pyproject: bytes | None) -> tuple[str, ...]:
+    """``[tool.netdisco] spiders`` of a pyproject.toml, checked as ``module:Class`` names."""
+    if pyproject is None:
+        return ()
+    try:
+        table = tomllib.loads(pyproject.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise refuse(400, "bad_pyproject", f"pyproject.toml cannot be read: {exc}") from None
+    spiders = table.get("tool", {}).get("netdisco", {}).get("spiders", [])
+    pattern = re.compile(r"[A-Za-z_][\w.]{0,199}:[A-Za-z_]\w{0,99}")
+    if not isinstance(spiders, list) or not all(
+        isinstance(s, str) and pattern.fullmatch(s) for s in spiders
+    ):
+        raise refuse(400, "bad_pyproject", "[tool.netdisco] spiders must be 'module:Class' strings")
+    return tuple(spiders)
+
+
+def _requirement(line: str, where: str) -> str:
+    try:
+        requirement = Requirement(line)
+    except InvalidRequirement as exc:
+        raise refuse(
+            400, "bad_requirement", f"{where}: {line!r} is not a requirement: {exc}"
+        ) from None
+    if requirement.url:
+        raise refuse(
+            400,
+            "bad_requirement",
+            f"{where}: {line!r} names a URL or path; bundle it in wheels/ instead",
+        )
+    return str(requirement)
+
+
+def requirements(pyproject: bytes | None, requirements_txt: bytes | None) -> tuple[str, ...]:
+    """The project's declared dependencies, each a PEP 508 requirement by name only:
+    ``[project] dependencies`` of pyproject.toml, else the lines of requirements.txt
+    (no options, includes, URLs or paths: those would fetch from where nobody allowed)."""
+    if pyproject is not None:
+        try:
+            table = tomllib.loads(pyproject.decode("utf-8"))
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise refuse(400, "bad_pyproject", f"pyproject.toml cannot be read: {exc}") from None
+        declared = table.get("project", {}).get("dependencies")
+        if declared is not None:
+            if not isinstance(declared, list) or not all(isinstance(d, str) for d in declared):
+                raise refuse(400, "bad_pyproject", "[project] dependencies must be strings")
+            return tuple(_requirement(d, "pyproject.toml") for d in declared)
+    if requirements_txt is None:
+        return ()
+    try:
+        lines = requirements_txt.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise refuse(400, "bad_requirement", "requirements.txt is not UTF-8") from None
+    stripped = (line.split(" #", 1)[0].strip() for line in lines)
+    return tuple(
+        _requirement(line, "requirements.txt")
+        for line in stripped
+        if line and not line.startswith("#")
+    )
+
+
+def module_name(member: str) -> str | None:
+    """``pkg/mod.py`` -> ``pkg.mod``; None when the path is not an importable module."""
+    parts = member.removesuffix(".py").split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    if not parts or not all(p.isidentifier() for p in parts):
+        return None
+    return ".".join(parts)
+
+
+def _base_names(node: ast.ClassDef) -> Iterable[str]:
+    for base in node.bases:
+        if isinstance(base, ast.Name):
+            yield base.id
+        elif isinstance(base, ast.Attribute):
+            yield base.attr
+
+
+def find_spiders(sources: dict[str, bytes]) -> tuple[str, ...]:
+    """Every top-level class deriving (through the project's own classes too) from a
+    netdisco spider base, as ``module:Class``; files that do not parse are skipped."""
+    classes: list[tuple[str, str, set[str]]] = []
+    for member, source in sorted(sources.items()):
+        module = module_name(member) if member.endswith(".py") else None
+        if module is None or member.startswith("wheels/"):
+            continue
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        classes += [
+            (module, node.name, set(_base_names(node)))
+            for node in tree.body
+            if isinstance(node, ast.ClassDef)
+        ]
+    spider_names = set(SPIDER_BASES)
+    found: set[tuple[str, str]] = set()
+    while True:
+        new = {(m, c) for m, c, bases in classes if bases & spider_names} - found
+        if not new:
+            break
+        found |= new
+        spider_names |= {c for _, c in new}
+    return tuple(sorted(f"{m}:{c}" for m, c in found))
+
+
+# --- unpacking ------------------------------------------------------------------------------
+
+
+def unpack(data: bytes, target: Path, max_size: int) -> None:
+    """Unpack a checked archive into ``target`` (which must be empty or absent): every
+    member is checked again, and written only below ``target``, as a plain file."""
+    target.mkdir(parents=True, exist_ok=True)
+    root = target.resolve()
+    with _open(data) as archive:
+        for info in _checked_members(archive, max_size):
+            destination = root.joinpath(*member_path(info.filename).parts)
+            if not destination.resolve().is_relative_to(root):
+                raise refuse(400, "path_traversal", f"archive member {info.filename!r} leaves")
+            if info.is_dir():
+                destination.mkdir(parents=True, exist_ok=True)
+                continue
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            destination.write_bytes(read_member(archive, info, UNPACKED_FACTOR * max_size))

@@ -1,0 +1,334 @@
+"""Project versions in ZooKeeper: the metadata and the archive itself, in chunks.
+
+Layout, under a sibling of the engine root (``/netdiscovery.projects`` for
+``/netdiscovery``)::
+
+    <root>.projects/<name>                    {"default": hash or null}
+    <root>.projects/<name>/archives/<hash>/0000 ... chunks of CHUNK bytes
+    <root>.projects/<name>/versions/<hash>    the version's metadata (JSON), written last
+
+A version exists when its ``versions`` node does: the chunks are written first, so a
+half-written upload is never visible (at worst it leaves chunks without a version,
+which the next upload of that project removes). Readers trust nothing they read: the
+metadata is parsed with bounds, and the archive's sha256 must be its name.
+Every node is created with the cluster's ACL (world may read, the digest identity may
+change) when a digest is configured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import re
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, TypeAlias
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.security import ACL
+
+from netdisco.cluster.zk import Bridge, wait_result
+from netdisco.exceptions import ProjectRefused, ProjectUnavailable
+from netdisco.projects.archive import LABEL, PROJECT_NAME, Manifest
+
+#: bytes per chunk znode: well under ZooKeeper's default 1 MB ``jute.maxbuffer``
+CHUNK = 256 * 1024
+#: what a reader accepts whatever a version node claims (the monitor's cap is lower)
+HARD_MAX_SIZE = 64 * 1024 * 1024
+#: chunks without a version older than this are a failed upload, removed on the next one
+ORPHAN_AGE = 3600.0
+_HASH = re.compile(r"[0-9a-f]{64}")
+_SPIDER = re.compile(r"[A-Za-z_][\w.]{0,199}:[A-Za-z_]\w{0,99}")
+_FILENAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}\.whl")
+_MAX_META = 64 * 1024
+
+#: what the functions of this package accept: a kazoo client or the cluster's bridge
+ZooKeeper: TypeAlias = KazooClient | Bridge
+
+
+def client_of(zk: ZooKeeper) -> KazooClient:
+    """The kazoo client behind either a client or the cluster's :class:`Bridge`."""
+    return zk.client if isinstance(zk, Bridge) else zk
+
+
+def projects_root(root: str) -> str:
+    """Where projects live: a sibling of the engine root, like the tombstones."""
+    return f"{root.rstrip('/')}.projects"
+
+
+def content_hash(data: bytes) -> str:
+    """A version's id: the sha256 of the archive as stored."""
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Version:
+    """One immutable version of a project, as its version node describes it."""
+
+    id: str  # the content hash
+    size: int
+    chunks: int
+    kind: str  # "directory" or "wheel"
+    spiders: tuple[str, ...]
+    label: str | None = None
+    filename: str | None = None  # a wheel's file name (uv needs it)
+    created: float = 0.0
+    czxid: int = 0  # ZooKeeper's creation order: the newest is the default
+
+    def to_json(self) -> dict[str, Any]:
+        body = asdict(self)
+        body.pop("czxid")
+        body["spiders"] = list(self.spiders)
+        return body
+
+
+def _bad(path: str, why: str) -> ProjectUnavailable:
+    return ProjectUnavailable(f"{path}: {why}")
+
+
+def parse_version(path: str, name: str, raw: bytes, czxid: int) -> Version:
+    """A version node's data, validated: anyone who may write in ZooKeeper could have."""
+    if not _HASH.fullmatch(name) or len(raw) > _MAX_META:
+        raise _bad(path, "not a version node")
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise _bad(path, "not JSON") from None
+    if not isinstance(body, dict):
+        raise _bad(path, "not a JSON object")
+    size, chunks, spiders = body.get("size"), body.get("chunks"), body.get("spiders")
+    label, filename, kind = body.get("label"), body.get("filename"), body.get("kind")
+    if not (
+        type(size) is int
+        and 0 < size <= HARD_MAX_SIZE
+        and type(chunks) is int
+        and chunks == -(-size // CHUNK)
+        and isinstance(spiders, list)
+        and 0 < len(spiders) <= 1000
+        and all(isinstance(s, str) and _SPIDER.fullmatch(s) for s in spiders)
+        and (label is None or (isinstance(label, str) and LABEL.fullmatch(label) is not None))
+        and kind in ("directory", "wheel")
+        and (filename is None or (isinstance(filename, str) and _FILENAME.fullmatch(filename)))
+        and (kind != "wheel" or filename is not None)
+    ):
+        raise _bad(path, "version metadata out of bounds")
+    stamp = body.get("created")
+    created = float(stamp) if isinstance(stamp, int | float) and math.isfinite(stamp) else 0.0
+    return Version(
+        name,
+        size,
+        chunks,
+        str(kind),
+        tuple(spiders),
+        label,
+        filename,
+        created,
+        czxid,
+    )
+
+
+class ProjectStore:
+    """Reads and writes the projects of one cluster root (every call awaited on the loop)."""
+
+    def __init__(self, zk: ZooKeeper, root: str, acl: list[ACL] | None = None) -> None:
+        self.client = client_of(zk)
+        self.base = projects_root(root)
+        self.acl = acl
+
+    def _path(self, project: str, *rest: str) -> str:
+        if not PROJECT_NAME.fullmatch(project):
+            raise ProjectRefused(400, "bad_project_name", f"not a project name: {project!r}")
+        return "/".join((self.base, project, *rest))
+
+    async def _ensure(self, path: str) -> None:
+        await wait_result(self.client.ensure_path_async(path, acl=self.acl))
+
+    async def projects(self) -> list[str]:
+        """The names of every project (checked: a stray node is not a project)."""
+        try:
+            names = await wait_result(self.client.get_children_async(self.base))
+        except NoNodeError:
+            return []
+        return sorted(n for n in names if PROJECT_NAME.fullmatch(n))
+
+    async def versions(self, project: str) -> list[Version]:
+        """The project's versions, oldest first; a damaged node is skipped."""
+        path = self._path(project, "versions")
+        try:
+            names = await wait_result(self.client.get_children_async(path))
+        except NoNodeError:
+            return []
+        found = []
+        for name in names:
+            try:
+                raw, stat = await wait_result(self.client.get_async(f"{path}/{name}"))
+                found.append(parse_version(f"{path}/{name}", name, raw, stat.czxid))
+            except (NoNodeError, ProjectUnavailable):
+                continue
+        return sorted(found, key=lambda v: v.czxid)
+
+    async def default(self, project: str) -> str | None:
+        """The version set as default, if any (the newest is used otherwise)."""
+        try:
+            raw, _ = await wait_result(self.client.get_async(self._path(project)))
+            value = json.loads(raw or b"{}").get("default")
+        except (NoNodeError, ValueError, AttributeError, RecursionError):
+            return None
+        return value if isinstance(value, str) and _HASH.fullmatch(value) else None
+
+    async def describe(self, project: str) -> dict[str, Any]:
+        """The project as the HTTP API shows it: versions, the default and what it is."""
+        versions = await self.versions(project)
+        if not versions and not await wait_result(self.client.exists_async(self._path(project))):
+            raise ProjectRefused(404, "unknown_project", f"no project {project!r}")
+        chosen = pick(versions, await self.default(project))
+        return {
+            "project": project,
+            "default": chosen.id if chosen else None,
+            "default_set": await self.default(project),
+            "versions": [v.to_json() for v in versions],
+        }
+
+    async def resolve(self, project: str, version: str | None) -> Version:
+        """``version`` (a hash, a unique prefix of 8+ or a label), or the default one."""
+        versions = await self.versions(project)
+        if version is None:
+            chosen = pick(versions, await self.default(project))
+        else:
+            chosen = match(versions, version)
+        if chosen is None:
+            wanted = "a default version" if version is None else f"version {version!r}"
+            raise ProjectRefused(404, "unknown_version", f"project {project!r} has no {wanted}")
+        return chosen
+
+    async def put(
+        self,
+        project: str,
+        data: bytes,
+        manifest: Manifest,
+        label: str | None,
+        filename: str | None = None,
+    ) -> tuple[Version, bool]:
+        """Store a checked archive; (the version, whether it is new). Chunks first, the
+        version node last, so that no reader ever sees half a version."""
+        digest = content_hash(data)
+        chunks = -(-len(data) // CHUNK)
+        version = Version(
+            digest, len(data), chunks, manifest.kind, manifest.spiders, label, filename, time.time()
+        )
+        existing = {v.id: v for v in await self.versions(project)}
+        if digest in existing:
+            return existing[digest], False
+        await self._ensure(self._path(project, "versions"))
+        await self.sweep_orphans(project, keep=digest)
+        archive = self._path(project, "archives", digest)
+        await self._ensure(archive)
+        for index in range(chunks):
+            piece = data[index * CHUNK : (index + 1) * CHUNK]
+            try:
+                await wait_result(
+                    self.client.create_async(f"{archive}/{index:04d}", piece, self.acl)
+                )
+            except NodeExistsError:
+                await wait_result(self.client.set_async(f"{archive}/{index:04d}", piece))
+        body = json.dumps(version.to_json()).encode()
+        try:
+            await wait_result(
+                self.client.create_async(self._path(project, "versions", digest), body, self.acl)
+            )
+        except NodeExistsError:
+            return await self.resolve(project, digest), False
+        return await self.resolve(project, digest), True
+
+    async def read(self, project: str, version: str | None) -> tuple[Version, bytes]:
+        """A version and its archive, checked against its hash (ZooKeeper only)."""
+        chosen = await self.resolve(project, version)
+        archive = self._path(project, "archives", chosen.id)
+        pieces = []
+        for index in range(chosen.chunks):
+            try:
+                raw, _ = await wait_result(self.client.get_async(f"{archive}/{index:04d}"))
+            except NoNodeError:
+                raise _bad(archive, f"chunk {index} is missing") from None
+            pieces.append(raw or b"")
+        data = b"".join(pieces)
+        if len(data) != chosen.size or content_hash(data) != chosen.id:
+            raise _bad(archive, "the archive does not match its hash")
+        return chosen, data
+
+    async def set_default(self, project: str, version: str) -> Version:
+        """Make a version the default (it must exist)."""
+        chosen = match(await self.versions(project), version)
+        if chosen is None:
+            raise ProjectRefused(404, "unknown_version", f"project {project!r} has no {version!r}")
+        body = json.dumps({"default": chosen.id}).encode()
+        await wait_result(self.client.set_async(self._path(project), body))
+        return chosen
+
+    async def delete(self, project: str, version: str) -> Version:
+        """Delete a version: its node first (it is gone for readers), then its chunks."""
+        chosen = next((v for v in await self.versions(project) if v.id == version), None)
+        if chosen is None:
+            raise ProjectRefused(404, "unknown_version", f"project {project!r} has no {version!r}")
+        with contextlib.suppress(NoNodeError):
+            await wait_result(self.client.delete_async(self._path(project, "versions", chosen.id)))
+        if await self.default(project) == chosen.id:
+            await wait_result(self.client.set_async(self._path(project), b"{}"))
+        await self._delete_archive(project, chosen.id)
+        return chosen
+
+    async def _delete_archive(self, project: str, digest: str) -> None:
+        archive = self._path(project, "archives", digest)
+        try:
+            names = await wait_result(self.client.get_children_async(archive))
+        except NoNodeError:
+            return
+        for name in names:
+            try:
+                await wait_result(self.client.delete_async(f"{archive}/{name}"))
+            except NoNodeError:
+                continue
+        with contextlib.suppress(NoNodeError, NotEmptyError):
+            await wait_result(self.client.delete_async(archive))
+
+    async def sweep_orphans(self, project: str, keep: str) -> int:
+        """Delete chunks that have had no version for ``ORPHAN_AGE`` (failed uploads)."""
+        try:
+            names = await wait_result(
+                self.client.get_children_async(self._path(project, "archives"))
+            )
+        except NoNodeError:
+            return 0
+        live = {v.id for v in await self.versions(project)} | {keep}
+        swept = 0
+        for name in set(names) - live:
+            stat = await wait_result(
+                self.client.exists_async(self._path(project, "archives", name))
+            )
+            if stat is not None and time.time() - stat.ctime / 1000 > ORPHAN_AGE:
+                await self._delete_archive(project, name)
+                swept += 1
+        return swept
+
+
+def pick(versions: list[Version], default: str | None) -> Version | None:
+    """The default version: the one set, or the newest (by ZooKeeper's creation order)."""
+    chosen = next((v for v in versions if v.id == default), None)
+    return chosen or (versions[-1] if versions else None)
+
+
+def match(versions: list[Version], wanted: str) -> Version | None:
+    """The version a user named: its hash, a unique hash prefix of 8 or more, or its label
+    (the newest of that label)."""
+    exact = [v for v in versions if v.id == wanted]
+    if exact:
+        return exact[0]
+    if len(wanted) >= 8:
+        prefixed = [v for v in versions if v.id.startswith(wanted)]
+        if len(prefixed) == 1:
+            return prefixed[0]
+    labelled = [v for v in versions if v.label == wanted]
+    return labelled[-1] if labelled else None
