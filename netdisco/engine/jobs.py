@@ -38,6 +38,7 @@ from netdisco.cluster.zk import close_client
 from netdisco.crawl.settings import Settings
 from netdisco.engine.config import EngineSettings
 from netdisco.engine.joblog import CHUNK, MAX_LINE, LogWriter, job_dir
+from netdisco.exceptions import NetdiscoError, SpiderNotAllowed
 
 log = structlog.get_logger(__name__)
 
@@ -74,6 +75,16 @@ def deadline_of(job: Job) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 3600:
         return float(value)
     return _DEFAULT_DEADLINE
+
+
+def project_spider(spider: str, spiders: tuple[str, ...]) -> str:
+    """A project's spider named by ``module:Class`` or by its class name alone."""
+    if spider in spiders:
+        return spider
+    named = [ref for ref in spiders if ref.rpartition(":")[2] == spider]
+    if len(named) == 1:
+        return named[0]
+    raise SpiderNotAllowed(f"the project has no spider {spider!r}; it has {', '.join(spiders)}")
 
 
 class JobProcess:
@@ -220,7 +231,8 @@ class JobRunner:
         self._client: KazooClient | None = None
         self._store: JobStore | None = None
         self._tasks = Tasks()  # the poll loop
-        self._ends = Tasks()  # one per running child: waits, then writes the job's end
+        self._ends = Tasks()  # one per job taken: starts its child, waits, writes its end
+        self._starting: set[str] = set()  # taken, its project installing or child starting
 
     @property
     def directory(self) -> Path:
@@ -295,7 +307,9 @@ class JobRunner:
         def still_ours(j: Job) -> bool:
             return j.state is JobState.PENDING and j.engine == me and j.incarnation == incarnation
 
-        if len(self.running) >= self.settings.max_jobs:  # a stale monitor over-placed: give back
+        if (
+            len(self.running) + len(self._starting) >= self.settings.max_jobs
+        ):  # a stale monitor over-placed: give back
             await self._store.update(
                 job.id,
                 lambda j: replace(j, engine=None, incarnation=None) if still_ours(j) else None,
@@ -307,47 +321,57 @@ class JobRunner:
             lambda j: replace(j, state=JobState.RUNNING, started_at=now) if still_ours(j) else None,
         )
         if taken is not None:
-            await self._launch(taken)
+            self._starting.add(taken.id)
+            self._ends.spawn(self._launch(taken))
 
-    def _spec(self, job: Job) -> dict[str, Any]:
+    def _spec(self, job: Job, modules: list[str]) -> dict[str, Any]:
         return {
             "job": job.to_dict(),
             "engine_id": self._engine_id(),
             "owner": self.incarnation,
-            "spider_modules": list(self.settings.spider_modules),
+            "spider_modules": modules,
             "feeds_dir": self.settings.feeds_dir,
             "frontier": self.settings.job_frontier,
         }
 
     async def _launch(self, job: Job) -> None:
-        if job.project is not None:  # until projects are installed here: refused, not guessed
-            error = "this engine installs no projects yet; start spiders of spider_modules (-)"
+        """Install the job's project (if any), start its child, then wait for its end."""
+        try:
+            job, python, cwd, modules = await self._environment(job)
+            directory = job_dir(self.directory, job.id)
+            process = JobProcess(
+                job, directory, self._spec(job, modules), self.settings.job_log_max
+            )
+            await process.start(python, cwd)
+        except (OSError, NetdiscoError) as exc:
+            log.error("job_start_failed", job=job.id, error=str(exc))
+            error = f"cannot start the job: {exc}"
             await self._write_end(
                 replace(job, state=JobState.FAILED, ended_at=time.time(), error=error)
             )
             return
-        process = JobProcess(
-            job, job_dir(self.directory, job.id), self._spec(job), self.settings.job_log_max
-        )
-        try:
-            await process.start()
-        except OSError as exc:
-            log.error("job_start_failed", job=job.id, error=str(exc))
-            await self._write_end(
-                replace(
-                    job,
-                    state=JobState.FAILED,
-                    ended_at=time.time(),
-                    error=f"cannot start the job's process: {exc}",
-                )
-            )
-            return
-        log.info(
-            "job_started", job=job.id, spider=job.spider, pid=process.proc and process.proc.pid
-        )
+        finally:
+            self._starting.discard(job.id)
+        pid = process.proc.pid if process.proc else None
+        log.info("job_started", job=job.id, spider=job.spider, pid=pid)
         self.running[job.id] = process
         self._on_change()
-        self._ends.spawn(self._finish(process))
+        await self._finish(process)
+
+    async def _environment(self, job: Job) -> tuple[Job, str, Path | None, list[str]]:
+        """The job (its spider and version resolved), the Python and directory it runs
+        in, and the modules it may load: the project's venv, or the engine's own."""
+        if job.project is None:
+            return job, sys.executable, None, list(self.settings.spider_modules)
+        from netdisco.projects import install  # uv and archives: only for projects
+
+        assert self._client is not None
+        got = await install(
+            self._client, self.zookeeper.root, job.project, job.version, self.directory / "projects"
+        )
+        spider = project_spider(job.spider, got.spiders)
+        modules = sorted({ref.partition(":")[0] for ref in got.spiders})
+        return replace(job, spider=spider, version=got.version), str(got.python), got.path, modules
 
     async def _finish(self, process: JobProcess) -> None:
         ended = await process.wait()
