@@ -239,3 +239,48 @@ async def test_jobs_page_starts_follows_and_cancels_a_job(
         assert await shows(page, f"{state} === 'cancelled' && {state}", "cancelled") == "cancelled"
         await shows(page, f"{log}.includes('job_stopping')", "the stop, in the log")
     assert [e.detail["job"] for e in rec.of("job_cancelled")] == [job_id]
+
+
+PROJECT_SPIDER = '''
+from netdisco import Request, Spider
+
+
+class Titles(Spider):
+    name = "titles"
+    site = ""
+
+    async def start(self):
+        yield Request(f"{self.site}/fast/p/0", callback=self.parse)
+
+    def parse(self, response):
+        yield {"title": response.css("h1::text").get()}
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, callback=self.parse)
+'''
+
+
+async def test_a_job_of_a_deployed_project_runs_in_its_venv(
+    zk_hosts, start_monitor, spawn_engine, site, tmp_path
+):
+    from netdisco.projects import archive
+    from netdisco.projects.store import ProjectStore
+
+    source = tmp_path / "shop"
+    source.mkdir()
+    (source / "pyproject.toml").write_text('[project]\nname = "shop"\nversion = "1"\n')
+    (source / "shop_spiders.py").write_text(PROJECT_SPIDER)
+    data = archive.pack(source)
+    monitor, _ = await start_monitor(with_token(monitor_config(zk_hosts)))
+    store = ProjectStore(monitor.watcher.client, monitor.config.zookeeper.root)
+    version, _ = await store.put("shop", data, archive.inspect(data, 1 << 20), None)
+    await spawn_engine("e1")
+    await eventually(lambda: monitor.jobs.slots(), "an engine with slots", timeout=30)
+    client = Client(monitor)
+    (job,) = await client.start(project="shop", spider="Titles", args={"site": site})
+    done = await state_of(client, job["id"], "finished", "failed", timeout=180)
+    assert done["state"] == "finished", done["error"]
+    assert (done["spider"], done["version"]) == ("shop_spiders:Titles", version.id)
+    assert done["stats"]["items"] == 200
+    (missing,) = await client.start(project="shop", spider="Nope", args={"site": site})
+    refused = await state_of(client, missing["id"], "failed", timeout=60)
+    assert "no spider 'Nope'" in refused["error"]
