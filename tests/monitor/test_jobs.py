@@ -164,13 +164,25 @@ async def test_jobs_placed_logged_cancelled_and_kept(
 
     text = await eventually(crawling, "the running job's log", timeout=30)
     assert "job_stopping" not in text
+    placed_on = (await client.job(running["id"]))["engine"]
+    engine = next(m for m in monitor.watcher.members() if m.name == placed_on)
+    url = engine.payload.status_url or ""
+    async with aiohttp.ClientSession() as s:
+        async with s.get(url.replace("/engine", "/spiders")) as resp:
+            listed = [x for x in await resp.json() if x.get("job") == running["id"]]
+        async with s.get(url.replace("/netdiscovery/engine", "/metrics")) as resp:
+            metrics = await resp.text()
+    assert listed[0]["state"] == "running"
+    assert f'netdisco_scheduled_requests_total{{spider="job-{running["id"]}"}}' in metrics
+    assert "netdisco_jobs_running 1.0" in metrics
     status, answer = await client.call("POST", f"/{running['id']}/cancel")
     assert status == 200
     assert answer["cancel"] is True
-    follow = asyncio.create_task(client.log(running["id"], tail="0", follow="1"))
+    follow = asyncio.create_task(client.log(running["id"], tail="1000", follow="1"))
     cancelled = await state_of(client, running["id"], "cancelled")
     assert "job_stopping" in await asyncio.wait_for(follow, 20)  # the stream ends with the job
     assert 0 < cancelled["stats"]["succeeded"] < 200
+    await eventually(lambda: rec.of("job_cancelled"), "job_cancelled, reported")
     assert [e.detail["job"] for e in rec.of("job_cancelled")] == [running["id"]]
     assert len(rec.of("job_finished")) == 4
     # a crashing spider fails its job, not its engine
@@ -187,7 +199,11 @@ async def test_jobs_placed_logged_cancelled_and_kept(
 
 
 async def test_job_on_a_killed_engine_is_lost_requeued_and_finished(
-    zk_hosts, start_monitor, spawn_engine, site, redis_url  # noqa: F811 - the fixture
+    zk_hosts,
+    start_monitor,
+    spawn_engine,
+    site,
+    redis_url,  # noqa: F811 - the fixture
 ):
     monitor, rec = await start_monitor(with_token(monitor_config(zk_hosts)))
     first = await spawn_engine("e1", job_frontier=redis_url)
@@ -238,10 +254,11 @@ async def test_jobs_page_starts_follows_and_cancels_a_job(
         state = f"document.querySelector(\"tr[data-job='{job_id}'] .state\").textContent"
         assert await shows(page, f"{state} === 'cancelled' && {state}", "cancelled") == "cancelled"
         await shows(page, f"{log}.includes('job_stopping')", "the stop, in the log")
+    await eventually(lambda: rec.of("job_cancelled"), "job_cancelled, reported")
     assert [e.detail["job"] for e in rec.of("job_cancelled")] == [job_id]
 
 
-PROJECT_SPIDER = '''
+PROJECT_SPIDER = """
 from netdisco import Request, Spider
 
 
@@ -256,7 +273,7 @@ class Titles(Spider):
         yield {"title": response.css("h1::text").get()}
         for href in response.css("a::attr(href)").getall():
             yield response.follow(href, callback=self.parse)
-'''
+"""
 
 
 async def test_a_job_of_a_deployed_project_runs_in_its_venv(
