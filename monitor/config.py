@@ -22,6 +22,7 @@ from monitor.settings import (
     ControlSettings,
     EmailSettings,
     HttpSettings,
+    JobsSettings,
     LogSettings,
     MonitorConfig,
     WebhookSettings,
@@ -59,6 +60,7 @@ SECTIONS: dict[str, type[Section]] = {
     "callable": CallableSettings,
     "control": ControlSettings,
     "log": LogSettings,
+    "jobs": JobsSettings,
 }
 #: secrets read from the variables other keys name: section -> field -> its key
 SECRETS = {
@@ -102,6 +104,7 @@ def load_config(
         callable=layers.optional("callable"),
         control=control,
         log=layers.load("log"),
+        jobs=layers.load("jobs"),
     )
 
 

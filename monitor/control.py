@@ -14,8 +14,9 @@ write in ZooKeeper can advertise a node, so the token only goes to a
 
 from __future__ import annotations
 
+import contextlib
 import hmac
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -104,6 +105,10 @@ class Control:
             await self._session.close()
 
     def _url(self, engine_id: str, spider: str, action: str) -> str:
+        return f"{self.engine_base(engine_id)}spiders/{quote(spider, safe='')}/{action}"
+
+    def engine_base(self, engine_id: str) -> str:
+        """``http://host:port/netdiscovery/`` of an engine that may be sent the token."""
         member = next((m for m in self.members() if m.name == engine_id), None)
         if member is None:
             raise ControlRefused(404, "unknown_engine", f"no engine {engine_id!r} in the cluster")
@@ -118,7 +123,28 @@ class Control:
             raise ControlRefused(
                 502, "engine_untrusted", f"engine {engine_id!r} is not sent the token: {why}"
             )
-        return f"{base}/{quote(spider, safe='')}/{action}"
+        return base.removesuffix("spiders")
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, engine_id: str, path: str, params: dict[str, str]
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """A GET of ``path`` under the engine's ``/netdiscovery/``, with the engine token,
+        left open for streaming (a connect timeout, no read timeout: a log follows)."""
+        assert self.settings is not None
+        url = self.engine_base(engine_id) + path
+        token = self.settings.engine_token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.settings.timeout)
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as session,
+                session.get(url, headers=headers, params=params) as resp,
+            ):
+                yield resp
+        except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+            reason = f"engine {engine_id!r} cannot be reached: {type(exc).__name__}"
+            raise ControlRefused(502, "engine_unreachable", reason) from None
 
     async def act(self, engine_id: str, spider: str, action: str) -> tuple[int, Any]:
         """The engine's status and JSON answer; ``ControlRefused`` if it could not be asked."""

@@ -24,6 +24,7 @@ from monitor.events import Event, EventType, iso
 from monitor.history import History
 from monitor.hooks import build_hooks
 from monitor.http import HttpServer
+from monitor.jobs import Jobs
 from monitor.metrics import Metrics
 from monitor.projects import Projects
 from monitor.settings import MonitorConfig
@@ -62,6 +63,8 @@ class Monitor:
         )
         self.control = Control(config.control, self.watcher.members)
         self.projects = Projects(self.watcher.client, config.zookeeper, config.control, self.record)
+        self.jobs = Jobs(config.jobs, self.watcher, self.record)
+        self.listeners.append(self.jobs.wake)  # an engine came or went: place, or lose, now
         self.http = HttpServer(self, self.control, config.http.host, config.http.port)
         self.history = History()
         self.status = StatusPoller(
@@ -119,6 +122,7 @@ class Monitor:
                         "a graceful leave is told by its tombstone")  # fmt: skip
         await self.http.start()
         await self.watcher.start()
+        self.jobs.start()
         self.status.start()
         log.info("monitor_started", version=__version__, zk=self.config.zookeeper.hosts,
                  root=self.config.zookeeper.root, http=self.http.url)  # fmt: skip
@@ -127,6 +131,7 @@ class Monitor:
         """Stop watching, flush alerts, stop serving; then one summary line."""
         await self.status.close()
         await self.control.close()
+        await self.jobs.close()
         await self.watcher.close()
         await self.alerts.close()
         await self.http.close()

@@ -22,6 +22,7 @@ from aiohttp import web
 from kazoo.exceptions import KazooException
 
 from monitor.control import ACTIONS, Control, check_caller
+from monitor.jobroutes import add_routes
 from netdisco import serving
 from netdisco.exceptions import ApiError
 
@@ -107,9 +108,18 @@ async def control(request: web.Request) -> web.Response:
     return web.json_response(body, status=status)
 
 
-async def dashboard(request: web.Request) -> web.Response:
-    html = resources.files("monitor").joinpath("static/dashboard.html").read_text("utf-8")
+def _page(name: str) -> web.Response:
+    html = resources.files("monitor").joinpath(f"static/{name}").read_text("utf-8")
     return web.Response(text=html, content_type="text/html", charset="utf-8")
+
+
+async def dashboard(request: web.Request) -> web.Response:
+    return _page("dashboard.html")
+
+
+async def jobs_page(request: web.Request) -> web.Response:
+    """The Jobs page (and a job's log and counters): static, it polls the job routes."""
+    return _page("jobs.html")
 
 
 def make_app(state: Monitor, ctl: Control) -> web.Application:
@@ -124,6 +134,8 @@ def make_app(state: Monitor, ctl: Control) -> web.Application:
     app.router.add_get("/netdiscovery/monitor/spiders", spider_history)
     app.router.add_post("/netdiscovery/monitor/engines/{engine}/spiders/{spider}/{action}", control)
     state.projects.add_routes(app)
+    app.router.add_get("/jobs", jobs_page)
+    add_routes(app, state.jobs, ctl)
     return app
 
 

@@ -290,6 +290,22 @@ class ControlSettings(Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class JobsSettings(Section):
+    """``[jobs]``: how the monitor places jobs and how long their history is kept."""
+
+    PREFIX: ClassVar[str] = "jobs."
+
+    poll: float = _field("jobs", 0.5, "seconds between two looks at the jobs", check=_above_zero)
+    history: int = _field(
+        "jobs", 1000, "ended jobs kept (the oldest beyond are deleted)", check=_at_least_zero
+    )
+    history_days: float = _field("jobs", 30.0, "days an ended job is kept", check=_above_zero)
+    max_attempts: int = _field(
+        "jobs", 3, "placements of one job with on_lost = requeue", check=_above_zero
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class LogSettings(Section):
     """``[log]``: how the monitor logs."""
 
@@ -318,3 +334,4 @@ class MonitorConfig:
     callable: CallableSettings | None = None
     control: ControlSettings | None = None  # None: no control routes
     log: LogSettings = LogSettings()
+    jobs: JobsSettings = JobsSettings()

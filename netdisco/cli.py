@@ -32,6 +32,7 @@ from netdisco.crawl.summary import broken_thresholds, parse_threshold, render, s
 from netdisco.crawl.templates import TEMPLATES
 from netdisco.crawl.templates import render as render_template
 from netdisco.exceptions import ConfigError, NetdiscoError, StateDirError
+from netdisco.jobs_cli import add_jobs_parser
 from netdisco.values import read_toml
 
 log = structlog.get_logger(__name__)
@@ -146,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (_add_crawl_parser, _add_parse_parser, _add_shell_parser, _add_new_parser,
                 _add_engine_parser, _add_demo_parser, deploy.add_parser):  # fmt: skip
         add(commands, after)
+    add_jobs_parser(commands, after)
     return parser
 
 

@@ -70,6 +70,11 @@ class EventType(StrEnum):
     ZK_DISCONNECTED = "zk_disconnected"
     ZK_RECONNECTED = "zk_reconnected"
     PROJECT_DEPLOYED = "project_deployed"  # a project version uploaded through a monitor
+    JOB_STARTED = "job_started"  # a job's process runs on an engine
+    JOB_FINISHED = "job_finished"
+    JOB_FAILED = "job_failed"
+    JOB_CANCELLED = "job_cancelled"
+    JOB_LOST = "job_lost"  # its engine went (or stopped) before the job ended
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +98,16 @@ def _float(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
+
+
+def _labels(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
 
 def _spiders(value: Any) -> tuple[SpiderSummary, ...]:
@@ -124,6 +139,9 @@ class EnginePayload:
     spiders: tuple[SpiderSummary, ...] = ()
     state: str = "unknown"  # a NodeState value, or whatever a foreign writer put there
     contract: int | None = None  # CONTRACT of the writer; None: contract 1 (no tombstones)
+    max_jobs: int | None = None  # job slots (netdisco.cluster.jobs); None: runs no jobs
+    labels: Mapping[str, str] = field(default_factory=dict)  # for placement "label=value"
+    jobs: tuple[str, ...] = ()  # ids of the jobs running on the engine now
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys of newer writers, kept
     garbage: bool = False  # the data was not a UTF-8 JSON object
 
@@ -150,6 +168,8 @@ class EnginePayload:
             value = getattr(self, f.name)
             if f.name == "spiders":
                 value = [_spider_dict(s) for s in value]
+            elif f.name in ("labels", "jobs"):
+                value = dict(value) if f.name == "labels" else list(value)
             data[f.name] = value
         return data
 
@@ -184,6 +204,9 @@ def payload_from_dict(data: Mapping[str, Any]) -> EnginePayload:
         spiders=_spiders(data.get("spiders")),
         state=state if isinstance(state, str) else "unknown",
         contract=_int(data.get("contract")),
+        max_jobs=_int(data.get("max_jobs")),
+        labels=_labels(data.get("labels")),
+        jobs=_names(data.get("jobs")),
         extra={k: v for k, v in data.items() if k not in _KNOWN},
     )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hmac
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
@@ -22,6 +23,7 @@ from aiohttp import web
 from netdisco import serving
 from netdisco.crawl.crawler import Crawler, SpiderState
 from netdisco.engine.config import is_loopback
+from netdisco.engine.jobroutes import job_items, job_log
 from netdisco.engine.lifecycle import EngineState
 from netdisco.engine.metrics import CONTENT_TYPE, EngineMetrics
 from netdisco.engine.replies import (
@@ -122,8 +124,9 @@ _SUMMARY_KEYS = ("name", "state", "started_at", "succeeded", "failed", "items", 
 
 
 def spiders_body(engine: SpiderEngine) -> list[dict[str, Any]]:
-    """Every spider's status object."""
-    return [engine.spider_status(c.name) for c in engine.crawlers()]
+    """Every spider's status object, then every running job's (its child's last status)."""
+    jobs = engine.jobs.status() if engine.jobs is not None else []
+    return [*(engine.spider_status(c.name) for c in engine.crawlers()), *jobs]
 
 
 def engine_body(engine: SpiderEngine) -> dict[str, Any]:
@@ -281,6 +284,16 @@ async def delete_spider(request: web.Request) -> web.Response:
     return json_response({"name": name, "deleted": True})
 
 
+def _job_route(
+    handler: Callable[[web.Request, SpiderEngine], Awaitable[web.StreamResponse]],
+) -> Handler:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await handler(request, authorize(request))
+
+    handle.__doc__ = handler.__doc__
+    return handle
+
+
 def create_app(engine: SpiderEngine, *, behind: Behind | None = None) -> web.Application:
     """The endpoint's application; the routes of the table in docs/http-api.md.
 
@@ -305,6 +318,8 @@ def create_app(engine: SpiderEngine, *, behind: Behind | None = None) -> web.App
     for action in ("pause", "resume", "stop"):
         app.router.add_post(f"/netdiscovery/spiders/{{name}}/{action}", _control(action))
     app.router.add_post("/netdiscovery/spiders/{name}/requests", push_requests)
+    app.router.add_get("/netdiscovery/jobs/{id}/log", _job_route(job_log), allow_head=False)
+    app.router.add_get("/netdiscovery/jobs/{id}/items", _job_route(job_items), allow_head=False)
     app.router.add_get("/metrics", metrics, allow_head=False)
     return app
 

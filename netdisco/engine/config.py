@@ -11,6 +11,7 @@ that ``token_env`` names and is kept out of ``repr`` so it cannot leak into logs
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,6 +43,11 @@ DEFAULT_PORT = 8715
 def _engine_id(value: str) -> str | None:
     ok = value and "/" not in value
     return None if ok else f"must be a non-empty name without '/', got {value!r}"
+
+
+def _labels(values: tuple[str, ...]) -> str | None:
+    bad = [v for v in values if not re.fullmatch(r"[\w.-]+=[\w.-]+", v)]
+    return f"expected key=value of letters, digits, '.', '_', '-', got {bad[0]!r}" if bad else None
 
 
 def _engine(default: Any, doc: str, **more: Any) -> Any:
@@ -83,6 +89,20 @@ class EngineSettings(Section):
     feeds_dir: str | None = _engine(
         None, "directory feeds asked for over HTTP are written under (none: they are refused)"
     )
+    max_jobs: int = _engine(4, "jobs run at once as child processes (0: none)", check=non_negative)
+    labels: tuple[str, ...] = _engine(
+        (), 'key=value labels jobs are placed by (on = "key=value")', check=_labels
+    )
+    jobs_dir: str | None = _engine(
+        None, "where each job's log and spec are kept (none: netdisco-jobs in the temp dir)"
+    )
+    job_log_max: int = _engine(
+        10 * 1024 * 1024, "bytes of a job's log before it is rotated (two old ones kept)",
+        check=positive,
+    )  # fmt: skip
+    job_frontier: str | None = _engine(
+        None, "frontier every job crawls on (a shared redis:// one lets a lost job resume)"
+    )
 
     def check(self) -> None:
         if self.token is not None and not self.token.strip():
@@ -92,6 +112,11 @@ class EngineSettings(Section):
     def advertised_host(self) -> str:
         """The host other machines should use to reach this engine."""
         return self.advertise or self.host
+
+    @property
+    def label_map(self) -> dict[str, str]:
+        """``labels`` as the engine's node carries them."""
+        return dict(label.split("=", 1) for label in self.labels)
 
     def default_id(self, port: int) -> str:
         """A stable id for engines that set none: host name and port survive restarts."""

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from netdisco.crawl.pipelines import Pipeline
     from netdisco.crawl.settings import Settings
     from netdisco.crawl.spider import Spider
+    from netdisco.engine.jobs import JobRunner
     from netdisco.engine.schedules import Schedule
 
 log = structlog.get_logger(__name__)
@@ -96,6 +97,7 @@ class SpiderEngine:
         self._listeners: list[Callable[[SpiderEngine], None]] = []
         self._timetable = Timetable()
         self._recipes: dict[str, Recipe] = {}  # how to rebuild a scheduled spider each run
+        self.jobs: JobRunner | None = None  # with ZooKeeper and max_jobs: jobs as children
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> SpiderEngine:
@@ -136,6 +138,9 @@ class SpiderEngine:
             started_at=self.started_at,
             spiders=tuple(self._node_entry(c) for c in self._crawlers.values()),
             state=NodeState.RUNNING,
+            max_jobs=None if self.jobs is None else self.settings.max_jobs,
+            labels=self.settings.label_map,
+            jobs=() if self.jobs is None else tuple(self.jobs.running),
         )
 
     def _node_entry(self, crawler: Crawler) -> SpiderSummary:
@@ -252,6 +257,7 @@ class SpiderEngine:
             if self._registry_factory is not None:
                 self.registry = self._registry_factory(self.id, self.describe)
                 await self.registry.start()
+            await self._start_jobs()
             for crawler in self.crawlers():
                 if crawler.name in self._timetable:
                     self._timetable.keep(crawler.name, self._spawn, self._notify)
@@ -262,6 +268,19 @@ class SpiderEngine:
             await self.stop()
             raise
         log.info("engine_started", engine=self.id, port=self.port, spiders=len(self._crawlers))
+
+    async def _start_jobs(self) -> None:
+        """With ZooKeeper and ``max_jobs``: take jobs placed on this engine (children)."""
+        if self._zookeeper is None or self.settings.max_jobs <= 0:
+            return
+        from netdisco.engine.jobs import JobRunner  # kazoo only when configured
+
+        self.jobs = JobRunner(
+            self.settings, self._zookeeper, self.incarnation, lambda: self.id, self._notify
+        )
+        if self.settings.job_frontier is not None:  # a lost engine's jobs' leases come back
+            await self._leases.ensure(self.settings.job_frontier)
+        await self.jobs.start()
 
     async def wait(self) -> dict[str, SpiderState]:
         """Until every spider has finished, stopped or failed (spiders added meanwhile too).
@@ -319,6 +338,8 @@ class SpiderEngine:
                 await self.registry.stop()
             except Exception as exc:  # the crawl must still drain and close its pipelines
                 log.warning("registry_stop_failed", engine=self.id, error=repr(exc))
+        if self.jobs is not None:
+            await self.jobs.stop()
         await self._starting.cancel_all()  # a spider still opening its frontier must not start
         await asyncio.gather(*(self._stop_crawler(c, deadline) for c in self.crawlers()))
         await self._leases.stop()

@@ -54,6 +54,8 @@ class EngineCollector(Collector):
         crawlers = list(self._engine.crawlers())
         spiders = [(c.name, self._engine.spider_status(c.name), dict(c.stats.outcomes))
                    for c in crawlers]  # fmt: skip
+        jobs = self._engine.jobs.status() if self._engine.jobs is not None else []
+        spiders += [(job["name"], job, {}) for job in jobs]  # a job's counters, from its child
         yield from self._engine_families()
         yield from _downloads(crawlers)
         yield from _schedules(spiders)
@@ -86,6 +88,11 @@ class EngineCollector(Collector):
                 "When the engine started, seconds since the epoch.",
                 value=self._engine.started_at,
             )
+        if self._engine.jobs is not None:
+            yield GaugeMetricFamily(
+                "netdisco_jobs_running", "Jobs running as child processes now.",
+                value=float(len(self._engine.jobs.running)),
+            )  # fmt: skip
         healthy = self._engine.registry_healthy
         if healthy is not None:
             yield GaugeMetricFamily(

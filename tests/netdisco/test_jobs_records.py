@@ -1,0 +1,143 @@
+"""Job records, requests and placement (pure logic), and a job's log file (a real file)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from netdisco.cluster.contract import EnginePayload, parse_payload
+from netdisco.cluster.jobs import (
+    MAX_JOB_DATA,
+    Job,
+    JobState,
+    engine_slots,
+    fan_out,
+    job_path,
+    job_request,
+    parse_job,
+    place,
+)
+from netdisco.engine.joblog import LogWriter, follow, job_dir, tail
+from netdisco.exceptions import ConfigError
+
+ID = "0123456789ab"
+
+
+def engine(name: str, most: int = 2, **labels: str) -> EnginePayload:
+    return EnginePayload(id=name, incarnation=f"i-{name}", max_jobs=most, labels=labels)
+
+
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [
+        ([], "body"),
+        ({"spider": "a:B", "colour": 1}, "colour"),
+        ({"spider": "a/../b"}, "spider"),
+        ({"spider": "a:B", "on": "../x"}, "on"),
+        ({"spider": "a:B", "on": []}, "on"),
+        ({"spider": "a:B", "on": ["e/1"]}, "on"),
+        ({"spider": "a:B", "on_lost": "retry"}, "on_lost"),
+        ({"spider": "a:B", "args": {"a": 1}}, "args"),
+        ({"spider": "a:B", "settings": []}, "settings"),
+        ({"spider": "a:B", "project": "../p"}, "project"),
+        ({"spider": "a:B", "settings": {"user_agents": "x" * MAX_JOB_DATA}}, "job"),
+    ],
+)
+def test_a_bad_request_is_refused_naming_its_key(body, key):
+    with pytest.raises(ConfigError) as caught:
+        job_request(body)
+    assert caught.value.key == key
+
+
+def test_a_request_round_trips_through_its_node():
+    job = job_request({"spider": "m:S", "args": {"q": "x"}, "on": ["e1", "e2"]}, now=5.0)
+    back = parse_job(job.id, job.to_json())
+    assert back == job
+    assert back is not None
+    assert (back.on, back.state) == (("e1", "e2"), JobState.PENDING)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"", b"\xff", b"[]", b'{"spider": 1}', b'{"spider": "s", "state": "odd"}',
+     b'{"spider": "s", "state": "running", "args": {"a": 2}}',
+     b'{"spider": "s", "state": "running", "engine": 3}', b"{" * 100_000],
+)  # fmt: skip
+def test_whatever_a_node_holds_never_raises(raw):
+    assert parse_job(ID, raw) is None
+
+
+def test_a_name_that_is_no_job_id_is_no_job_and_no_path():
+    assert parse_job("../x", Job(id=ID, spider="s").to_json()) is None
+    with pytest.raises(ConfigError):
+        job_path("/netdiscovery", "../../etc")
+    with pytest.raises(ValueError, match="not a job id"):
+        job_dir(Path("/tmp/jobs"), "../secret")
+
+
+def test_payload_carries_slots_and_labels_and_drops_garbage():
+    payload = parse_payload(engine("e1", 3, zone="a").to_json())
+    assert (payload.max_jobs, payload.labels) == (3, {"zone": "a"})
+    odd = parse_payload(b'{"id": "e", "max_jobs": "4", "labels": {"z": 1}, "jobs": [1, "j"]}')
+    assert (odd.max_jobs, odd.labels, odd.jobs) == (None, {}, ("j",))
+
+
+def test_placement_most_free_slots_named_engines_and_labels():
+    running = Job(id=ID, spider="s", engine="e1", incarnation="i-e1", state=JobState.RUNNING)
+    slots = [engine_slots(engine(n, zone=z), [running]) for n, z in (("e1", "a"), ("e2", "b"))]
+    assert [s.free for s in slots if s] == [1, 2]
+    good = [s for s in slots if s is not None]
+
+    def where(on: str | tuple[str, ...]) -> str | None:
+        found = place(Job(id=ID, spider="s", on=on), good)
+        return None if found is None else found.engine
+
+    assert (where("any"), where(("e1",)), where("zone=a"), where("zone=c")) == (
+        "e2", "e1", "e1", None)  # fmt: skip
+    assert engine_slots(EnginePayload(id="old"), []) is None  # an engine without jobs
+    full = [engine_slots(engine("e1", 1), [running])]
+    assert place(Job(id=ID, spider="s"), [s for s in full if s]) is None  # waits
+    assert sorted(j.on for j in fan_out(Job(id=ID, spider="s", on="all"), good)) == [
+        ("e1",), ("e2",)]  # fmt: skip
+    with pytest.raises(ConfigError):
+        fan_out(Job(id=ID, spider="s", on="all"), [])
+
+
+def test_log_rotates_by_size_and_tails_whole_lines(tmp_path):
+    path = tmp_path / "job.log"
+    writer = LogWriter(path, max_bytes=1000)
+    for n in range(300):
+        writer.write(json.dumps({"n": n}).encode())
+    writer.write(b"x" * 100_000)  # cut at MAX_LINE, never kept whole
+    writer.close()
+    assert path.with_name("job.log.1").exists()
+    assert path.with_name("job.log.2").exists()
+    assert not path.with_name("job.log.3").exists()
+    text, _ = tail(path.with_name("job.log.2"), 3)
+    assert len(text.splitlines()) == 3
+    assert tail(tmp_path / "none.log", 5) == (b"", 0)
+
+
+async def test_follow_reads_new_lines_across_a_rotation_until_done(tmp_path):
+    path = tmp_path / "job.log"
+    writer = LogWriter(path, max_bytes=200)
+    got: list[bytes] = []
+    finished = False
+
+    async def read() -> None:
+        async for chunk in follow(path, 0, lambda: finished, poll=0.01):
+            got.append(chunk)
+
+    reader = asyncio.create_task(read())
+    for n in range(40):
+        writer.write(f"line {n:03d}".encode())
+        writer.flush()
+        await asyncio.sleep(0.005)
+    finished = True
+    await asyncio.wait_for(reader, 5)
+    writer.close()
+    lines = b"".join(got).splitlines()
+    assert lines == [f"line {n:03d}".encode() for n in range(40)]  # none lost, none twice
