@@ -73,13 +73,17 @@ class Monitor:
             on_body=self._status_read,
             on_dropped=self.dropped,
         )
+        self._bind_metrics()
+        self.started_at = time.time()
+
+    def _bind_metrics(self) -> None:
+        """The gauges read from the view when scraped."""
         self.metrics.bind(
             online=lambda: len(self.watcher.members()),
             states=lambda: [m.state for m in self.watcher.members()],
             connected=lambda: float(self.watcher.connected),
             fresh=lambda: float(self.watcher.fresh.is_set()),
         )
-        self.started_at = time.time()
 
     def _present(self, key: str) -> bool:
         """Is the engine (or, for ``CLUSTER``, any engine) in the view?"""
