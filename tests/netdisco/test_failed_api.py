@@ -38,11 +38,11 @@ async def test_failed_requests_are_listed_retried_and_deleted() -> None:
                     return body if status == 200 and body["total"] == 2 else None
 
                 body = await eventually(listed, "both failures are kept")
-                assert body["spider"] == "held" and body["dropped"] == 0
+                assert (body["spider"], body["dropped"]) == ("held", 0)
                 assert body["by_reason"] == {"http_404": 1, "http_500": 1}
                 broken = next(r for r in body["failed"] if r["url"].endswith("/broken"))
-                assert broken["method"] == "GET" and broken["status"] == 500
-                assert broken["reason"] == "http_500" and broken["attempts"] == 1
+                assert (broken["method"], broken["status"]) == ("GET", 500)
+                assert (broken["reason"], broken["attempts"]) == ("http_500", 1)
                 assert set(broken) == {
                     "id", "url", "method", "reason", "status", "error", "message",
                     "attempts", "last_at",
@@ -52,7 +52,8 @@ async def test_failed_requests_are_listed_retried_and_deleted() -> None:
                 for query in ("reason=../x", "limit=5000", "offset=-1", "reason=A"):
                     assert (await call("GET", f"{base}?{query}"))[0] == 400
                 assert (await call("POST", base + "/retry", json={}))[0] == 401
-                for bad in ({"ids": ["zz"]}, {"reason": 1}, {"reason": "a", "ids": []}, []):
+                bodies: list[Any] = [{"ids": ["zz"]}, {"reason": 1}, {"reason": "a", "ids": []}, []]
+                for bad in bodies:
                     status, _ = await call("POST", base + "/retry", json=bad, headers=AUTH)
                     assert status == 400, bad
                 retry = {"ids": [broken["id"]]}
