@@ -98,12 +98,14 @@ BEHIND = web.AppKey("behind", Behind)
 def health_body(engine: SpiderEngine) -> tuple[int, dict[str, Any]]:
     """200 while running and registered (or standalone); 503 otherwise."""
     registered = engine.registry_healthy
-    ok = engine.state is EngineState.RUNNING and registered is not False
+    stalled = engine.watchdog.stalled
+    ok = engine.state is EngineState.RUNNING and registered is not False and not stalled
     counts: dict[str, int] = {}
     for crawler in engine.crawlers():
         counts[str(crawler.state)] = counts.get(str(crawler.state), 0) + 1
     body = {
-        "status": "ok" if ok else "degraded",
+        "status": "ok" if ok else "stalled" if stalled else "degraded",
+        "loop_lag": engine.watchdog.lag,
         "engine": str(engine.state),
         "id": engine.id,
         "incarnation": engine.incarnation,

@@ -36,6 +36,7 @@ from netdisco.engine.hosted import (
     LeaseKeepers,
     Registry,
     RegistryFactory,
+    ThreadSafeMarks,
     run_claim,
     zookeeper_registry,
     zookeeper_settings,
@@ -43,6 +44,7 @@ from netdisco.engine.hosted import (
 from netdisco.engine.lifecycle import EngineState
 from netdisco.engine.schedules import ScheduledSpider, Timetable
 from netdisco.engine.sidecar import default_front
+from netdisco.engine.watchdog import LoopWatchdog
 from netdisco.exceptions import DuplicateSpider, InvalidTransition, UnknownSpider
 
 if TYPE_CHECKING:
@@ -96,6 +98,13 @@ class SpiderEngine:
         self._listeners: list[Callable[[SpiderEngine], None]] = []
         self._timetable = Timetable()
         self._recipes: dict[str, Recipe] = {}  # how to rebuild a scheduled spider each run
+        self.watchdog = LoopWatchdog(
+            self.settings.loop_stall,
+            self.settings.loop_stall_drop,
+            on_stall=self._stalled_from_thread,
+            on_drop=self._drop_from_thread,
+            on_back=lambda _lag: self._notify(),
+        )
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> SpiderEngine:
@@ -136,6 +145,8 @@ class SpiderEngine:
             started_at=self.started_at,
             spiders=tuple(self._node_entry(c) for c in self._crawlers.values()),
             state=NodeState.RUNNING,
+            stalled=self.watchdog.stalled,
+            loop_lag=self.watchdog.lag,
         )
 
     def _node_entry(self, crawler: Crawler) -> SpiderSummary:
@@ -252,6 +263,7 @@ class SpiderEngine:
         check_exposure(self.settings)
         self.state = EngineState.RUNNING
         self.started_at = time.time()
+        self.watchdog.start()
         try:
             if self.settings.http:
                 self._http = self._front_factory(self)
@@ -321,6 +333,7 @@ class SpiderEngine:
     async def _shutdown(self, deadline: float | None) -> None:
         self.state = EngineState.STOPPING
         log.info("engine_stopping", engine=self.id)
+        await self.watchdog.stop()
         if self.registry is not None:
             try:
                 await self.registry.stop()
@@ -389,6 +402,16 @@ class SpiderEngine:
         await crawler.start()
         self._notify()
         return True
+
+    def _stalled_from_thread(self, lag: float) -> None:
+        """The watchdog thread, loop blocked: say so in the znode (``mark_from_thread``)."""
+        if isinstance(self.registry, ThreadSafeMarks):
+            self.registry.mark_from_thread({"stalled": True, "loop_lag": round(lag, 3)})
+
+    def _drop_from_thread(self) -> None:
+        """The watchdog thread, loop blocked past ``loop_stall_drop``: give up the znode."""
+        if isinstance(self.registry, ThreadSafeMarks):
+            self.registry.drop_from_thread()
 
     def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         return self._tasks.spawn(coro)

@@ -1,8 +1,8 @@
 """The status process: serves the engine's HTTP endpoint from its own process.
 
 Run by ``netdisco.engine.sidecar`` (``api_process = true``) as
-``python -P statusd.py HOST PORT SOCKET MAX_BODY STALE_AFTER``. Every request costs
-aiohttp about 100 µs of CPU; in the engine's process that CPU is taken from the crawl,
+``python -P statusd.py HOST PORT SOCKET MAX_BODY STALE_AFTER`` (``loop_stall``). Every
+request costs aiohttp about 100 µs of CPU; in the engine's process that CPU is taken from the crawl,
 so under heavy polling the status is served here instead, on another core:
 
 * the engine pushes the rendered answers of its read routes (health, engine,
