@@ -30,6 +30,7 @@ from netdisco.cluster.contract import EnginePayload, NodeState, SpiderSummary
 from netdisco.crawl.arguments import make_spider
 from netdisco.crawl.crawler import TERMINAL, Crawler, PushResult, SpiderState
 from netdisco.engine.config import EngineConfig, EngineSettings, check_exposure
+from netdisco.engine.facts import NodeFacts
 from netdisco.engine.hosted import (
     FrontFactory,
     HttpFront,
@@ -105,6 +106,7 @@ class SpiderEngine:
             on_drop=self._drop_from_thread,
             on_back=lambda _lag: self._notify(),
         )
+        self.facts = NodeFacts(self._fact_directories)
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> SpiderEngine:
@@ -147,6 +149,7 @@ class SpiderEngine:
             state=NodeState.RUNNING,
             stalled=self.watchdog.stalled,
             loop_lag=self.watchdog.lag,
+            facts=self.facts.current,
         )
 
     def _node_entry(self, crawler: Crawler) -> SpiderSummary:
@@ -264,6 +267,7 @@ class SpiderEngine:
         self.state = EngineState.RUNNING
         self.started_at = time.time()
         self.watchdog.start()
+        self._tasks.spawn(self.facts.run(self._facts_changed), name="node-facts")
         try:
             if self.settings.http:
                 self._http = self._front_factory(self)
@@ -402,6 +406,18 @@ class SpiderEngine:
         await crawler.start()
         self._notify()
         return True
+
+    def _fact_directories(self) -> dict[str, str]:
+        """The directories whose free space the node reports: feeds, and each state_dir."""
+        found = {"feeds": self.settings.feeds_dir} if self.settings.feeds_dir else {}
+        states = dict.fromkeys(c.settings.state_dir for c in self._crawlers.values())
+        for index, path in enumerate(p for p in states if p):
+            found["state" if index == 0 else f"state{index + 1}"] = path
+        return found
+
+    def _facts_changed(self) -> None:
+        if self.registry is not None:
+            self.registry.data_changed()
 
     def _stalled_from_thread(self, lag: float) -> None:
         """The watchdog thread, loop blocked: say so in the znode (``mark_from_thread``)."""

@@ -109,6 +109,8 @@ async def test_a_blocked_loop_is_marked_stalled_dropped_and_registers_again(
             await eventually(lambda: (watcher.seen[-1] or {}).get("stalled") is False)
         finally:
             watcher.close()
+    facts = next(d for d in watcher.seen if d)["facts"]  # node facts are in the znode
+    assert facts["rss"] > 0
     stalled = [d for d in watcher.seen if d and d.get("stalled")]
     assert stalled, "the node never said stalled"
     assert stalled[0]["loop_lag"] >= 1.0
