@@ -289,7 +289,8 @@ class SqliteFrontier(Frontier[R]):
         process holds the ``state_dir``)."""
         if self._opened:
             result = await self._run(work, *args)
-            self._commit_soon()
+            if work != self._store.keep_failed:  # a failure joins the next batch's commit
+                self._commit_soon()
             return result
         self._store.open()
         try:
