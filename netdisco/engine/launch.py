@@ -67,6 +67,7 @@ HTTP_REFUSED: Mapping[str, str] = {
     "frontier": "it connects the engine to a Redis the caller names",
     "state_dir": "it writes a database wherever the caller says",
     "http_cache": "it writes a cache of responses wherever the caller says",
+    "failed_keep": "it bounds what the engine stores of failed requests (its memory, disk, Redis)",
 }
 
 

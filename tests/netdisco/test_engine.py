@@ -85,7 +85,9 @@ async def test_stop_deregisters_before_the_crawl_drains(site: str) -> None:
     registry = registries[0]
     assert registry.engine_id == "e1"
     data = registry.describe().to_dict()
-    assert data["spiders"] == [{"name": "s", "state": "running"}]
+    assert data["spiders"] == [
+        {"name": "s", "state": "running", "pages": 0, "items": 0, "failed": 0}
+    ]  # a private frontier: no crawl identity
     assert data["status_url"] == f"http://127.0.0.1:{engine.port}/netdiscovery/engine"
     assert len(data["incarnation"]) == 32
     changes = registry.changes
