@@ -46,7 +46,14 @@ _BODY_KEYS = frozenset({"spider", "name", "settings", "schedule", "every", "args
 #: ``feeds``: under ``engine.feeds_dir``)
 HTTP_SETTINGS = frozenset(
     {
-        *("max_pages", "depth_limit", "max_response_size", "max_redirects", "timeout"),
+        *(
+            "max_pages",
+            "invalid_items",
+            "depth_limit",
+            "max_response_size",
+            "max_redirects",
+            "timeout",
+        ),
         *("connect_timeout", "allow", "deny", "concurrency", "per_host_concurrency"),
         *("download_delay", "obey_robots", "robots_cache_size", "robots_max_age"),
         *("robots_backoff", "robots_max_backoff", "user_agents", "default_headers"),
