@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from netdisco.exceptions import (
@@ -41,6 +42,15 @@ TOTALS = (
     "pipeline_errors",
     "callback_errors",
     "bytes",
+)
+#: what several processes of one crawl add up (``merge``): the totals and the rest
+SUMMED = (
+    *TOTALS,
+    "in_flight",
+    "items_discarded",
+    "robots_deferred",
+    "middleware_errors",
+    "render_timeouts",
 )
 
 
@@ -170,6 +180,31 @@ class Stats:
         """Carry on from the totals of an earlier run of the same crawl."""
         for name in TOTALS:
             setattr(self, name, int(totals.get(name, 0)))
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counters another process adds up (``merge``): plain JSON."""
+        return {
+            **{name: getattr(self, name) for name in SUMMED},
+            "queue_size": self.queue_size,
+            "seen": self.seen,
+            "error_kinds": dict(self.error_kinds),
+            "last_error": self.last_error,
+        }
+
+    def merge(self, snapshots: Iterable[Mapping[str, Any]]) -> None:
+        """Set the counters to the sum of several processes' ``snapshot``s (the gauges of
+        the queue and the seen set: the largest, as each process reads the same frontier)."""
+        parts = list(snapshots)
+        for name in SUMMED:
+            setattr(self, name, sum(int(part.get(name, 0)) for part in parts))
+        self.queue_size = max((int(part.get("queue_size", 0)) for part in parts), default=0)
+        self.seen = max((int(part.get("seen", 0)) for part in parts), default=0)
+        self.error_kinds = {}
+        for part in parts:
+            for kind, count in dict(part.get("error_kinds", {})).items():
+                self.error_kinds[str(kind)] = self.error_kinds.get(str(kind), 0) + int(count)
+        errors = [part["last_error"] for part in parts if part.get("last_error")]
+        self.last_error = str(errors[-1]) if errors else None
 
     def count_failure(self, exc: RequestError) -> None:
         """Count a request that came to nothing under its outcome."""
