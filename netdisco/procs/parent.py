@@ -46,8 +46,8 @@ log = structlog.get_logger(__name__)
 
 #: how many times a worker that died is started again, per place
 RESTARTS = 3
-#: seconds between two stores of the counters (``state_dir``)
-STORE_INTERVAL = 2.0
+#: seconds between two stores of the counters (``state_dir``): what a kill -9 of the crawl may leave uncounted
+STORE_INTERVAL = 0.5
 
 
 class ProcessCrawl:
@@ -179,6 +179,7 @@ class ProcessCrawl:
             owner = f"{self.run_id}-{index}-{attempt}"
             self._closed[owner] = asyncio.Event()
             process = self.processes[index] = await self._spawn(index, owner, url, socket)
+            await _relay(process)
             code = await process.wait()
             with contextlib.suppress(TimeoutError):  # its last messages, read to the end
                 await asyncio.wait_for(self._closed[owner].wait(), 5.0)
@@ -222,6 +223,8 @@ class ProcessCrawl:
         return await asyncio.create_subprocess_exec(
             sys.executable, "-m", "netdisco.procs.worker", json.dumps(asdict(config)),
             stdin=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,  # its log lines: see _relay
+            limit=MAX_LINE,
             start_new_session=True,  # Ctrl-C is ours: we send it on as SIGTERM
             preexec_fn=lambda: die_with_parent(signal.SIGKILL),
         )  # fmt: skip
@@ -300,3 +303,13 @@ class ProcessCrawl:
             await self._redis.stop()
         if self._lock is not None:
             self._lock.close()
+
+
+async def _relay(process: asyncio.subprocess.Process) -> None:
+    """Copy a worker's log lines to our standard error, each line whole (a logging handler
+    writes a line in two calls, so workers sharing one stderr would split each other's)."""
+    assert process.stderr is not None
+    err = sys.stderr.buffer
+    while line := await process.stderr.readline():
+        err.write(line if line.endswith(b"\n") else line + b"\n")
+        err.flush()
