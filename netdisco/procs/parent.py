@@ -46,7 +46,8 @@ log = structlog.get_logger(__name__)
 
 #: how many times a worker that died is started again, per place
 RESTARTS = 3
-#: seconds between two stores of the counters (``state_dir``): what a kill -9 of the crawl may leave uncounted
+#: seconds between two stores of the counters (``state_dir``): what a kill -9 of the
+#: crawl may leave uncounted
 STORE_INTERVAL = 0.5
 
 

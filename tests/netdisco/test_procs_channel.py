@@ -58,7 +58,8 @@ async def test_a_page_is_written_whole_and_once_across_a_dead_worker() -> None:
 async def test_a_flush_is_answered_after_the_feeds_flushed() -> None:
     feed = Feed()
     writer = await send(Sink([feed]), Worker(), {"i": "x", "p": None}, {"f": 7})  # type: ignore[list-item]
-    assert feed.items == ["x"] and feed.flushes == 1
+    assert feed.items == ["x"]
+    assert feed.flushes == 1
     assert writer.lines == [b'{"f": 7}\n']
 
 
@@ -66,7 +67,7 @@ async def test_a_flush_is_answered_after_the_feeds_flushed() -> None:
     "message", [[1], {"x": 1}, {"f": "1"}, {"i": 1, "p": "a", "q": 2}, {"s": []}]
 )
 async def test_a_malformed_message_is_refused(message: Any) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="message"):
         await send(Sink([]), Worker(), message)
 
 
