@@ -47,6 +47,7 @@ from netdisco.crawl.spider import Spider
 from netdisco.crawl.stats import Stats
 from netdisco.crawl.transport import DownloadHandler
 from netdisco.exceptions import (
+    ConfigError,
     DownloadFailed,
     FrontierFailed,
     InvalidTransition,
@@ -85,6 +86,12 @@ class Crawler:
         self.name = spider.name
         self.settings = s = settings_module.for_spider(spider, settings)
         check_recrawl(s)
+        if s.processes > 1:  # the processes are started by the command, not by a crawler
+            raise ConfigError(
+                "processes",
+                f"{s.processes} processes are for `netdisco crawl -j N`; a Crawler, and so an "
+                "engine spider, runs in one process (engine spiders: not yet)",
+            )
         self.stats = Stats()
         self.state = SpiderState.IDLE
         self.started_at: float | None = None

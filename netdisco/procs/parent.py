@@ -139,6 +139,7 @@ class ProcessCrawl:
         self._stored = json.loads(raw) if raw else {}
         if self._stored.get("finished"):
             self.state = SpiderState.FINISHED
+            log.info("crawl_already_finished", state_dir=str(self.state_dir))
         self.stats.merge([self._stored.get("stats", {})])
         owned = Keys(options.prefix, self.name).owned_prefix
         async for key in self._client.scan_iter(match=f"{owned}*"):

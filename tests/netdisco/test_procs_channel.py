@@ -77,3 +77,11 @@ def test_processes_auto_is_the_cores_and_bounded() -> None:
     for bad in ("0", "257", "many"):
         with pytest.raises(ConfigError, match="processes"):
             settings_module.from_mapping({"processes": bad})
+
+
+def test_a_crawler_refuses_processes_an_engine_spider_cannot_have() -> None:
+    from netdisco import Crawler
+    from tests.netdisco.redis_support import SiteSpider
+
+    with pytest.raises(ConfigError, match="netdisco crawl -j N"):
+        Crawler(SiteSpider(), {"processes": 2})
