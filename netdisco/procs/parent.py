@@ -312,6 +312,12 @@ async def _relay(process: asyncio.subprocess.Process) -> None:
     writes a line in two calls, so workers sharing one stderr would split each other's)."""
     assert process.stderr is not None
     err = sys.stderr.buffer
-    while line := await process.stderr.readline():
+    while True:
+        try:
+            line = await process.stderr.readline()
+        except ValueError:  # a line longer than MAX_LINE: passed on in pieces
+            line = await process.stderr.read(MAX_LINE)
+        if not line:
+            return
         err.write(line if line.endswith(b"\n") else line + b"\n")
         err.flush()
