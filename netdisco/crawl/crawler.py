@@ -42,12 +42,11 @@ from netdisco.crawl.recrawl import Recrawl, wants_pages
 from netdisco.crawl.request import Request
 from netdisco.crawl.scheduler import Scheduler
 from netdisco.crawl.scraper import Scraper
-from netdisco.crawl.settings import check_recrawl
+from netdisco.crawl.settings import check_crawler
 from netdisco.crawl.spider import Spider
 from netdisco.crawl.stats import Stats
 from netdisco.crawl.transport import DownloadHandler
 from netdisco.exceptions import (
-    ConfigError,
     DownloadFailed,
     FrontierFailed,
     InvalidTransition,
@@ -85,13 +84,7 @@ class Crawler:
         self.spider = spider
         self.name = spider.name
         self.settings = s = settings_module.for_spider(spider, settings)
-        check_recrawl(s)
-        if s.processes > 1:  # the processes are started by the command, not by a crawler
-            raise ConfigError(
-                "processes",
-                f"{s.processes} processes are for `netdisco crawl -j N`; a Crawler, and so an "
-                "engine spider, runs in one process (engine spiders: not yet)",
-            )
+        check_crawler(s)
         self.stats = Stats()
         self.state = SpiderState.IDLE
         self.started_at: float | None = None

@@ -443,6 +443,19 @@ def check_recrawl(s: Settings) -> None:
             )
 
 
+def check_crawler(s: Settings) -> None:
+    """What a ``Crawler`` checks of its complete settings: ``check_recrawl``, and
+    ``processes`` above 1, which ``netdisco crawl -j N`` starts (``netdisco.procs``) while a
+    ``Crawler``, and so an engine spider, is one process: refused rather than ignored."""
+    check_recrawl(s)
+    if s.processes > 1:
+        raise ConfigError(
+            "processes",
+            f"{s.processes} processes are for `netdisco crawl -j N`; a Crawler, and so an "
+            "engine spider, runs in one process (engine spiders: not yet)",
+        )
+
+
 def from_mapping(data: Mapping[str, Any], *, base: Settings | None = None) -> Settings:
     """Settings from a mapping (TOML table, ``-s`` pairs); unknown keys are errors."""
     return load(Settings, Source(data), base=base)
