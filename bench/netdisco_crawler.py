@@ -52,6 +52,29 @@ class BenchSpider(Spider):
             yield response.follow(href, callback=self.parse)
 
 
+async def crawl_processes(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    """The same crawl as ``netdisco crawl -j N`` runs it: N worker processes, one feed."""
+    from netdisco.procs.parent import ProcessCrawl
+
+    command = argparse.Namespace(
+        spider=f"{__file__}:BenchSpider",
+        arg=[f"start_url={args.start_url}"],
+        set=[f"{name}={getattr(settings, name)}" for name in SETTINGS],
+        config=None,
+        log_json_effective=True,
+        log_level="warning",
+    )
+    settings = settings.replace(feeds={args.out: {"format": "jsonl", "overwrite": True}})
+    crawl = ProcessCrawl(command, BenchSpider.name, settings.replace(processes=args.processes))
+    await crawl.run()
+    # the host queues fetch robots.txt once per host for every worker together
+    return {**crawl.stats.as_dict(), "robots_requests": 1, "processes": args.processes}
+
+
+#: the settings a worker is given (as -s pairs)
+SETTINGS = ("concurrency", "per_host_concurrency", "obey_robots", "retries", "progress_interval")
+
+
 async def crawl(args: argparse.Namespace) -> dict[str, Any]:
     settings = Settings(
         concurrency=args.concurrency,
@@ -66,6 +89,8 @@ async def crawl(args: argparse.Namespace) -> dict[str, Any]:
             user_agents=("bench/1", "bench/2"),
             cookies=True,
         )
+    if args.processes > 1:
+        return await crawl_processes(args, settings)
     spider = BenchSpider(args.start_url)
     crawler = Crawler(spider, settings, pipelines=[JsonLinesPipeline(args.out)])
     stats = await crawler.run()
@@ -84,6 +109,7 @@ def main() -> None:
         action="store_true",
         help="with three built-in downloader middlewares (default headers, user agents, cookies)",
     )
+    parser.add_argument("--processes", type=int, default=1, help="as netdisco crawl -j N")
     args = parser.parse_args()
     t_start = time.time()
     stats = asyncio.run(crawl(args))

@@ -28,7 +28,14 @@ from netdisco.crawl.loader import load_spider
 from netdisco.crawl.pipelines import json_line, to_jsonable
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
-from netdisco.crawl.summary import broken_thresholds, parse_threshold, render, summary
+from netdisco.crawl.summary import (
+    Outcome,
+    broken_thresholds,
+    exit_code,
+    parse_threshold,
+    render,
+    summary,
+)
 from netdisco.crawl.templates import TEMPLATES
 from netdisco.crawl.templates import render as render_template
 from netdisco.exceptions import ConfigError, NetdiscoError, StateDirError
@@ -82,11 +89,15 @@ def spider_and_settings(args: argparse.Namespace) -> tuple[Spider, Settings]:
 
 
 async def _crawl(args: argparse.Namespace) -> int:
-    thresholds = dict(parse_threshold(pair) for pair in args.fail_on)
+    args.thresholds = dict(parse_threshold(pair) for pair in args.fail_on)
+    if args.processes is not None:  # -j: over every other source of the setting
+        args.set = [*args.set, f"processes={args.processes}"]
     spider, settings = spider_and_settings(args)
     feeds = cli_feeds(args)
     if feeds:
         settings = dataclasses.replace(settings, feeds=(*settings.feeds, *feeds))
+    if settings.processes > 1:
+        return await _crawl_processes(args, spider.name, settings)
     crawler = Crawler(spider, settings)
 
     async def stop() -> None:
@@ -98,24 +109,28 @@ async def _crawl(args: argparse.Namespace) -> int:
     if isinstance(crawler.failure, StateDirError):  # bad input, as at start: exit 2
         print(f"netdisco: error: {crawler.failure}", file=sys.stderr)
         return 2
-    report = summary(crawler)
-    report["failed_checks"] = broken_thresholds(report, thresholds)
-    code = crawl_exit_code(crawler, signals) or (1 if report["failed_checks"] else 0)
+    return _report(args, crawler, signals)
+
+
+async def _crawl_processes(args: argparse.Namespace, name: str, settings: Settings) -> int:
+    """``-j N``: one crawl on N worker processes (``netdisco.procs``), one summary."""
+    from netdisco.procs.parent import ProcessCrawl  # only -j N needs it
+
+    crawl = ProcessCrawl(args, name, settings)
+    signals = install_signal_handlers(crawl.stop)
+    await crawl.run()
+    return _report(args, crawl, signals)
+
+
+def _report(args: argparse.Namespace, crawl: Outcome, signals: Sequence[int]) -> int:
+    """Print the closing summary; the exit status."""
+    report = summary(crawl)
+    report["failed_checks"] = broken_thresholds(report, getattr(args, "thresholds", {}))
+    code = exit_code(crawl, signals) or (1 if report["failed_checks"] else 0)
     # the command's answer, not a log line: shown at every --log-level
     text = json.dumps({"event": "crawl_summary", "exit_code": code, **report})
     print(text if args.log_json_effective else render(report), file=sys.stderr)
     return code
-
-
-def crawl_exit_code(crawler: Crawler, signals: Sequence[int]) -> int:
-    """128 + the signal that stopped the crawl (130: Ctrl-C); 1 when the spider failed
-    or no page came to anything (a site that is down); 0 otherwise."""
-    if signals:
-        return 128 + signals[0]
-    s = crawler.stats
-    if crawler.state is SpiderState.FAILED or s.succeeded + s.not_modified + s.age_skipped == 0:
-        return 1
-    return 0
 
 
 def _global_options(defaults: bool) -> argparse.ArgumentParser:
@@ -166,6 +181,13 @@ def _add_crawl_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         help="exit 1 past a threshold (repeatable): error_ratio=0.1 (failed pages over "
         "pages tried), errors=N (failed pages), min_items=N, min_pages=N",
     )  # fmt: skip
+    crawl.add_argument(
+        "-j",
+        "--processes",
+        metavar="N",
+        help="crawl on N worker processes of this machine (auto: one per core); the "
+        "processes setting",
+    )
     _add_feed_options(crawl)
     _add_spider_options(crawl)
     crawl.set_defaults(func=_crawl)

@@ -45,7 +45,7 @@ from netdisco.crawl.request import Request
 from netdisco.crawl.scheduler import Scheduler
 from netdisco.crawl.schemas import field_names
 from netdisco.crawl.scraper import Scraper
-from netdisco.crawl.settings import check_recrawl
+from netdisco.crawl.settings import check_crawler
 from netdisco.crawl.spider import Spider
 from netdisco.crawl.stats import Stats
 from netdisco.crawl.transport import DownloadHandler
@@ -87,7 +87,7 @@ class Crawler:
         self.spider = spider
         self.name = spider.name
         self.settings = s = settings_module.for_spider(spider, settings)
-        check_recrawl(s)
+        check_crawler(s)
         self.stats = Stats()
         self.state = SpiderState.IDLE
         self.started_at: float | None = None

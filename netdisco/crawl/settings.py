@@ -38,7 +38,7 @@ from netdisco.schema import (
 from netdisco.schema import (
     reference as render_reference,
 )
-from netdisco.values import parse_duration, parse_strings
+from netdisco.values import parse_duration, parse_int, parse_strings
 
 if TYPE_CHECKING:
     from netdisco.crawl.spider import Spider
@@ -172,6 +172,13 @@ def _frontier(url: str) -> str | None:
     except ValueError as exc:
         return f"not a valid URL, {url!r}: {exc}"
     return None
+
+
+def _processes(key: str, value: Any) -> int:
+    """A count, or ``auto``: one process for each core of this machine."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return os.cpu_count() or 1
+    return parse_int(key, value)
 
 
 def _up_to(high: int) -> Check:
@@ -429,6 +436,14 @@ class Settings(Section):
         check=non_negative,
     )
     # tuning
+    processes: int = _field(
+        1,
+        "tuning",
+        "worker processes of this machine that share the crawl (auto: one per core; at "
+        "most 256): see docs/crawling.md, 'One crawl on every core'",
+        parse=_processes,
+        check=_up_to(256),
+    )
     stop_deadline: float = _field(
         10.0, "tuning", "seconds in-flight requests get on stop", check=non_negative
     )
@@ -484,6 +499,19 @@ def check_recrawl(s: Settings) -> None:
                 "needs a state_dir or a Redis frontier: with the memory frontier nothing "
                 "persists between runs, so no page is stored to revalidate or to skip",
             )
+
+
+def check_crawler(s: Settings) -> None:
+    """What a ``Crawler`` checks of its complete settings: ``check_recrawl``, and
+    ``processes`` above 1, which ``netdisco crawl -j N`` starts (``netdisco.procs``) while a
+    ``Crawler``, and so an engine spider, is one process: refused rather than ignored."""
+    check_recrawl(s)
+    if s.processes > 1:
+        raise ConfigError(
+            "processes",
+            f"{s.processes} processes are for `netdisco crawl -j N`; a Crawler, and so an "
+            "engine spider, runs in one process (engine spiders: not yet)",
+        )
 
 
 def from_mapping(data: Mapping[str, Any], *, base: Settings | None = None) -> Settings:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from netdisco.exceptions import (
@@ -43,6 +44,24 @@ TOTALS = (
     "callback_errors",
     "bytes",
 )
+#: what several processes of one crawl add up (``merge``): the totals and the rest
+SUMMED = (
+    *TOTALS,
+    "in_flight",
+    "items_discarded",
+    "robots_deferred",
+    "middleware_errors",
+    "render_timeouts",
+)
+
+
+def _summed(counts: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Counts by name, added up over several processes."""
+    total: dict[str, int] = {}
+    for part in counts:
+        for name, count in dict(part).items():
+            total[str(name)] = total.get(str(name), 0) + int(count)
+    return total
 
 
 class Rate:
@@ -173,6 +192,30 @@ class Stats:
         """Carry on from the totals of an earlier run of the same crawl."""
         for name in TOTALS:
             setattr(self, name, int(totals.get(name, 0)))
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counters another process adds up (``merge``): plain JSON."""
+        return {
+            **{name: getattr(self, name) for name in SUMMED},
+            "queue_size": self.queue_size,
+            "seen": self.seen,
+            "error_kinds": dict(self.error_kinds),
+            "invalid_fields": dict(self.invalid_fields),
+            "last_error": self.last_error,
+        }
+
+    def merge(self, snapshots: Iterable[Mapping[str, Any]]) -> None:
+        """Set the counters to the sum of several processes' ``snapshot``s (the gauges of
+        the queue and the seen set: the largest, as each process reads the same frontier)."""
+        parts = list(snapshots)
+        for name in SUMMED:
+            setattr(self, name, sum(int(part.get(name, 0)) for part in parts))
+        self.queue_size = max((int(part.get("queue_size", 0)) for part in parts), default=0)
+        self.seen = max((int(part.get("seen", 0)) for part in parts), default=0)
+        self.error_kinds = _summed(part.get("error_kinds", {}) for part in parts)
+        self.invalid_fields = _summed(part.get("invalid_fields", {}) for part in parts)
+        errors = [part["last_error"] for part in parts if part.get("last_error")]
+        self.last_error = str(errors[-1]) if errors else None
 
     def count_failure(self, exc: RequestError) -> None:
         """Count a request that came to nothing under its outcome."""

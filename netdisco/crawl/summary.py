@@ -9,19 +9,43 @@ the whole run, not the progress line's last minute.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
+from netdisco.crawl.feeds.pipeline import FeedPipeline
+from netdisco.crawl.lifecycle import SpiderState
+from netdisco.crawl.stats import Stats
 from netdisco.exceptions import ConfigError
-
-if TYPE_CHECKING:
-    from netdisco.crawl.crawler import Crawler
 
 #: how many error kinds the summary names, most frequent first
 TOP_ERRORS = 5
 
 
-def summary(crawler: Crawler) -> dict[str, Any]:
+class Outcome(Protocol):
+    """What a summary is made of: a ``Crawler``, or the crawl of ``-j N`` processes."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def state(self) -> SpiderState: ...
+    @property
+    def stats(self) -> Stats: ...
+    @property
+    def feeds(self) -> Sequence[FeedPipeline]: ...
+
+
+def exit_code(crawl: Outcome, signals: Sequence[int]) -> int:
+    """128 + the signal that stopped the crawl (130: Ctrl-C); 1 when the spider failed
+    or no page came to anything (a site that is down); 0 otherwise."""
+    if signals:
+        return 128 + signals[0]
+    s = crawl.stats
+    if crawl.state is SpiderState.FAILED or s.succeeded + s.not_modified + s.age_skipped == 0:
+        return 1
+    return 0
+
+
+def summary(crawler: Outcome) -> dict[str, Any]:
     """The crawl's outcome as one mapping; see the module docstring."""
     s = crawler.stats
     elapsed = max(time.monotonic() - s.started, 1e-9)

@@ -70,29 +70,7 @@ class Store:
             raise
 
     def _take_lock(self) -> None:
-        if self.directory.exists() and not self.directory.is_dir():
-            raise StateDirError(self.directory, "is not a directory")
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            lock = (self.directory / LOCK_NAME).open("a+", encoding="utf-8")
-        except OSError as exc:
-            raise StateDirError(self.directory, f"cannot be written: {exc.strerror}") from exc
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "?"
-            lock.close()
-            raise StateDirError(
-                self.directory,
-                f"in use by another netdisco process (pid {holder}); "
-                "one state_dir serves one crawl process at a time",
-            ) from None
-        self._lock = lock
-        with contextlib.suppress(OSError):  # the pid is for the message above only
-            lock.truncate(0)
-            lock.write(f"{os.getpid()}\n")
-            lock.flush()
+        self._lock = lock_directory(self.directory)
 
     def _open_db(self) -> tuple[list[tuple[int, int, str]], int, dict[str, str]]:
         try:
@@ -267,3 +245,31 @@ class Store:
         if self._lock is not None:
             self._lock.close()  # closing the file releases the flock
             self._lock = None
+
+
+def lock_directory(directory: Path) -> IO[str]:
+    """Lock a ``state_dir`` for this process (``StateDirError`` if another holds it); the
+    lock lasts until the returned file is closed."""
+    if directory.exists() and not directory.is_dir():
+        raise StateDirError(directory, "is not a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        lock = (directory / LOCK_NAME).open("a+", encoding="utf-8")
+    except OSError as exc:
+        raise StateDirError(directory, f"cannot be written: {exc.strerror}") from exc
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "?"
+        lock.close()
+        raise StateDirError(
+            directory,
+            f"in use by another netdisco process (pid {holder}); "
+            "one state_dir serves one crawl process at a time",
+        ) from None
+    with contextlib.suppress(OSError):  # the pid is for the message above only
+        lock.truncate(0)
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+    return lock
