@@ -1,4 +1,6 @@
-"""CPU time per link of ``follow_all`` and ``fingerprint`` on a page of 1,000 links.
+"""CPU time per link of ``follow_all``, the scheduler's ``check_url`` and ``fingerprint``, and
+the downloader's ``origin`` and ``wire_url``, on a page of 1,000 links: what a link costs
+between the page and the request line.
 
     .venv/bin/python bench/links_bench.py              # this checkout
     .venv/bin/python bench/links_bench.py /tmp/before  # another tree's netdisco/
@@ -18,6 +20,7 @@ if len(sys.argv) > 1:  # import netdisco from the tree given, not the editable i
 
 from netdisco import Request, Response
 from netdisco.crawl.scheduler import fingerprint
+from netdisco.crawl.urls import check_url, origin, wire_url
 
 LINKS = "".join(
     f'<a href="/cat/{i}/item?id={i}&b=2">x</a><a href="../p{i}.html#f">y</a>' for i in range(500)
@@ -30,7 +33,10 @@ def page() -> int:
     response = Response(url, 200, {"Content-Type": "text/html"}, BODY, Request(url))
     requests = response.follow_all(css="a")
     for request in requests:
+        check_url(request.url)
         fingerprint(request)
+        origin(request.url)
+        wire_url(request.url)
     return len(requests)
 
 

@@ -4,15 +4,18 @@ urltestdata.json through ``follow``, with and without a ``<base>``."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import ada_url
 import pytest
 from aiohttp import web
 
 from netdisco import Request, Response
 from netdisco.crawl.scheduler import fingerprint
-from netdisco.crawl.urls import check_url
+from netdisco.crawl.urls import DEFAULT_PORTS, check_url, origin, wire_url
 from tests.netdisco.sites import LoopbackServer, crawl, seeds
 from tests.wpt_urls import rate, verdicts
 
@@ -103,6 +106,10 @@ def test_links_resolve_as_a_browser_resolves_them(
         ("https://example.test:443/p", "https://example.test./p"),
         ("http://example.test/p?b=2&a=1", "http://example.test/p?a=1&b=2#frag"),
         ("http://example.test/p?", "http://example.test/p"),
+        ("http://user:pw@example.test./p?#f", "http://user:pw@example.test/p"),
+        # a domain whose last label looks numeric once its dots are gone (fingerprinting
+        # it used to raise ValueError out of the scheduler)
+        ("http://foo.09../p", "http://foo.09../p?#f"),
         (
             "http://\uff45\uff58\uff41\uff4d\uff50\uff4c\uff45.test/p",
             "http://example.test/p",
@@ -128,6 +135,22 @@ def test_urls_the_standard_calls_different_keep_their_fingerprints(
     different: tuple[str, str],
 ) -> None:
     assert fingerprint(Request(different[0])) != fingerprint(Request(different[1]))
+
+
+def test_the_url_facts_are_adas(wpt_hrefs: list[str]) -> None:
+    """What ``urls`` reads through ada's C API is what ada's ``URL`` class says."""
+    for href in wpt_hrefs:
+        url = ada_url.URL(href)
+        scheme, host, port = origin(href)
+        assert (wire_url(href), scheme) == (url.href, url.protocol[:-1]), href
+        assert host == url.hostname.strip("[]").rstrip("."), href
+        assert port == (int(url.port) if url.port else DEFAULT_PORTS.get(scheme)), href
+
+
+@pytest.fixture(scope="module")
+def wpt_hrefs() -> list[str]:
+    cases = json.loads((Path(__file__).parents[1] / "data" / "urltestdata.json").read_text())
+    return [c["href"] for c in cases if isinstance(c, dict) and "href" in c]
 
 
 def netdisco_follow(url: str, body: bytes | None, link: str) -> str | None:
