@@ -61,9 +61,11 @@ async def crawl(base: str, state_dir: str | None, output: str) -> dict[str, Any]
     began = time.perf_counter()
     await crawler.run()
     elapsed = time.perf_counter() - began
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "pages": crawler.stats.succeeded,
         "pages_per_second": crawler.stats.succeeded / elapsed,
+        "cpu_ms_per_page": (usage.ru_utime + usage.ru_stime) * 1000 / crawler.stats.succeeded,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "state": crawler.state.value,
     }
@@ -104,9 +106,23 @@ def crawl_bench(args: argparse.Namespace, work: Path) -> None:
         print(json.dumps(run))
     for kind in ("memory", "state_dir"):
         mine = [r for r in runs if r["frontier"] == kind]
-        rate = sorted(r["pages_per_second"] for r in mine)[len(mine) // 2]
+        rates = sorted(r["pages_per_second"] for r in mine)
+        cpu = sorted(r["cpu_ms_per_page"] for r in mine)
         rss = max(r["peak_rss_mb"] for r in mine)
-        print(f"{kind:9}  median {rate:7.0f} pages/s  peak RSS {rss:6.1f} MB")
+        print(
+            f"{kind:9}  median {rates[len(mine) // 2]:7.0f} pages/s"
+            f" ({rates[0]:.0f}-{rates[-1]:.0f})"
+            f"  CPU {cpu[len(mine) // 2]:.2f} ms/page ({cpu[0]:.2f}-{cpu[-1]:.2f})"
+            f"  peak RSS {rss:6.1f} MB"
+        )
+    ratios = sorted(
+        b["pages_per_second"] / a["pages_per_second"]
+        for a, b in zip(runs[::2], runs[1::2], strict=True)
+    )
+    print(
+        f"state_dir/memory per round: median {ratios[len(ratios) // 2]:.2f}x "
+        f"({ratios[0]:.2f}-{ratios[-1]:.2f})"
+    )
 
 
 def seen_bench(count: int, work: Path) -> None:

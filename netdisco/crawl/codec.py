@@ -101,5 +101,10 @@ def frontier_for(settings: Settings, spider: Spider, owner: str | None) -> Front
     """The frontier ``settings.frontier`` names; ``owner`` labels our leases in a shared one."""
     codec = RequestCodec(spider)
     return open_frontier(
-        settings.frontier, spider.name, codec, owner=owner, state_dir=settings.state_dir
+        settings.frontier,
+        spider.name,
+        codec,
+        owner=owner,
+        state_dir=settings.state_dir,
+        memory_queue_limit=settings.memory_queue_limit,
     )

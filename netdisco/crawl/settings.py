@@ -397,6 +397,13 @@ class Settings(Section):
     state_dir: str | None = _field(
         None, "frontier", "directory the memory frontier persists to, so a crawl can resume"
     )
+    memory_queue_limit: int = _field(
+        50_000,
+        "frontier",
+        "requests the memory frontier keeps in memory (about 600 bytes each); the rest "
+        "wait in a temporary file (0: all in memory)",
+        check=non_negative,
+    )
     # recrawl: netdisco.crawl.recrawl; both need a page store (state_dir or Redis)
     recrawl: str = _field(
         "always",

@@ -61,17 +61,19 @@ def open_frontier(
     *,
     owner: str | None = None,
     state_dir: str | None = None,
+    memory_queue_limit: int = 0,
 ) -> Frontier[R]:
     """The frontier ``url`` names for the crawl ``name``; ``owner`` labels our leases.
 
-    ``state_dir`` keeps a standalone (``memory``) crawl in SQLite there, so it resumes.
+    ``state_dir`` keeps a standalone (``memory``) crawl in SQLite there, so it resumes;
+    without one, its queue spills to a temporary file beyond ``memory_queue_limit``.
     """
     if not is_shared(url):
         if state_dir:
             from netdisco.frontiers.sqlite import SqliteFrontier
 
             return SqliteFrontier(state_dir, name, codec)
-        return MemoryFrontier()
+        return MemoryFrontier(codec, limit=memory_queue_limit)
     from netdisco.frontiers.redis.frontier import RedisFrontier  # redis-py only when asked
     from netdisco.frontiers.redis.hosts import HostQueueFrontier
     from netdisco.frontiers.redis.options import RedisOptions

@@ -8,15 +8,23 @@ pages from being fetched again. It is also the crawl's page store (``PageStore``
 re-crawls): a finished crawl may begin a new run, which empties the seen set of the
 last one and keeps the pages (``begin_run``).
 
-Speed: the queue is also kept in memory (a heap, like the memory frontier), so a take
-costs no I/O; the seen set lives on disk, with a bounded cache of known fingerprints.
-Acknowledgements are group-committed: every ``done`` waiting shares the next
-transaction, so there is one commit per batch, not per page. ``synchronous=NORMAL``
-in WAL mode: a commit writes to the WAL without ``fsync`` (microseconds), survives the
-process being killed, and a power loss may roll back the last commits (those pages are
-fetched again). So SQLite runs on the event loop's thread: measured, a worker thread
-was slower, each statement waiting for the GIL to come back (``bench/state_bench.py``:
-62 pages/s against the memory frontier's 72-428 on a loaded machine).
+Memory: the queue lives on disk (the ``queue`` table, with an index in take order);
+a bounded head of it is in memory (``netdisco.frontiers.head``: at most ``HEAD_LIMIT``
+requests, refilled ``HEAD_LIMIT // 2`` rows at a time), so memory stays flat however
+long the queue grows. The seen set lives on disk too, with a bounded cache of known
+fingerprints. The head is one queue for every host: this frontier reserves no hosts,
+the crawl's downloader sets aside a busy host's requests (``Downloader.park``).
+
+Speed: a queue that fits in the head costs no read at all (a request added is kept in
+memory as it is, and taken from there); a longer one costs one indexed read per
+``HEAD_LIMIT // 2`` takes, and decoding each request read. Adds share one open
+transaction until the next commit. Acknowledgements are group-committed: every ``done``
+waiting shares the next transaction, so there is one commit per batch, not per page.
+``synchronous=NORMAL`` in WAL mode: a commit writes to the WAL without ``fsync``
+(microseconds), survives the process being killed, and a power loss may roll back the
+last commits (those pages are fetched again). So SQLite runs on the event loop's
+thread: measured, a worker thread was slower, each statement waiting for the GIL to
+come back (``bench/state_bench.py``).
 
 Guarantees: the acknowledgements of one batch are committed together right after it,
 before any later one, so after ``kill -9`` only the requests taken and not yet committed
@@ -29,7 +37,6 @@ older schema) raises ``StateDirError`` naming the path, and nothing in it is cha
 from __future__ import annotations
 
 import asyncio
-import heapq
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -48,6 +55,7 @@ from netdisco.frontiers.failed import (
     page_of,
     selected,
 )
+from netdisco.frontiers.head import FIRST, Head, Key
 from netdisco.frontiers.sqlite_store import DB_NAME, LOCK_NAME, SCHEMA_VERSION, Row, Store
 
 __all__ = ["DB_NAME", "LOCK_NAME", "SCHEMA_VERSION", "SqliteFrontier", "Store"]
@@ -58,19 +66,24 @@ T = TypeVar("T")
 #: fingerprints remembered in memory as seen (a bounded cache: the memory frontier keeps
 #: them all), so that links a page shares with others cost no encoding, no round trip
 KNOWN_MAX = 200_000
+#: requests of the queue kept in memory (about 600 bytes each), the rest on disk
+HEAD_LIMIT = 4096
 
 
 class SqliteFrontier(Frontier[R]):
     """A ``Frontier`` over SQLite in ``directory`` (see the module docstring): it resumes
     and is its own page store; it reserves no hosts and shares no robots.txt."""
 
-    def __init__(self, directory: str | Path, name: str, codec: Codec[R]) -> None:
+    def __init__(
+        self, directory: str | Path, name: str, codec: Codec[R], *, head_limit: int = HEAD_LIMIT
+    ) -> None:
         self.directory = Path(directory)
         self.codec = codec
         self._store = Store(self.directory, name)
         self._opened = False
-        self._heap: list[tuple[int, int, R]] = []
-        self._leased: dict[int, tuple[int, R]] = {}  # id(request) -> (row id, request)
+        self._head: Head[R] = Head(head_limit, bound=FIRST)  # a cache of the queue table
+        self._queued = 0  # rows waiting: in the head or beyond it on disk
+        self._leased: dict[int, tuple[Key, R]] = {}  # id(request) -> (key, request)
         self._seen = 0
         self._meta: dict[str, str] = {}
         self._dirty: dict[str, str] = {}  # meta to write with the next commit
@@ -79,7 +92,7 @@ class SqliteFrontier(Frontier[R]):
         self._committer: asyncio.Task[None] | None = None
         self._failure: StateDirError | None = None
         self._known: set[bytes] = set()  # fingerprints certainly in the seen table
-        self._unreadable = 0  # stored requests this spider could not decode
+        self._unreadable: set[int] = set()  # row ids this spider could not decode
 
     async def _run(self, work: Callable[..., T], *args: Any) -> T:
         if self._failure is not None:
@@ -96,26 +109,20 @@ class SqliteFrontier(Frontier[R]):
     # -- lifecycle -----------------------------------------------------------------
 
     async def open(self) -> None:
-        """Lock the directory and load the queue; ``StateDirError`` if it cannot be used."""
+        """Lock the directory, read the queue's first rows; ``StateDirError`` if it cannot."""
         if self._opened:
             return
         self._opened = True
         try:
-            rows, self._seen, self._meta = await self._run(self._store.open)
+            self._queued, self._seen, self._meta = await self._run(self._store.open)
+            await self._run(self._refill)  # the first rows: unreadable ones are told now
         except BaseException:
             self._opened = False
+            self._store.close()
             raise
-        for rowid, priority, body in rows:
-            try:
-                request = self.codec.decode(body)
-            except (RequestNotShareable, ValueError, KeyError, TypeError) as exc:
-                # kept in the database for a spider that can read it (a renamed callback)
-                log.error("state_request_unreadable", id=rowid, error=repr(exc))
-                self._unreadable += 1
-                continue
-            self._heap.append((-priority, rowid, request))
-        heapq.heapify(self._heap)
-        log.info("state_opened", state_dir=str(self.directory), queued=len(rows), seen=self._seen)
+        log.info(
+            "state_opened", state_dir=str(self.directory), queued=self._queued, seen=self._seen
+        )
         if self.finished:  # the crawler ends at once: say why, and how to crawl again
             log.warning(
                 "crawl_already_finished",
@@ -133,7 +140,7 @@ class SqliteFrontier(Frontier[R]):
         finally:
             self._opened = False
             self._store.close()
-            log.info("state_closed", state_dir=str(self.directory), queued=len(self._heap))
+            log.info("state_closed", state_dir=str(self.directory), queued=self._queued)
 
     # -- the Frontier protocol ---------------------------------------------------------
 
@@ -160,10 +167,44 @@ class SqliteFrontier(Frontier[R]):
         self._known.update(row[0] for row in rows)
         for index, rowid in zip(kept, ids, strict=True):
             if rowid is not None:
-                request = requests[index]
-                heapq.heappush(self._heap, (-request.priority, rowid, request))
+                self._queue(requests[index], rowid)
                 added[index] = True
         return added
+
+    def _queue(self, request: R, rowid: int) -> None:
+        """A row now waiting: kept in memory if the head reaches it, else read later."""
+        self._queued += 1
+        key = (-request.priority, rowid)
+        if self._head.holds(key):
+            self._head.push(key, request)
+            if self._head.over():
+                self._head.trim()  # the rows trimmed stay on disk, read again in turn
+
+    def _refill(self) -> None:
+        """Read the next rows beyond the head, skipping those taken (not yet deleted) and
+        those this spider cannot read, until the head has one or the queue is read."""
+        batch = max(1, self._head.limit // 2)
+        while self._head.stale():
+            after = None if self._head.bound == FIRST else self._head.bound
+            rows = self._store.load(after, batch)
+            out = self._unreadable.union(key[1] for key, _ in self._leased.values())
+            out.update(self._acked)
+            entries = []
+            for rowid, priority, body in rows:
+                if rowid not in out and (request := self._decode(rowid, body)) is not None:
+                    entries.append(((-priority, rowid), request))
+            last = (-rows[-1][1], rows[-1][0]) if len(rows) == batch else None
+            self._head.refill(entries, last)
+
+    def _decode(self, rowid: int, body: str) -> R | None:
+        try:
+            return self.codec.decode(body)
+        except (RequestNotShareable, ValueError, KeyError, TypeError) as exc:
+            # kept in the database for a spider that can read it (a renamed callback)
+            log.error("state_request_unreadable", id=rowid, error=repr(exc))
+            self._unreadable.add(rowid)
+            self._queued -= 1
+            return None
 
     async def claim(self, requests: Sequence[Queued]) -> list[bool]:
         """Mark fingerprints seen without queueing them (committed with the next batch)."""
@@ -182,10 +223,14 @@ class SqliteFrontier(Frontier[R]):
     async def take(self) -> R | None:
         if self._failure is not None:
             raise self._failure
-        if not self._heap:
+        if self._head.stale():
+            await self._run(self._refill)
+        entry = self._head.pop()
+        if entry is None:
             return None
-        _, rowid, request = heapq.heappop(self._heap)
-        self._leased[id(request)] = (rowid, request)
+        key, request = entry
+        self._queued -= 1
+        self._leased[id(request)] = (key, request)
         return request
 
     async def done(self, request: R, *, requeue: bool = False) -> None:
@@ -194,17 +239,19 @@ class SqliteFrontier(Frontier[R]):
         entry = self._leased.pop(id(request), None)
         if entry is None:
             return
-        rowid, _ = entry
-        if requeue:
-            heapq.heappush(self._heap, (-request.priority, rowid, request))
+        key, _ = entry
+        if requeue:  # in memory again if the head reaches it, else read again in turn
+            self._queued += 1
+            if self._head.holds(key):
+                self._head.push(key, request)
             return
-        self._acked.append(rowid)
+        self._acked.append(key[1])
         self._commit_soon()
 
     async def counts(self) -> tuple[int, int, int]:
         if self._failure is not None:
             raise self._failure
-        return len(self._heap), len(self._leased), self._seen
+        return self._queued, len(self._leased), self._seen
 
     # -- resume ------------------------------------------------------------------------
 
@@ -221,7 +268,7 @@ class SqliteFrontier(Frontier[R]):
 
     async def mark_finished(self) -> None:
         if self._unreadable:  # not finished while requests it could not read wait
-            log.error("state_not_finished", unreadable=self._unreadable)
+            log.error("state_not_finished", unreadable=len(self._unreadable))
             await self._commit()
             return
         self._dirty["finished"] = "1"

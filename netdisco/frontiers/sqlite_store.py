@@ -46,6 +46,13 @@ _KEEP_FAILED = (
 _DROP_FAILED = "DELETE FROM failed WHERE id IN (SELECT id FROM failed ORDER BY seq LIMIT ?)"
 #: a failed row to keep: (id, reason, record JSON, request body)
 FailedRow = tuple[str, str, str, str]
+#: the take order (priority first, then id: SQLite appends the rowid to every index);
+#: absent from states written before the queue moved to disk: added when opened
+_ORDER = "CREATE INDEX IF NOT EXISTS queue_order ON queue (priority DESC)"
+_LOAD = "SELECT id, priority, body FROM queue"
+_LOAD_FIRST = _LOAD + " ORDER BY priority DESC, id LIMIT ?"
+_LOAD_SAME = _LOAD + " WHERE priority = ? AND id > ? ORDER BY id LIMIT ?"
+_LOAD_LOWER = _LOAD + " WHERE priority < ? ORDER BY priority DESC, id LIMIT ?"
 #: a new row: (fingerprint, dont_filter, priority, body)
 Row = tuple[bytes, bool, int, str]
 
@@ -60,8 +67,8 @@ class Store:
         self._lock: IO[str] | None = None
         self._db: sqlite3.Connection | None = None
 
-    def open(self) -> tuple[list[tuple[int, int, str]], int, dict[str, str]]:
-        """Lock, check, prepare; the queued rows (id, priority, body), seen count, meta."""
+    def open(self) -> tuple[int, int, dict[str, str]]:
+        """Lock, check, prepare; how many rows are queued, the seen count, the meta."""
         self._take_lock()
         try:
             return self._open_db()
@@ -72,7 +79,7 @@ class Store:
     def _take_lock(self) -> None:
         self._lock = lock_directory(self.directory)
 
-    def _open_db(self) -> tuple[list[tuple[int, int, str]], int, dict[str, str]]:
+    def _open_db(self) -> tuple[int, int, dict[str, str]]:
         try:
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             self._db = db
@@ -93,11 +100,12 @@ class Store:
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute(_PAGES)  # absent from states written before re-crawls: added, empty
             db.execute(_FAILED)  # the same for the failed store
-            rows = db.execute("SELECT id, priority, body FROM queue ORDER BY id").fetchall()
+            db.execute(_ORDER)
+            queued = int(db.execute("SELECT count(*) FROM queue").fetchone()[0])
             seen = int(db.execute("SELECT count(*) FROM seen").fetchone()[0])
         except sqlite3.Error as exc:
             raise self._failed(exc) from exc
-        return rows, seen, meta
+        return queued, seen, meta
 
     def _create(self, db: sqlite3.Connection) -> None:
         db.executescript("BEGIN;\n" + _SCHEMA)  # committed below, with the meta rows
@@ -148,6 +156,21 @@ class Store:
                 else:
                     ids.append(None)
             return ids, new_count
+        except sqlite3.Error as exc:
+            raise self._failed(exc) from exc
+
+    def load(self, after: tuple[int, int] | None, limit: int) -> list[tuple[int, int, str]]:
+        """Up to ``limit`` queued rows (id, priority, body) in take order, after the row of
+        key ``after`` = (-priority, id) (from the first when None); uncommitted ones too."""
+        assert self._db is not None, "Store.open() was not called"
+        try:
+            if after is None:
+                return self._db.execute(_LOAD_FIRST, (limit,)).fetchall()
+            priority, rowid = -after[0], after[1]
+            rows = self._db.execute(_LOAD_SAME, (priority, rowid, limit)).fetchall()
+            if len(rows) < limit:
+                rows += self._db.execute(_LOAD_LOWER, (priority, limit - len(rows))).fetchall()
+            return rows
         except sqlite3.Error as exc:
             raise self._failed(exc) from exc
 
