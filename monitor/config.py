@@ -24,6 +24,7 @@ from monitor.settings import (
     HttpSettings,
     LogSettings,
     MonitorConfig,
+    RuleSettings,
     WebhookSettings,
 )
 from netdisco.cluster.settings import MONITOR_KEYS, ZooKeeperSettings
@@ -40,6 +41,7 @@ __all__ = [
     "HttpSettings",
     "LogSettings",
     "MonitorConfig",
+    "RuleSettings",
     "WebhookSettings",
     "ZooKeeperSettings",
     "load_config",
@@ -58,6 +60,7 @@ SECTIONS: dict[str, type[Section]] = {
     "command": CommandSettings,
     "callable": CallableSettings,
     "control": ControlSettings,
+    "rules": RuleSettings,
     "log": LogSettings,
 }
 #: secrets read from the variables other keys name: section -> field -> its key
@@ -97,6 +100,7 @@ def load_config(
         command=layers.optional("command"),
         callable=layers.optional("callable"),
         control=control,
+        rules=layers.load("rules"),
         log=layers.load("log"),
     )
 
