@@ -22,6 +22,7 @@ whatever a node holds (garbage, a JSON array, wrong types, more than
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
@@ -48,6 +49,15 @@ MAX_NODE_DATA = 64 * 1024
 #: Contract 1 engines only: a ``leaving`` write notified this close before the
 #: deletion means the engine left (the rule before tombstones).
 LEGACY_LEAVE_WINDOW = 0.5
+
+#: Node facts (``EnginePayload.facts``): numbers (``cpu_percent`` and ``load1`` are
+#: floats, the rest bytes or counts), texts (versions) and ``disk_free``, bytes free
+#: per directory name (``state``, ``feeds``). Readers keep only these, bounded.
+FACT_FLOATS = frozenset({"cpu_percent", "load1"})
+FACT_NUMBERS = ("cpu_percent", "load1", "memory_total", "memory_available", "rss", "open_fds")
+FACT_TEXTS = ("python", "netdisco")
+MAX_FACT_TEXT = 64  # longest text a reader keeps (a version, a directory or crawl name)
+MAX_DISKS = 8
 
 
 class NodeState(StrEnum):
@@ -92,6 +102,13 @@ class SpiderSummary:
     name: str
     state: str
     next_run: float | None = None  # Unix seconds of its next scheduled run, if scheduled
+    pages: int | None = None  # pages crawled by this run on this engine (None: not said)
+    items: int | None = None  # items scraped by this run on this engine
+    failed: int | None = None  # requests kept in the failed store (the crawl's, see ``crawl``)
+    #: a stable identity of the frontier this spider shares with other engines (a hash
+    #: of the Redis URL and key prefix), so that a reader counts a shared queue once;
+    #: None for a private frontier (memory, SQLite)
+    crawl: str | None = None
 
 
 def _str(value: Any) -> str | None:
@@ -102,10 +119,23 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _bool(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
 def _float(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
+
+
+def _count(value: Any) -> int | None:
+    number = _int(value)
+    return number if number is not None and 0 <= number < 2**63 else None
+
+
+def _short(value: Any, limit: int = MAX_FACT_TEXT) -> str | None:
+    return value if isinstance(value, str) and len(value) <= limit else None
 
 
 def _spiders(value: Any) -> tuple[SpiderSummary, ...]:
@@ -116,10 +146,47 @@ def _spiders(value: Any) -> tuple[SpiderSummary, ...]:
             name=item["name"],
             state=str(item.get("state", "unknown")),
             next_run=_float(item.get("next_run")),
+            pages=_count(item.get("pages")),
+            items=_count(item.get("items")),
+            failed=_count(item.get("failed")),
+            crawl=_short(item.get("crawl")),
         )
         for item in value
         if isinstance(item, dict) and isinstance(item.get("name"), str)
     )
+
+
+def _fact_number(value: Any) -> float | None:
+    number = _float(value)
+    return number if number is not None and math.isfinite(number) and number >= 0 else None
+
+
+def _disk_free(value: Any) -> dict[str, int]:
+    if not isinstance(value, dict):
+        return {}
+    pairs = ((_short(k), _count(v)) for k, v in value.items())
+    kept = {k: v for k, v in pairs if k is not None and v is not None}
+    return dict(list(kept.items())[:MAX_DISKS])
+
+
+def parse_facts(value: Any) -> dict[str, Any]:
+    """Node facts as written by :func:`netdisco.engine.facts`: known keys of the right
+    type and size only (anything else dropped); never raises."""
+    if not isinstance(value, dict):
+        return {}
+    facts: dict[str, Any] = {}
+    for key in FACT_NUMBERS:
+        number = _fact_number(value.get(key))
+        if number is not None:
+            facts[key] = number if key in FACT_FLOATS else int(number)
+    for key in FACT_TEXTS:
+        text = _short(value.get(key))
+        if text is not None:
+            facts[key] = text
+    disks = _disk_free(value.get("disk_free"))
+    if disks:
+        facts["disk_free"] = disks
+    return facts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,6 +204,11 @@ class EnginePayload:
     spiders: tuple[SpiderSummary, ...] = ()
     state: str = "unknown"  # a NodeState value, or whatever a foreign writer put there
     contract: int | None = None  # CONTRACT of the writer; None: contract 1 (no tombstones)
+    #: True while the engine's loop has not run for ``loop_stall`` seconds (written by
+    #: its watchdog thread); None from writers that do not measure it
+    stalled: bool | None = None
+    loop_lag: float | None = None  # seconds: the last measured lag of the engine's loop
+    facts: Mapping[str, Any] = field(default_factory=dict)  # see FACT_NUMBERS, parse_facts
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys of newer writers, kept
     garbage: bool = False  # the data was not a UTF-8 JSON object
 
@@ -163,6 +235,8 @@ class EnginePayload:
             value = getattr(self, f.name)
             if f.name == "spiders":
                 value = [_spider_dict(s) for s in value]
+            elif f.name == "facts":
+                value = dict(value)
             data[f.name] = value
         return data
 
@@ -174,8 +248,10 @@ class EnginePayload:
 
 def _spider_dict(spider: SpiderSummary) -> dict[str, Any]:
     data: dict[str, Any] = {"name": spider.name, "state": spider.state}
-    if spider.next_run is not None:
-        data["next_run"] = spider.next_run
+    for key in ("next_run", "pages", "items", "failed", "crawl"):
+        value = getattr(spider, key)
+        if value is not None:
+            data[key] = value
     return data
 
 
@@ -197,6 +273,9 @@ def payload_from_dict(data: Mapping[str, Any]) -> EnginePayload:
         spiders=_spiders(data.get("spiders")),
         state=state if isinstance(state, str) else "unknown",
         contract=_int(data.get("contract")),
+        stalled=_bool(data.get("stalled")),
+        loop_lag=_fact_number(data.get("loop_lag")),
+        facts=parse_facts(data.get("facts")),
         extra={k: v for k, v in data.items() if k not in _KNOWN},
     )
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -32,6 +33,7 @@ from netdisco.crawl.acks import Acker, release, return_parked
 from netdisco.crawl.codec import frontier_for
 from netdisco.crawl.context import CrawlContext
 from netdisco.crawl.downloader import Downloader
+from netdisco.crawl.failures import FailedRequests
 from netdisco.crawl.feeds import feed_pipelines
 from netdisco.crawl.feeds.pipeline import FeedPipeline, WarcFeed
 from netdisco.crawl.feeds.warc import WarcMiddleware
@@ -54,7 +56,7 @@ from netdisco.exceptions import (
     RedirectHandedOff,
     RequestError,
 )
-from netdisco.frontiers import Frontier
+from netdisco.frontiers import Frontier, crawl_identity
 
 log = structlog.get_logger(__name__)
 __all__ = ["TERMINAL", "Crawler", "PushResult", "SpiderState", "frontier_for"]
@@ -110,6 +112,16 @@ class Crawler:
         self._close_timeout: float | None = None  # for pending pipeline work, once stopping
         self._context = contextvars.copy_context()  # logs carry the spider's name
         self._context.run(structlog.contextvars.bind_contextvars, spider=self.name)
+
+    @functools.cached_property
+    def failures(self) -> FailedRequests:
+        """The crawl's failed requests, kept in its frontier."""
+        return FailedRequests(self.frontier, self.settings.failed_keep)
+
+    @functools.cached_property
+    def crawl(self) -> str | None:
+        """The shared crawl this spider takes part in (None: its frontier is its own)."""
+        return crawl_identity(self.settings.frontier, self.name)
 
     @property
     def failure(self) -> Exception | None:
@@ -207,6 +219,16 @@ class Crawler:
         self._unpaused.set()
         self._set_state(SpiderState.RUNNING)
         return self.state
+
+    async def retry_failed(
+        self, reason: str | None = None, ids: Sequence[str] | None = None
+    ) -> int:
+        """Queue failed requests again (all, of ``reason``, or ``ids``), while running or
+        paused: a crawl that ended has nobody to fetch them."""
+        self._check("retry")
+        requeued = await self.failures.retry(reason, ids)
+        self.ctx.notify()
+        return requeued
 
     async def stop(self, deadline: float | None = None) -> SpiderState:
         """Stop dispatching, give in-flight requests ``deadline`` s, cancel the rest, close."""
@@ -463,6 +485,7 @@ class Crawler:
         if exc.deferred:  # waits in the frontier (host queues): not a failure
             return
         self.stats.count_failure(exc)
+        await self.failures.record(request, exc)
         self.stats.error(f"{request.url}: {exc}")
         log.warning("request_failed", url=request.url, error=str(exc), kind=type(exc).__name__)
         if request.errback is not None:

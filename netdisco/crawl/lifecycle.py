@@ -31,6 +31,7 @@ ALLOWED = {
     "resume": {SpiderState.PAUSED},
     "stop": {SpiderState.RUNNING, SpiderState.PAUSED},
     "push": {SpiderState.IDLE, SpiderState.RUNNING, SpiderState.PAUSED},
+    "retry": {SpiderState.RUNNING, SpiderState.PAUSED},  # failed requests queued again
 }
 
 

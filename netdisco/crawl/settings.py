@@ -316,6 +316,13 @@ class Settings(Section):
     retry_max_delay: float = _field(
         60.0, "retries", "longest wait before a retry (Retry-After included)", check=non_negative
     )
+    failed_keep: int = _field(
+        10_000,
+        "retries",
+        "failed requests kept to be listed and retried (GET .../failed); beyond, the "
+        "oldest are dropped and counted (0: none kept)",
+        check=non_negative,
+    )
     # render: headless Chromium (netdisco.crawl.render)
     render: bool = _field(False, "render", "render every page in Chromium")
     render_concurrency: int = _field(

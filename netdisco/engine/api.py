@@ -21,6 +21,7 @@ from aiohttp import web
 
 from netdisco import serving
 from netdisco.crawl.crawler import Crawler, SpiderState
+from netdisco.engine import failed_api
 from netdisco.engine.config import is_loopback
 from netdisco.engine.lifecycle import EngineState
 from netdisco.engine.metrics import CONTENT_TYPE, EngineMetrics
@@ -305,6 +306,7 @@ def create_app(engine: SpiderEngine, *, behind: Behind | None = None) -> web.App
     for action in ("pause", "resume", "stop"):
         app.router.add_post(f"/netdiscovery/spiders/{{name}}/{action}", _control(action))
     app.router.add_post("/netdiscovery/spiders/{name}/requests", push_requests)
+    failed_api.add_routes(app)
     app.router.add_get("/metrics", metrics, allow_head=False)
     return app
 

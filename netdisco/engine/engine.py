@@ -139,8 +139,15 @@ class SpiderEngine:
         )
 
     def _node_entry(self, crawler: Crawler) -> SpiderSummary:
-        next_run = self._timetable.next_run(crawler.name)
-        return SpiderSummary(name=crawler.name, state=str(crawler.state), next_run=next_run)
+        return SpiderSummary(
+            name=crawler.name,
+            state=str(crawler.state),
+            next_run=self._timetable.next_run(crawler.name),
+            pages=crawler.stats.succeeded,
+            items=crawler.stats.items,
+            failed=crawler.failures.kept,
+            crawl=crawler.crawl,
+        )
 
     def spider_status(self, name: str) -> dict[str, Any]:
         """A spider's status object, with its schedule when it has one."""

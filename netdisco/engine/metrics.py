@@ -112,6 +112,20 @@ def _downloads(crawlers: list[Crawler]) -> Iterator[Metric]:
             codes.add_metric((crawler.name, str(code)), count)
     yield latency
     yield codes
+    yield _failures(crawlers)
+
+
+def _failures(crawlers: list[Crawler]) -> Metric:
+    """Requests that ended failed, by reason (``netdisco.crawl.failures``)."""
+    failed = CounterMetricFamily(
+        "netdisco_failed_requests",
+        "Requests that ended failed, by reason (http_<status> or an error kind).",
+        labels=("spider", "reason"),
+    )
+    for crawler in crawlers:
+        for reason, count in sorted(crawler.failures.by_reason.items()):
+            failed.add_metric((crawler.name, reason), count)
+    return failed
 
 
 def _schedules(spiders: list[tuple[str, dict[str, Any], dict[str, int]]]) -> Iterator[Metric]:

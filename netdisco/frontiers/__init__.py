@@ -11,6 +11,9 @@ below the crawl: it queues anything with a fingerprint and a priority
 
 from __future__ import annotations
 
+import hashlib
+from urllib.parse import urlsplit
+
 from netdisco.frontiers.base import Codec, Frontier, PageStore, Queued, R
 from netdisco.frontiers.memory import MemoryFrontier
 
@@ -20,6 +23,7 @@ __all__ = [
     "MemoryFrontier",
     "PageStore",
     "Queued",
+    "crawl_identity",
     "is_shared",
     "open_frontier",
 ]
@@ -33,6 +37,21 @@ SHARED_SCHEMES = ("redis://", "rediss://", "unix://", "redis+cluster://", "redis
 def is_shared(url: str) -> bool:
     """Whether the frontier ``url`` names is one crawl shared by several engines."""
     return url.startswith(SHARED_SCHEMES)
+
+
+def crawl_identity(url: str, name: str) -> str | None:
+    """A short, stable name of the shared crawl ``url`` and ``name`` open (the Redis
+    server and database, the key prefix, the spider), the same on every engine that
+    shares it and nothing secret; None for a frontier of this process only."""
+    if not is_shared(url):
+        return None
+    from netdisco.frontiers.redis.options import RedisOptions
+
+    parts = urlsplit(url)
+    hosts = parts.netloc.rpartition("@")[2].lower()  # no user, no password
+    where = f"{parts.scheme}://{hosts}{parts.path}"
+    text = "\n".join((where, RedisOptions.from_url(url).prefix, name))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def open_frontier(

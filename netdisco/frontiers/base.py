@@ -28,6 +28,10 @@ host reservation       ``reserves_hosts``,         False: the crawl keeps
                        ``back_off``                ``back_off`` refuses
 shared robots.txt      ``robots_txt``              not shared: this process
                                                    fetches (and caches) it
+failed store           ``keep_failed``,            kept in this process
+                       ``failed``,                 (``failed.MemoryFailed``), gone
+                       ``take_failed``,            with it
+                       ``delete_failed``
 =====================  ==========================  ===============================
 
 Which frontier has which (``memory``, ``state_dir`` SQLite, Redis, Redis host
@@ -39,6 +43,8 @@ from __future__ import annotations
 import abc
 from collections.abc import Awaitable, Callable, Sequence
 from typing import ClassVar, Generic, Protocol, TypeVar
+
+from netdisco.frontiers.failed import FailedPage, FailedRecord, MemoryFailed
 
 
 class Queued(Protocol):
@@ -202,3 +208,31 @@ class Frontier(abc.ABC, Generic[R]):
         by one engine only; None, not cached, when ``fetch`` says the site did not
         answer. Default: not shared, ``fetch`` runs here (the crawl caches the answer)."""
         return await fetch()
+
+    # -- failed store (``netdisco.frontiers.failed``) --------------------------------
+
+    async def keep_failed(self, request: R, record: FailedRecord, keep: int) -> int:
+        """Keep a request that ended failed (at most ``keep``, the oldest dropped); how
+        many are kept now. Default: in this process, gone with it."""
+        return self._failed_here().keep(request, record, keep)
+
+    async def failed(self, reason: str | None, offset: int, limit: int) -> FailedPage:
+        """The kept failures (of ``reason``, if given), oldest first."""
+        return self._failed_here().page(reason, offset, limit)
+
+    async def take_failed(
+        self, reason: str | None = None, ids: Sequence[str] | None = None
+    ) -> list[R]:
+        """Remove the failures of ``reason`` (or with these ``ids``; neither: all) and
+        hand back their requests, for the crawl to queue again."""
+        return self._failed_here().take(reason, ids)
+
+    async def delete_failed(self, reason: str | None = None) -> int:
+        """Forget the failures of ``reason`` (all without one); how many."""
+        return len(await self.take_failed(reason))
+
+    def _failed_here(self) -> MemoryFailed[R]:
+        store: MemoryFailed[R] | None = self.__dict__.get("_failed_in_memory")
+        if store is None:
+            store = self.__dict__["_failed_in_memory"] = MemoryFailed()
+        return store

@@ -39,6 +39,13 @@ import structlog
 
 from netdisco.exceptions import RequestNotShareable, StateDirError
 from netdisco.frontiers.base import Codec, Frontier, PageStore, Queued, R
+from netdisco.frontiers.failed import (
+    FailedPage,
+    FailedRecord,
+    decode_records,
+    page_of,
+    selected,
+)
 from netdisco.frontiers.sqlite_store import DB_NAME, LOCK_NAME, SCHEMA_VERSION, Row, Store
 
 __all__ = ["DB_NAME", "LOCK_NAME", "SCHEMA_VERSION", "SqliteFrontier", "Store"]
@@ -247,6 +254,60 @@ class SqliteFrontier(Frontier[R]):
         self._known.clear()
         log.info("state_new_run", run=run, generation=generation)
         return True
+
+    # -- failed store ------------------------------------------------------------------
+
+    async def keep_failed(self, request: R, record: FailedRecord, keep: int) -> int:
+        """Kept in the database, committed with the next batch."""
+        try:
+            body = self.codec.encode(request)
+        except RequestNotShareable as exc:  # listed, but cannot be retried
+            log.error("request_not_storable", url=request.url, error=str(exc))
+            body = ""
+        row = (record.id, record.reason, record.bounded().to_json(), body)
+        return await self._on_store(self._store.keep_failed, row, keep)
+
+    async def failed(self, reason: str | None, offset: int, limit: int) -> FailedPage:
+        rows = await self._on_store(self._store.failed_records)
+        dropped = await self._on_store(self._store.failed_dropped)
+        return page_of(decode_records([r for r, _ in rows]), reason, offset, limit, dropped)
+
+    async def take_failed(
+        self, reason: str | None = None, ids: Sequence[str] | None = None
+    ) -> list[R]:
+        bodies = await self._on_store(self._take_failed, reason, ids)
+        requests = []
+        for body in bodies:
+            try:
+                requests.append(self.codec.decode(body))
+            except (RequestNotShareable, ValueError, KeyError, TypeError) as exc:
+                log.error("failed_request_unreadable", error=repr(exc))
+        return requests
+
+    def _take_failed(self, reason: str | None, ids: Sequence[str] | None) -> list[str]:
+        chosen = []
+        for raw, body in self._store.failed_records():
+            found = decode_records([raw])
+            if found and selected(found[0], reason, ids):
+                chosen.append((found[0].id, body))
+        self._store.forget_failed([key for key, _ in chosen])
+        return [body for _, body in chosen if body]
+
+    async def _on_store(self, work: Callable[..., T], *args: Any) -> T:
+        """``work`` on the open database (committed with the next batch); after the crawl
+        closed it, on the database opened for this call only (refused while another
+        process holds the ``state_dir``)."""
+        if self._opened:
+            result = await self._run(work, *args)
+            self._commit_soon()
+            return result
+        self._store.open()
+        try:
+            result = work(*args)
+            self._store.commit([], {})
+            return result
+        finally:
+            self._store.close()
 
     # -- group commit ------------------------------------------------------------------
 

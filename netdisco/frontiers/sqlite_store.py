@@ -33,6 +33,19 @@ _SET_META = "INSERT OR REPLACE INTO netdisco_meta (key, value) VALUES (?, ?)"
 #: the page store of re-crawls: per fingerprint, a record the crawl wrote (opaque here)
 _PAGES = "CREATE TABLE IF NOT EXISTS pages (fp BLOB PRIMARY KEY, record BLOB NOT NULL)"
 _PUT_PAGE = "INSERT OR REPLACE INTO pages (fp, record) VALUES (?, ?)"
+#: the failed store (``netdisco.frontiers.failed``), added like ``pages``: per request
+#: fingerprint (hex), its order (oldest first), reason, record (JSON) and the request
+_FAILED = (
+    "CREATE TABLE IF NOT EXISTS failed (id TEXT PRIMARY KEY, seq INTEGER NOT NULL,"
+    " reason TEXT NOT NULL, record TEXT NOT NULL, body TEXT NOT NULL)"
+)
+_KEEP_FAILED = (
+    "INSERT OR REPLACE INTO failed (id, seq, reason, record, body)"
+    " VALUES (?, (SELECT coalesce(max(seq), 0) + 1 FROM failed), ?, ?, ?)"
+)
+_DROP_FAILED = "DELETE FROM failed WHERE id IN (SELECT id FROM failed ORDER BY seq LIMIT ?)"
+#: a failed row to keep: (id, reason, record JSON, request body)
+FailedRow = tuple[str, str, str, str]
 #: a new row: (fingerprint, dont_filter, priority, body)
 Row = tuple[bytes, bool, int, str]
 
@@ -101,6 +114,7 @@ class Store:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute(_PAGES)  # absent from states written before re-crawls: added, empty
+            db.execute(_FAILED)  # the same for the failed store
             rows = db.execute("SELECT id, priority, body FROM queue ORDER BY id").fetchall()
             seen = int(db.execute("SELECT count(*) FROM seen").fetchone()[0])
         except sqlite3.Error as exc:
@@ -191,6 +205,46 @@ class Store:
         """Store a page record; committed with the next commit (before its page's ack)."""
         try:
             self._begin().execute(_PUT_PAGE, (fingerprint, record))
+        except sqlite3.Error as exc:
+            raise self._failed(exc) from exc
+
+    def keep_failed(self, row: FailedRow, keep: int) -> int:
+        """Keep a failed request (replacing its older failure), drop the oldest beyond
+        ``keep`` and count them in the meta ``failed_dropped``; how many are kept."""
+        try:
+            db = self._begin()
+            db.execute(_KEEP_FAILED, row)
+            count = int(db.execute("SELECT count(*) FROM failed").fetchone()[0])
+            extra = count - max(keep, 0)
+            if extra > 0:
+                db.execute(_DROP_FAILED, (extra,))
+                dropped = self.failed_dropped() + extra
+                db.execute(_SET_META, ("failed_dropped", str(dropped)))
+                count -= extra
+            return count
+        except sqlite3.Error as exc:
+            raise self._failed(exc) from exc
+
+    def failed_dropped(self) -> int:
+        """How many failed records were dropped to stay within ``keep``."""
+        assert self._db is not None, "Store.open() was not called"
+        row = self._db.execute("SELECT value FROM netdisco_meta WHERE key = 'failed_dropped'")
+        found = row.fetchone()
+        return int(found[0]) if found is not None and str(found[0]).isdigit() else 0
+
+    def failed_records(self) -> list[tuple[str, str]]:
+        """Every kept failure as (record JSON, request body), oldest first."""
+        assert self._db is not None, "Store.open() was not called"
+        try:
+            rows = self._db.execute("SELECT record, body FROM failed ORDER BY seq").fetchall()
+        except sqlite3.Error as exc:
+            raise self._failed(exc) from exc
+        return [(str(record), str(body)) for record, body in rows]
+
+    def forget_failed(self, ids: Sequence[str]) -> None:
+        """Delete the failed records ``ids`` (in the open transaction)."""
+        try:
+            self._begin().executemany("DELETE FROM failed WHERE id = ?", [(i,) for i in ids])
         except sqlite3.Error as exc:
             raise self._failed(exc) from exc
 

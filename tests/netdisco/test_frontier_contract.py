@@ -10,6 +10,7 @@ target is new, say) shows up here as one column that differs.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -86,9 +87,7 @@ def redis_cluster() -> Iterator[RedisClusterServer]:
 
 
 @pytest.fixture(params=KINDS)
-def frontier_settings(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[dict[str, Any]]:
+def frontier_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
     """The settings that pick one frontier (a fresh crawl each test)."""
     kind: str = request.param
     prefix = f"t{uuid.uuid4().hex[:10]}"
@@ -162,3 +161,84 @@ async def test_a_rerun_resumes_where_the_frontier_keeps_the_crawl(
         return
     assert items == []
     assert sum(hits.values()) == first  # not one request more at the server
+
+
+class Holding(Linked):
+    """Holds the crawl open in ``/hold``'s callback until ``release`` is set, so that its
+    failed requests can be retried while it runs."""
+
+    release: asyncio.Event
+
+    async def start(self) -> AsyncIterator[Request]:
+        for path in ("/hold", "/missing", "/broken", "/private/p"):
+            yield Request(self.base + path)
+
+    async def parse(self, response: Response) -> AsyncIterator[Any]:
+        if response.url.endswith("/hold"):
+            await self.release.wait()
+        yield {"url": response.url.removeprefix(self.base)}
+
+
+def failing_app(hits: Counter[str], broken: list[int]) -> web.Application:
+    async def page(request: web.Request) -> web.StreamResponse:
+        hits[request.path] += 1
+        if request.path == "/robots.txt":
+            return web.Response(text=ROBOTS)
+        if request.path == "/missing":
+            raise web.HTTPNotFound()
+        if request.path == "/broken" and broken:
+            broken.pop()
+            raise web.HTTPInternalServerError()
+        return html(request.path)
+
+    app = web.Application()
+    app.router.add_get("/{path:.*}", page)
+    return app
+
+
+async def test_every_frontier_keeps_and_retries_failed_requests(
+    frontier_settings: dict[str, Any],
+) -> None:
+    """404 and 500 (retries spent) are kept with their reason, robots.txt is not; a retry
+    of the 500 while the crawl runs fetches it again, past the seen set; a stored
+    frontier still lists what is left to a new crawler of the same crawl (a restart, or
+    another engine on Redis)."""
+    hits: Counter[str] = Counter()
+    async with serve(failing_app(hits, [1])) as base:
+        spider = type("Holding", (Holding,), {"name": f"failed-{uuid.uuid4().hex[:8]}"})(base)
+        spider.release = asyncio.Event()
+        settings = Settings(concurrency=4, progress_interval=0, retries=0, **frontier_settings)
+        crawler = Crawler(spider, settings)
+        items: list[str] = []
+        crawler.items.subscribe(lambda item: items.append(item["url"]))
+        await crawler.start()
+        page = await eventually_page(crawler, 2)
+        assert page.by_reason == {"http_404": 1, "http_500": 1}
+        assert {(r.url.removeprefix(base), r.method, r.status) for r in page.records} == {
+            ("/missing", "GET", 404),
+            ("/broken", "GET", 500),
+        }
+        assert all(r.attempts == 1 and r.last_at > 0 for r in page.records)
+        assert await crawler.retry_failed("http_500") == 1
+        spider.release.set()
+        await crawler.wait()
+        assert crawler.state.value == "finished", crawler.stats.last_error
+        assert hits["/broken"] == 2
+        assert sorted(items) == ["/broken", "/hold"]
+        left = await crawler.failures.page(None, 0, 10)  # the frontier is closed now
+        assert (left.total, left.by_reason) == (1, {"http_404": 1})
+        if frontier_settings:  # memory: nothing outlives the crawler
+            again = Crawler(type(spider)(base), settings)
+            kept = await again.failures.page(None, 0, 10)
+            assert [r.url for r in kept.records] == [base + "/missing"]
+            assert await again.failures.delete(None) == 1
+        assert await crawler.failures.delete("http_404") == (0 if frontier_settings else 1)
+
+
+async def eventually_page(crawler: Crawler, total: int) -> Any:
+    for _ in range(200):
+        page = await crawler.failures.page(None, 0, 10)
+        if page.total >= total:
+            return page
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the failed store holds {page.total} of {total}")

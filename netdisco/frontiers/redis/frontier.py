@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import uuid
 from collections import deque
@@ -24,6 +25,8 @@ from netdisco.frontiers.redis.replication import Confirmations
 from netdisco.frontiers.redis.scripts import ADD_LUA, CLAIM_LUA, DONE_LUA, LOST, TAKE_LUA
 
 if TYPE_CHECKING:
+    from netdisco.frontiers.failed import FailedPage, FailedRecord
+    from netdisco.frontiers.redis.failed import RedisFailed
     from netdisco.frontiers.redis.pages import RedisPages
 
 log = structlog.get_logger(__name__)
@@ -129,6 +132,33 @@ class RedisFrontier(Frontier[R]):
 
             self._pages = RedisPages(self)
         return self._pages
+
+    @functools.cached_property
+    def failed_store(self) -> RedisFailed:
+        """The crawl's failed requests (every engine's), beside its queue."""
+        from netdisco.frontiers.redis.failed import RedisFailed
+
+        return RedisFailed(self._redis, self.keys, self.codec)
+
+    async def keep_failed(self, request: R, record: FailedRecord, keep: int) -> int:
+        return await self._on_failed(self.failed_store.keep(request, record, keep))
+
+    async def failed(self, reason: str | None, offset: int, limit: int) -> FailedPage:
+        return await self._on_failed(self.failed_store.page(reason, offset, limit))
+
+    async def take_failed(
+        self, reason: str | None = None, ids: Sequence[str] | None = None
+    ) -> list[R]:
+        return await self._on_failed(self.failed_store.take(reason, ids))
+
+    async def _on_failed(self, call: Awaitable[T]) -> T:
+        """A failed store call; outside the crawl (not open yet, or closed) on a
+        connection closed after it."""
+        try:
+            return await call
+        finally:
+            if self._closed or not self._opened:
+                await self._redis.aclose()
 
     async def close(self, *, hand_back: bool = True) -> None:
         """Stop the heartbeat, hand our leases back (graceful stop: ``handed_back`` says
