@@ -27,7 +27,8 @@ def test_a_failed_run_is_reported_once_and_the_next_run_again() -> None:
     failed = spider(state="failed", last_error="x" * 1000)
     first = rules.spiders("a", failed, 0.0)
     assert kinds(first) == ["spider_failed"]
-    assert first[0].spider == "shop" and len(first[0].figures["error"]) == 300
+    assert first[0].spider == "shop"
+    assert len(first[0].figures["error"]) == 300
     assert rules.spiders("a", failed, 5.0) == []
     assert kinds(rules.spiders("a", spider(state="failed", started_at=2.0), 9.0)) == [
         "spider_failed"
@@ -49,7 +50,8 @@ def test_stalled_after_stall_after_with_a_queue_not_when_paused_or_moving() -> N
     assert rules.spiders("a", spider(succeeded=3), 0.0) == []
     assert rules.spiders("a", spider(succeeded=3), 29.0) == []
     trips = rules.spiders("a", spider(succeeded=3), 31.0)
-    assert kinds(trips) == ["spider_stalled"] and trips[0].figures["quiet_for"] == 31.0
+    assert kinds(trips) == ["spider_stalled"]
+    assert trips[0].figures["quiet_for"] == 31.0
     assert rules.spiders("a", spider(succeeded=3), 50.0) == []  # once, not every poll
     paused = Rules(SETTINGS)
     for at in (0.0, 40.0, 80.0):
@@ -68,7 +70,8 @@ def test_error_ratio_waits_grace_fires_once_and_rearms_only_after_clear() -> Non
     assert rules.spiders("a", spider(succeeded=4, failed=16), 5.0) == []  # within grace
     trips = rules.spiders("a", spider(succeeded=5, failed=20), 16.0)
     assert kinds(trips) == ["spider_error_ratio"]
-    assert trips[0].figures["ratio"] == 0.8 and trips[0].figures["requests"] == 25
+    assert trips[0].figures["ratio"] == 0.8
+    assert trips[0].figures["requests"] == 25
     # wobbling around the threshold is the same condition: no second event
     seen = []
     for i, at in enumerate(range(20, 200, 10)):
