@@ -112,10 +112,15 @@ class Control:
             raise ControlRefused(
                 502, "engine_untrusted", f"engine {engine_id!r} is not sent the token: {why}"
             )
-        return f"{base}/{quote(spider, safe='')}/{action}"
+        return f"{base}/{quote(spider, safe='')}/{action}"  # action: a known one, never input
 
-    async def act(self, engine_id: str, spider: str, action: str) -> tuple[int, Any]:
-        """The engine's status and JSON answer; ``ControlRefused`` if it could not be asked."""
+    async def act(
+        self, engine_id: str, spider: str, action: str, body: Any = None
+    ) -> tuple[int, Any]:
+        """The engine's status and JSON answer; ``ControlRefused`` if it could not be asked.
+
+        ``action`` is one of :data:`ACTIONS` or ``failed/retry`` (with its JSON ``body``).
+        """
         assert self.settings is not None
         url = self._url(engine_id, spider, action)
         token = self.settings.engine_token
@@ -124,7 +129,7 @@ class Control:
             timeout = aiohttp.ClientTimeout(total=self.settings.timeout)
             self._session = aiohttp.ClientSession(timeout=timeout)
         try:
-            async with self._session.post(url, headers=headers) as resp:
+            async with self._session.post(url, headers=headers, json=body) as resp:
                 body = await read_json(resp)
                 status = resp.status
         except TimeoutError:

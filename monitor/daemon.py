@@ -23,6 +23,7 @@ from monitor.alerts import CLUSTER, Alerts
 from monitor.control import Control
 from monitor.departed import Departed
 from monitor.events import Event, EventType, iso
+from monitor.failed import Failed
 from monitor.history import History
 from monitor.hooks import build_hooks
 from monitor.http import HttpServer
@@ -66,6 +67,7 @@ class Monitor:
             record=self.record,
         )
         self.control = Control(config.control, self.watcher.members)
+        self.failed = Failed()
         self.http = HttpServer(self, self.control, config.http.host, config.http.port)
         self.history = History()
         self.rules = Rules(config.rules)
@@ -76,13 +78,16 @@ class Monitor:
             on_body=self._status_read,
             on_dropped=self.dropped,
         )
+        self._bind_metrics()
+        self.started_at = time.time()
+
+    def _bind_metrics(self) -> None:
         self.metrics.bind(
             online=lambda: len(self.watcher.members()),
             states=lambda: [m.state for m in self.watcher.members()],
             connected=lambda: float(self.watcher.connected),
             fresh=lambda: float(self.watcher.fresh.is_set()),
         )
-        self.started_at = time.time()
 
     def _present(self, key: str) -> bool:
         """Is the engine (or, for ``CLUSTER``, any engine) in the view?"""
@@ -187,6 +192,7 @@ class Monitor:
         """Stop watching, flush alerts, stop serving; then one summary line."""
         await self.status.close()
         await self.control.close()
+        await self.failed.close()
         await self.watcher.close()
         await self.alerts.close()
         await self.http.close()
