@@ -12,7 +12,7 @@ import pytest
 from netdisco.engine import SpiderEngine
 from netdisco.engine.config import EngineSettings
 from tests.monitor.service_support import ENGINE_TOKEN, MONITOR_TOKEN, SLOW, steering
-from tests.monitor.test_dashboard import shows
+from tests.monitor.test_dashboard import screenshot, shots, shows
 from tests.monitor.test_http import CHROMIUM, chromium
 from tests.netdisco.engine_site import SiteSpider
 
@@ -39,6 +39,7 @@ async def test_a_retry_button_requeues_failed_requests_at_the_engine(
             await shows(page, f"{row}?.querySelector('.total').textContent === '1'", "one failed")
             text = await page.eval(f"{row}.textContent")
             assert missing in text
+            await screenshot(page, shots(tmp_path) / "dashboard-failed.png")
             token = "document.getElementById('token')"
             await page.eval(f"{token}.value = {json.dumps(MONITOR_TOKEN)}")
             await page.eval(f"{row}.querySelector('button[data-retry]').click()")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.monitor.conftest import Smtp, monitor_config
-from tests.monitor.test_dashboard import shows
+from tests.monitor.test_dashboard import screenshot, shots, shows
 from tests.monitor.test_http import CHROMIUM, chromium
 
 pytestmark = [
@@ -60,6 +60,7 @@ async def test_a_lost_engine_stays_listed_offline_with_its_alert(
         events = "[...document.querySelectorAll('#events li')].map(li => li.textContent)"
         await shows(page, f"{events}.some(t => t.endsWith(' spider_paused calm/shop'))",
                     "the pause, said as such")  # fmt: skip
+        await screenshot(page, shots(tmp_path) / "dashboard-offline.png")
         alerts = "document.getElementById('alerts').textContent"
         assert "engine_lost:doomed" in await page.eval(alerts)
     assert len(smtp.mailbox.messages) == 1
