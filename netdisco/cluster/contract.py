@@ -235,6 +235,8 @@ class EnginePayload:
             value = getattr(self, f.name)
             if f.name == "spiders":
                 value = [_spider_dict(s) for s in value]
+            elif f.name in _OPTIONAL and (value is None or value == {}):
+                continue  # not measured: left out, as older writers do
             elif f.name == "facts":
                 value = dict(value)
             data[f.name] = value
@@ -255,6 +257,8 @@ def _spider_dict(spider: SpiderSummary) -> dict[str, Any]:
     return data
 
 
+#: health keys written only when measured (an older reader sees the payload it knew)
+_OPTIONAL = frozenset({"stalled", "loop_lag", "facts"})
 _KNOWN = frozenset(f.name for f in fields(EnginePayload)) - {"extra", "garbage"}
 
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from enum import StrEnum
 from typing import Any
@@ -48,6 +49,7 @@ from netdisco.cluster.contract import (
     CONTRACT,
     EnginePayload,
     NodeState,
+    decode_object,
     engine_path,
     parse_payload,
 )
@@ -172,6 +174,35 @@ class Registration:
         """Engine data changed: wake the reconcile task; bursts coalesce into one write."""
         if self._task is not None and not self._stopping:
             self._wake.set()
+
+    # -- from the engine's watchdog thread, while the loop is blocked ----------------
+
+    def mark_from_thread(self, changes: Mapping[str, Any]) -> None:
+        """Merge ``changes`` into the data last written and send it, without the loop.
+
+        The one exception to the kazoo rule's "awaited on the loop": the loop is what is
+        stuck. It is safe because this is not a kazoo thread (its callbacks stay free)
+        and ``set_async`` only queues the request for kazoo's connection thread (a lock
+        and a pipe); nothing waits for its answer. The write carries the version last
+        written, so it can only change our own node; once the loop is back the reconcile
+        writes the engine's data over it, at the version it then reads.
+        """
+        client, written = self._client, self._written
+        if client is None or written is None or self._state is not RegistryState.REGISTERED:
+            return
+        data = {**(decode_object(written[0]) or {}), **changes}
+        raw = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+        client.set_async(self.path, raw, version=written[1])
+
+    def drop_from_thread(self) -> None:
+        """Give up our node without the loop (``mark_from_thread`` says why that is
+        safe): the cluster sees it lost, as for a crash, and Redis engines recover its
+        leases. The exists-watch wakes the reconcile once the loop is back, and it
+        registers again (a new node: ``engine_restarted``)."""
+        client = self._client
+        if client is None or self._state is not RegistryState.REGISTERED:
+            return
+        client.delete_async(self.path)
 
     async def stop(self) -> None:
         """Leave (``leaving``, tombstone, delete in one transaction), then close the client."""

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from netdisco import serving
 from netdisco.crawl.crawler import Crawler, SpiderState
-from netdisco.engine import failed_api
+from netdisco.engine import failed_api, status_page
 from netdisco.engine.config import is_loopback
 from netdisco.engine.lifecycle import EngineState
 from netdisco.engine.metrics import CONTENT_TYPE, EngineMetrics
@@ -98,12 +98,14 @@ BEHIND = web.AppKey("behind", Behind)
 def health_body(engine: SpiderEngine) -> tuple[int, dict[str, Any]]:
     """200 while running and registered (or standalone); 503 otherwise."""
     registered = engine.registry_healthy
-    ok = engine.state is EngineState.RUNNING and registered is not False
+    stalled = engine.watchdog.stalled
+    ok = engine.state is EngineState.RUNNING and registered is not False and not stalled
     counts: dict[str, int] = {}
     for crawler in engine.crawlers():
         counts[str(crawler.state)] = counts.get(str(crawler.state), 0) + 1
     body = {
-        "status": "ok" if ok else "degraded",
+        "status": "ok" if ok else "stalled" if stalled else "degraded",
+        "loop_lag": engine.watchdog.lag,
         "engine": str(engine.state),
         "id": engine.id,
         "incarnation": engine.incarnation,
@@ -145,8 +147,19 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def engine_status(request: web.Request) -> web.Response:
-    """``GET /netdiscovery/engine``: see ``engine_body``."""
-    return json_response(engine_body(request.app[ENGINE]))
+    """``GET /netdiscovery/engine``: see ``engine_body``; a page for a browser."""
+    body = engine_body(request.app[ENGINE])
+    if status_page.wants_html(request.headers.get("Accept", "")):
+        response = web.Response(text=status_page.render(body), content_type="text/html")
+    else:
+        response = json_response(body)
+    response.headers["Vary"] = "Accept"
+    return response
+
+
+async def root(_request: web.Request) -> web.Response:
+    """``GET /``: to the status page."""
+    raise web.HTTPFound("/netdiscovery/engine")
 
 
 async def spiders(request: web.Request) -> web.Response:
@@ -308,6 +321,7 @@ def create_app(engine: SpiderEngine, *, behind: Behind | None = None) -> web.App
     app.router.add_post("/netdiscovery/spiders/{name}/requests", push_requests)
     failed_api.add_routes(app)
     app.router.add_get("/metrics", metrics, allow_head=False)
+    app.router.add_get("/", root, allow_head=False)
     return app
 
 

@@ -77,6 +77,18 @@ class EngineSettings(Section):
         0.1, "seconds a rendered /spiders answer may be reused", check=non_negative
     )
     api_process: bool = _engine(False, "serve HTTP from a child process")
+    loop_stall: float = _engine(
+        5.0,
+        "seconds without a turn of the event loop after which the engine says it is "
+        "stalled (znode stalled, HTTP 503)",
+        check=positive,
+    )
+    loop_stall_drop: float = _engine(
+        60.0,
+        "seconds stalled after which the engine gives up its znode, so that its leases "
+        "are recovered as for a crash; it registers again when the loop is back (0: never)",
+        check=non_negative,
+    )
     spider_modules: tuple[str, ...] = _engine(
         (), "modules POST /netdiscovery/spiders may load spiders and middlewares from"
     )

@@ -30,12 +30,14 @@ from netdisco.cluster.contract import EnginePayload, NodeState, SpiderSummary
 from netdisco.crawl.arguments import make_spider
 from netdisco.crawl.crawler import TERMINAL, Crawler, PushResult, SpiderState
 from netdisco.engine.config import EngineConfig, EngineSettings, check_exposure
+from netdisco.engine.facts import NodeFacts
 from netdisco.engine.hosted import (
     FrontFactory,
     HttpFront,
     LeaseKeepers,
     Registry,
     RegistryFactory,
+    ThreadSafeMarks,
     run_claim,
     zookeeper_registry,
     zookeeper_settings,
@@ -43,6 +45,7 @@ from netdisco.engine.hosted import (
 from netdisco.engine.lifecycle import EngineState
 from netdisco.engine.schedules import ScheduledSpider, Timetable
 from netdisco.engine.sidecar import default_front
+from netdisco.engine.watchdog import LoopWatchdog
 from netdisco.exceptions import DuplicateSpider, InvalidTransition, UnknownSpider
 
 if TYPE_CHECKING:
@@ -96,6 +99,14 @@ class SpiderEngine:
         self._listeners: list[Callable[[SpiderEngine], None]] = []
         self._timetable = Timetable()
         self._recipes: dict[str, Recipe] = {}  # how to rebuild a scheduled spider each run
+        self.watchdog = LoopWatchdog(
+            self.settings.loop_stall,
+            self.settings.loop_stall_drop,
+            on_stall=self._stalled_from_thread,
+            on_drop=self._drop_from_thread,
+            on_back=lambda _lag: self._notify(),
+        )
+        self.facts = NodeFacts(self._fact_directories)
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> SpiderEngine:
@@ -136,6 +147,9 @@ class SpiderEngine:
             started_at=self.started_at,
             spiders=tuple(self._node_entry(c) for c in self._crawlers.values()),
             state=NodeState.RUNNING,
+            stalled=self.watchdog.stalled,
+            loop_lag=self.watchdog.lag,
+            facts=self.facts.current,
         )
 
     def _node_entry(self, crawler: Crawler) -> SpiderSummary:
@@ -252,6 +266,8 @@ class SpiderEngine:
         check_exposure(self.settings)
         self.state = EngineState.RUNNING
         self.started_at = time.time()
+        self.watchdog.start()
+        self._tasks.spawn(self.facts.run(self._facts_changed), name="node-facts")
         try:
             if self.settings.http:
                 self._http = self._front_factory(self)
@@ -321,6 +337,7 @@ class SpiderEngine:
     async def _shutdown(self, deadline: float | None) -> None:
         self.state = EngineState.STOPPING
         log.info("engine_stopping", engine=self.id)
+        await self.watchdog.stop()
         if self.registry is not None:
             try:
                 await self.registry.stop()
@@ -389,6 +406,28 @@ class SpiderEngine:
         await crawler.start()
         self._notify()
         return True
+
+    def _fact_directories(self) -> dict[str, str]:
+        """The directories whose free space the node reports: feeds, and each state_dir."""
+        found = {"feeds": self.settings.feeds_dir} if self.settings.feeds_dir else {}
+        states = dict.fromkeys(c.settings.state_dir for c in self._crawlers.values())
+        for index, path in enumerate(p for p in states if p):
+            found["state" if index == 0 else f"state{index + 1}"] = path
+        return found
+
+    def _facts_changed(self) -> None:
+        if self.registry is not None:
+            self.registry.data_changed()
+
+    def _stalled_from_thread(self, lag: float) -> None:
+        """The watchdog thread, loop blocked: say so in the znode (``mark_from_thread``)."""
+        if isinstance(self.registry, ThreadSafeMarks):
+            self.registry.mark_from_thread({"stalled": True, "loop_lag": round(lag, 3)})
+
+    def _drop_from_thread(self) -> None:
+        """The watchdog thread, loop blocked past ``loop_stall_drop``: give up the znode."""
+        if isinstance(self.registry, ThreadSafeMarks):
+            self.registry.drop_from_thread()
 
     def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         return self._tasks.spawn(coro)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 import structlog
 
@@ -39,6 +39,16 @@ class Registry(Protocol):
     def healthy(self) -> bool: ...
 
     def status(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class ThreadSafeMarks(Protocol):
+    """A registry the engine's watchdog thread may use while the loop is blocked
+    (``netdisco.cluster.registry.Registration``)."""
+
+    def mark_from_thread(self, changes: Mapping[str, Any]) -> None: ...
+
+    def drop_from_thread(self) -> None: ...
 
 
 #: builds a registry from the engine id and the callable that describes the engine

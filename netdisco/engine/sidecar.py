@@ -46,8 +46,6 @@ log = structlog.get_logger(__name__)
 START_TIMEOUT = 30.0
 #: the engine sends a line at least this often, so the child can tell it is alive
 HEARTBEAT = 1.0
-#: read routes answer 503 when the engine has been silent this long
-STALE_AFTER = 5.0
 
 
 def default_front(engine: SpiderEngine) -> HttpEndpoint | StatusProcess:
@@ -110,7 +108,7 @@ class StatusProcess:
         assert self._dir is not None
         settings = self._engine.settings
         args = [str(Path(statusd.__file__)), host, str(port), str(self._dir / "engine.sock")]
-        args += [str(settings.max_body), str(STALE_AFTER)]
+        args += [str(settings.max_body), str(settings.loop_stall)]
         self._proc = await asyncio.create_subprocess_exec(
             sys.executable, "-P", *args, stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,

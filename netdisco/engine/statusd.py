@@ -1,8 +1,8 @@
 """The status process: serves the engine's HTTP endpoint from its own process.
 
 Run by ``netdisco.engine.sidecar`` (``api_process = true``) as
-``python -P statusd.py HOST PORT SOCKET MAX_BODY STALE_AFTER``. Every request costs
-aiohttp about 100 µs of CPU; in the engine's process that CPU is taken from the crawl,
+``python -P statusd.py HOST PORT SOCKET MAX_BODY STALE_AFTER`` (``loop_stall``). Every
+request costs aiohttp about 100 µs of CPU; in the engine's process that CPU is taken from the crawl,
 so under heavy polling the status is served here instead, on another core:
 
 * the engine pushes the rendered answers of its read routes (health, engine,
@@ -52,7 +52,7 @@ serving = _load_serving()
 
 #: request headers passed on to the engine, and response headers passed back
 PASSED_ON = ("Authorization", "Content-Type", "Accept")
-PASSED_BACK = ("Content-Type", "WWW-Authenticate", "Allow", "Retry-After")
+PASSED_BACK = ("Content-Type", "WWW-Authenticate", "Allow", "Retry-After", "Location", "Vary")
 #: how long a proxied request may take: ``stop`` waits for the spider's stop deadline
 PROXY_TIMEOUT = ClientTimeout(total=600, connect=5)
 #: the longest line the engine may send (every spider's status in one answer)
@@ -128,7 +128,7 @@ class Front:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         answer = self.snapshot.answers.get(request.path) if request.method == "GET" else None
-        if answer is None:
+        if answer is None or "text/html" in request.headers.get("Accept", ""):  # a browser
             return await self.pass_on(request)
         if self.snapshot.age() > self.snapshot.stale_after:
             return error(
@@ -148,7 +148,7 @@ class Front:
         url = f"http://engine{request.path_qs}"
         try:
             async with self.session.request(
-                request.method, url, data=data or None, headers=headers
+                request.method, url, data=data or None, headers=headers, allow_redirects=False
             ) as upstream:
                 body = await upstream.read()
                 back = {k: v for k in PASSED_BACK if (v := upstream.headers.get(k)) is not None}

@@ -18,6 +18,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Generic, TypeVar
 
+import structlog
+
+from netdisco.exceptions import RequestNotShareable
+
+log = structlog.get_logger(__name__)
+
 T = TypeVar("T")
 
 #: the longest message and URL kept (a record stays small whatever the error said)
@@ -120,6 +126,29 @@ class MemoryFailed(Generic[T]):
     def count(self) -> int:
         """How many records are kept."""
         return len(self._records)
+
+
+def encoded(codec: Any, request: Any) -> str:
+    """The request as the store keeps it; "" (listed, never retried) when it cannot be
+    written down (a callback that is no spider method, say)."""
+    try:
+        return str(codec.encode(request))
+    except RequestNotShareable as exc:
+        log.error("failed_request_not_storable", url=request.url, error=str(exc))
+        return ""
+
+
+def decoded(codec: Any, bodies: Sequence[str | bytes]) -> list[Any]:
+    """The requests of stored bodies; one that cannot be read is logged and skipped."""
+    requests = []
+    for body in bodies:
+        if not body:
+            continue
+        try:
+            requests.append(codec.decode(body))
+        except (RequestNotShareable, ValueError, KeyError, TypeError) as exc:
+            log.error("failed_request_unreadable", error=repr(exc))
+    return requests
 
 
 def decode_records(rows: Sequence[Any]) -> list[FailedRecord]:

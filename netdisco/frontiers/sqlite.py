@@ -43,6 +43,8 @@ from netdisco.frontiers.failed import (
     FailedPage,
     FailedRecord,
     decode_records,
+    decoded,
+    encoded,
     page_of,
     selected,
 )
@@ -259,12 +261,7 @@ class SqliteFrontier(Frontier[R]):
 
     async def keep_failed(self, request: R, record: FailedRecord, keep: int) -> int:
         """Kept in the database, committed with the next batch."""
-        try:
-            body = self.codec.encode(request)
-        except RequestNotShareable as exc:  # listed, but cannot be retried
-            log.error("request_not_storable", url=request.url, error=str(exc))
-            body = ""
-        row = (record.id, record.reason, record.bounded().to_json(), body)
+        row = (record.id, record.reason, record.bounded().to_json(), encoded(self.codec, request))
         return await self._on_store(self._store.keep_failed, row, keep)
 
     async def failed(self, reason: str | None, offset: int, limit: int) -> FailedPage:
@@ -275,14 +272,7 @@ class SqliteFrontier(Frontier[R]):
     async def take_failed(
         self, reason: str | None = None, ids: Sequence[str] | None = None
     ) -> list[R]:
-        bodies = await self._on_store(self._take_failed, reason, ids)
-        requests = []
-        for body in bodies:
-            try:
-                requests.append(self.codec.decode(body))
-            except (RequestNotShareable, ValueError, KeyError, TypeError) as exc:
-                log.error("failed_request_unreadable", error=repr(exc))
-        return requests
+        return decoded(self.codec, await self._on_store(self._take_failed, reason, ids))
 
     def _take_failed(self, reason: str | None, ids: Sequence[str] | None) -> list[str]:
         chosen = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -35,6 +36,11 @@ def node(client: KazooClient, path: str) -> dict[str, object] | None:
     return data
 
 
+def spiders(data: dict[str, Any] | None) -> list[dict[str, Any]]:
+    found = (data or {}).get("spiders")
+    return found if isinstance(found, list) else []
+
+
 async def test_engine_registers_updates_and_leaves(
     zk_hosts: str, reader: KazooClient, site: str
 ) -> None:
@@ -53,7 +59,8 @@ async def test_engine_registers_updates_and_leaves(
         engine.pause("one")
         await eventually(
             lambda: (
-                (node(reader, path) or {}).get("spiders") == [{"name": "one", "state": "paused"}]
+                [(s["name"], s["state"]) for s in spiders(node(reader, path))]
+                == [("one", "paused")]
             )
         )
         async with aiohttp.ClientSession() as session:

@@ -17,13 +17,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import structlog
-
-from netdisco.exceptions import RequestNotShareable
-from netdisco.frontiers.failed import FailedPage, FailedRecord, decode_records, page_of, selected
+from netdisco.frontiers import failed as store
+from netdisco.frontiers.failed import FailedPage, FailedRecord
 from netdisco.frontiers.redis.leases import Client, Keys
-
-log = structlog.get_logger(__name__)
 
 #: the longest one call on the failed store waits for Redis
 CALL_TIMEOUT = 5.0
@@ -72,11 +68,7 @@ class RedisFailed:
 
     async def keep(self, request: Any, record: FailedRecord, keep: int) -> int:
         """Keep ``record`` with its request; how many the crawl keeps now."""
-        try:
-            body = self._codec.encode(request)
-        except RequestNotShareable as exc:  # listed, but cannot be retried
-            log.error("request_not_shareable", url=request.url, error=str(exc))
-            body = ""
+        body = store.encoded(self._codec, request)
         value = json.dumps({"record": record.bounded().to_json(), "body": body})
         keys = [self.failed, self.order, self.seq, self.dropped]
         async with asyncio.timeout(CALL_TIMEOUT):
@@ -86,28 +78,19 @@ class RedisFailed:
     async def page(self, reason: str | None, offset: int, limit: int) -> FailedPage:
         """A listing, oldest first, over every engine's failures."""
         entries, dropped = await self._entries()
-        records = decode_records([entry.get("record") for entry in entries])
-        return page_of(records, reason, offset, limit, int(dropped or 0))
+        records = store.decode_records([entry.get("record") for entry in entries])
+        return store.page_of(records, reason, offset, limit, int(dropped or 0))
 
     async def take(self, reason: str | None, ids: Sequence[str] | None) -> list[Any]:
         """Remove the selected failures; the requests of those this call removed."""
         entries, _ = await self._entries()
-        records = decode_records([entry.get("record") for entry in entries])
-        chosen = [r.id for r in records if selected(r, reason, ids)]
+        records = store.decode_records([entry.get("record") for entry in entries])
+        chosen = [r.id for r in records if store.selected(r, reason, ids)]
         if not chosen:
             return []
         async with asyncio.timeout(CALL_TIMEOUT):
             taken = await self._take(keys=[self.failed, self.order], args=chosen)
-        requests = []
-        for value in taken:
-            body = _entry(value).get("body")
-            if not body:
-                continue
-            try:
-                requests.append(self._codec.decode(body))
-            except (RequestNotShareable, ValueError, KeyError, TypeError) as exc:
-                log.error("failed_request_unreadable", error=repr(exc))
-        return requests
+        return store.decoded(self._codec, [str(_entry(value).get("body") or "") for value in taken])
 
     async def _entries(self) -> tuple[list[dict[str, Any]], Any]:
         async with asyncio.timeout(CALL_TIMEOUT):
