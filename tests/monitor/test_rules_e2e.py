@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from netdisco import Pipeline, Request, Response
@@ -17,7 +18,7 @@ from netdisco.testing import eventually
 from tests.monitor.conftest import Smtp, monitor_config
 from tests.netdisco.engine_site import SiteSpider
 
-RULES = ["spider_failed", "spider_finished_empty", "spider_stalled"]
+RULES = ["spider_failed", "spider_finished_empty", "spider_stalled", "disk_free_below"]
 
 
 class Empty(SiteSpider):
@@ -35,14 +36,14 @@ class Unopenable(Pipeline):
 
 
 async def test_each_spider_rule_fires_once_by_mail(
-    zk_hosts: str, start_monitor: Any, site: str, smtp: Smtp
+    zk_hosts: str, start_monitor: Any, site: str, smtp: Smtp, tmp_path: Path
 ) -> None:
     email = {"sender": "netdisco@example.org", "to": ["ops@example.org"], "port": smtp.port,
              "events": RULES}  # fmt: skip
-    config = monitor_config(zk_hosts, email=email, http={"poll_status": 0.2},
-                            rules={"stall_after": 1.0, "grace": 0.0})  # fmt: skip
+    rules = {"stall_after": 1.0, "grace": 0.0, "disk_free_below": 1 << 60}  # every disk is low
+    config = monitor_config(zk_hosts, email=email, http={"poll_status": 0.2}, rules=rules)
     monitor, rec = await start_monitor(config)
-    engine = SpiderEngine(EngineSettings(id="rules-1", port=0),
+    engine = SpiderEngine(EngineSettings(id="rules-1", port=0, feeds_dir=str(tmp_path)),
                           zookeeper={"hosts": zk_hosts, "session_timeout": 4.0})  # fmt: skip
     quick = Settings(progress_interval=0, max_pages=3)
     engine.add_spider(Empty(name="empty", start_urls=[f"{site}/fast/p/0"]), quick)
@@ -57,12 +58,17 @@ async def test_each_spider_rule_fires_once_by_mail(
                          "every rule fired", timeout=30)  # fmt: skip
         await asyncio.sleep(2.0)  # ten more polls of the same conditions
         fired = [(e.type.value, e.detail["spider"]) for e in rec.events if e.type.value in RULES]
-        assert sorted(fired) == [("spider_failed", "broken"), ("spider_finished_empty", "empty"),
-                                 ("spider_stalled", "stuck")]  # fmt: skip
-        await eventually(lambda: len(smtp.mailbox.messages) >= 3, "three mails", timeout=10)
+        assert sorted(fired) == [
+            ("disk_free_below", None),
+            ("spider_failed", "broken"),
+            ("spider_finished_empty", "empty"),
+            ("spider_stalled", "stuck"),
+        ]
+        assert rec.of("disk_free_below")[0].detail["disk"] == "feeds"
+        await eventually(lambda: len(smtp.mailbox.messages) >= 4, "four mails", timeout=10)
         await asyncio.sleep(0.5)
         subjects = sorted(str(m["Subject"]) for m in smtp.mailbox.messages)
-        assert len(subjects) == 3, subjects
+        assert len(subjects) == 4, subjects
         bodies = "".join(str(m.get_payload()) for m in smtp.mailbox.messages)
         assert "the database is gone" in bodies
         assert f"{monitor.http.url}/#engine=rules-1&spider=stuck" in bodies
