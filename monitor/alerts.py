@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,6 +30,8 @@ log = structlog.get_logger(__name__)
 _BACK = frozenset({EventType.ENGINE_JOINED, EventType.ENGINE_RESTARTED})
 #: The grace key of ``cluster_empty``; ``present(CLUSTER)`` means "any engine online".
 CLUSTER = "*"
+#: deliveries kept for the dashboard ("alerts sent, with their delivery result")
+DELIVERIES = 200
 
 
 class Alerts:
@@ -60,6 +63,8 @@ class Alerts:
         self._deliveries: dict[asyncio.Task[None], tuple[str, list[str]]] = {}
         self._backoff: dict[asyncio.Task[Any], tuple[str, list[str]]] = {}  # waiting to retry
         self._closing = False
+        #: the last deliveries, newest last: hook, event seqs and kinds, result, attempts
+        self.deliveries: deque[dict[str, Any]] = deque(maxlen=DELIVERIES)
 
     def submit(self, event: Event) -> None:
         """Take one event; never blocks, never raises for a hook's sake."""
@@ -150,6 +155,7 @@ class Alerts:
                         else f"failing for {self.settings.max_age} s"
                     )
                     self._dropped(hook.name, kinds, f"{why}: {exc!r}")
+                    self._note(hook.name, events, "dropped", attempt, repr(exc))
                     return
                 log.warning("alert_failed", hook=hook.name, events=kinds, attempt=attempt,
                             error=repr(exc), retry_in=delay)  # fmt: skip
@@ -162,7 +168,21 @@ class Alerts:
                 continue
             self.metrics.alerts_sent.labels(hook.name).inc()
             log.info("alert_sent", hook=hook.name, events=kinds, attempt=attempt)
+            self._note(hook.name, events, "sent", attempt, None)
             return
+
+    def _note(
+        self, hook: str, events: list[Event], result: str, attempts: int, error: str | None
+    ) -> None:
+        self.deliveries.append({
+            "hook": hook, "result": result, "attempts": attempts, "error": error,
+            "time": time.time(), "seqs": [e.seq for e in events],
+            "events": [f"{e.type.value}:{e.engine_id or '-'}" for e in events],
+        })  # fmt: skip
+
+    def waiting(self, engine_id: str) -> bool:
+        """Whether an offline alert about ``engine_id`` is waiting out its grace period."""
+        return engine_id in self._grace
 
     def _dropped(self, hook: str, kinds: list[str], reason: str) -> None:
         self.metrics.alerts_dropped.labels(hook).inc()

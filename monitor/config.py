@@ -25,6 +25,7 @@ from monitor.settings import (
     JobsSettings,
     LogSettings,
     MonitorConfig,
+    RuleSettings,
     WebhookSettings,
 )
 from netdisco.cluster.settings import MONITOR_KEYS, ZooKeeperSettings
@@ -41,6 +42,7 @@ __all__ = [
     "HttpSettings",
     "LogSettings",
     "MonitorConfig",
+    "RuleSettings",
     "WebhookSettings",
     "ZooKeeperSettings",
     "load_config",
@@ -59,6 +61,7 @@ SECTIONS: dict[str, type[Section]] = {
     "command": CommandSettings,
     "callable": CallableSettings,
     "control": ControlSettings,
+    "rules": RuleSettings,
     "log": LogSettings,
     "jobs": JobsSettings,
 }
@@ -103,6 +106,7 @@ def load_config(
         command=layers.optional("command"),
         callable=layers.optional("callable"),
         control=control,
+        rules=layers.load("rules"),
         log=layers.load("log"),
         jobs=layers.load("jobs"),
     )

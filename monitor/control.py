@@ -146,8 +146,13 @@ class Control:
             reason = f"engine {engine_id!r} cannot be reached: {type(exc).__name__}"
             raise ControlRefused(502, "engine_unreachable", reason) from None
 
-    async def act(self, engine_id: str, spider: str, action: str) -> tuple[int, Any]:
-        """The engine's status and JSON answer; ``ControlRefused`` if it could not be asked."""
+    async def act(
+        self, engine_id: str, spider: str, action: str, body: Any = None
+    ) -> tuple[int, Any]:
+        """The engine's status and JSON answer; ``ControlRefused`` if it could not be asked.
+
+        ``action`` is one of :data:`ACTIONS` or ``failed/retry`` (with its JSON ``body``).
+        """
         assert self.settings is not None
         url = self._url(engine_id, spider, action)
         token = self.settings.engine_token
@@ -156,7 +161,7 @@ class Control:
             timeout = aiohttp.ClientTimeout(total=self.settings.timeout)
             self._session = aiohttp.ClientSession(timeout=timeout)
         try:
-            async with self._session.post(url, headers=headers) as resp:
+            async with self._session.post(url, headers=headers, json=body) as resp:
                 body = await read_json(resp)
                 status = resp.status
         except TimeoutError:

@@ -14,26 +14,33 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 import structlog
 
 from monitor import __version__
 from monitor.alerts import CLUSTER, Alerts
 from monitor.control import Control
+from monitor.departed import Departed
 from monitor.events import Event, EventType, iso
+from monitor.failed import Failed
 from monitor.history import History
 from monitor.hooks import build_hooks
 from monitor.http import HttpServer
 from monitor.jobs import Jobs
 from monitor.metrics import Metrics
 from monitor.projects import Projects
+from monitor.rules import MAX_SPIDERS, Rules, Trip, name, spider_changes
 from monitor.settings import MonitorConfig
 from monitor.status import StatusPoller
 from monitor.watcher import Watcher
+from netdisco.cluster.membership import Member
 
 log = structlog.get_logger(__name__)
 
 _WARN = frozenset({EventType.ENGINE_LOST, EventType.CLUSTER_EMPTY, EventType.ZK_DISCONNECTED})
+_GONE = frozenset({EventType.ENGINE_LEFT, EventType.ENGINE_LOST})
+_READ = frozenset({EventType.ENGINE_JOINED, EventType.ENGINE_UPDATED, EventType.ENGINE_RESTARTED})
 
 
 class Monitor:
@@ -65,8 +72,11 @@ class Monitor:
         self.projects = Projects(self.watcher.client, config.zookeeper, config.control, self.record)
         self.jobs = Jobs(config.jobs, self.watcher, self.record)
         self.listeners.append(self.jobs.wake)  # an engine came or went: place, or lose, now
+        self.failed = Failed()
         self.http = HttpServer(self, self.control, config.http.host, config.http.port)
         self.history = History()
+        self.rules = Rules(config.rules)
+        self.departed = Departed(config.http.offline_retention)
         self.status = StatusPoller(
             self.watcher.members,
             config.http.poll_status,
@@ -91,11 +101,64 @@ class Monitor:
         return bool(members) if key == CLUSTER else key in members
 
     def _status_read(self, engine_id: str, body: Any) -> None:
-        """Keep a poll's answer for the dashboard; forget engines that left, so it stays bounded."""
-        self.history.record(engine_id, body)
+        """Keep a poll's answer for the dashboard (forgetting engines that left, so it stays
+        bounded), and run the rules over it and over the engine's znode data."""
+        now = time.time()
+        self.history.record(engine_id, body, now)
         members = self.watcher.members()
         if len(self.history) > len(members):
             self.history.keep_only(m.name for m in members)
+            self.rules.keep_only(m.name for m in members)
+        member = next((m for m in members if m.name == engine_id), None)
+        if member is not None:
+            self._tripped(self.rules.engine(engine_id, member.data, now))
+            self._tripped(self.rules.spiders(engine_id, body, now))
+
+    def _derive(self, event: Event) -> None:
+        """What follows from a membership event: departures kept, spider changes, rules."""
+        engine_id = event.engine_id
+        if engine_id is None:
+            return
+        if event.type in _GONE:
+            self.rules.forget(engine_id)
+            self.departed.add(event, self.history.engine(engine_id))
+        if event.type not in _READ:
+            return
+        self.departed.back(engine_id)
+        if event.type is EventType.ENGINE_RESTARTED:
+            self.rules.forget(engine_id)
+        if event.type is EventType.ENGINE_UPDATED:
+            for kind, spider, old, new in spider_changes(event.previous, event.engine):
+                detail = {"spider": spider, "from": old, "to": new}
+                self.record(Event(type=kind, engine_id=engine_id, engine=event.engine,
+                                  detail=detail, time=event.time))  # fmt: skip
+        self._tripped(self.rules.engine(engine_id, event.engine, event.time))
+
+    def _tripped(self, trips: list[Trip]) -> None:
+        """Each rule that tripped, as an event with its figures and a dashboard link."""
+        members = {m.name: m for m in self.watcher.members()}
+        base = (self.config.rules.dashboard_url or self.http.url).rstrip("/")
+        for trip in trips:
+            member = members.get(trip.engine_id)
+            link = f"{base}/#engine={quote(trip.engine_id, safe='')}"
+            if trip.spider is not None:
+                link += f"&spider={quote(trip.spider, safe='')}"
+            detail = {"spider": trip.spider, **trip.figures, "dashboard": link}
+            engine = member.describe() if member is not None else {"id": trip.engine_id}
+            self.record(Event(type=trip.type, engine_id=trip.engine_id, engine=engine,
+                              detail=detail))  # fmt: skip
+
+    def _alert_of(self, engine_id: str, gone: dict[str, Any]) -> dict[str, Any]:
+        """What became of the alert about an engine that went: sent, dropped, waiting, none."""
+        kind = "engine_left" if gone["how"] == "left" else "engine_lost"
+        tried = [d for d in self.alerts.deliveries if gone["seq"] in d["seqs"]]
+        if tried:
+            return {"state": tried[-1]["result"], "hooks": [d["hook"] for d in tried],
+                    "error": tried[-1]["error"]}  # fmt: skip
+        if self.alerts.waiting(engine_id):
+            return {"state": "waiting", "hooks": [], "error": None}
+        hooks = [h.name for h in self.alerts.hooks if EventType(kind) in h.events]
+        return {"state": "pending" if hooks else "none", "hooks": hooks, "error": None}
 
     def dropped(self, what: str) -> None:
         """Count one thing not read because it passed its size cap (``what``: znode, status)."""
@@ -117,6 +180,7 @@ class Monitor:
         for listener in self.listeners:
             listener(event)
         self.alerts.submit(event)
+        self._derive(event)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -136,6 +200,7 @@ class Monitor:
         await self.status.close()
         await self.control.close()
         await self.jobs.close()
+        await self.failed.close()
         await self.watcher.close()
         await self.alerts.close()
         await self.http.close()
@@ -196,6 +261,8 @@ class Monitor:
             "unobserved_changes": self.watcher.unobserved_total,
             "dropped": {"znode": self.drops["znode"], "status": self.drops["status"]},
             "engines": engines,
+            "offline": self.departed.entries(time.time(), self._alert_of),
+            "alerts": list(self.alerts.deliveries)[-50:],
         }
 
     def recent_events(self, since: int, limit: int) -> list[dict[str, Any]]:
@@ -203,9 +270,14 @@ class Monitor:
         return newer[-limit:] if limit else []
 
     def spider_history(self) -> dict[str, Any]:
-        self.history.keep_only(m.name for m in self.watcher.members())
-        return {**self.history.to_json(), "interval": self.config.http.poll_status,
-                "control": self.config.control is not None}  # fmt: skip
+        members = self.watcher.members()
+        self.history.keep_only(m.name for m in members)
+        gone = self.departed.summaries(time.time())
+        return {
+            **self.history.to_json(crawls(members), gone),
+            "interval": self.config.http.poll_status,
+            "control": self.config.control is not None,
+        }
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         connected, fresh = self.watcher.connected, self.watcher.fresh.is_set()
@@ -223,3 +295,16 @@ class Monitor:
 
     def metrics_text(self) -> bytes:
         return self.metrics.render()
+
+
+def crawls(members: list[Member]) -> dict[tuple[str, str], str]:
+    """``(engine, spider) -> crawl``: which spiders share a frontier (their znode's ``crawl``)."""
+    out = {}
+    for member in members:
+        spiders = member.data.get("spiders")
+        for entry in spiders[:MAX_SPIDERS] if isinstance(spiders, list) else []:
+            spider = name(entry.get("name")) if isinstance(entry, dict) else None
+            crawl = name(entry.get("crawl")) if isinstance(entry, dict) else None
+            if spider is not None and crawl is not None:
+                out[(member.name, spider)] = crawl
+    return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 #: what the dashboard shows of a spider's status object
@@ -34,6 +34,8 @@ class SpiderTrack:
 
     def update(self, status: dict[str, Any], at: float) -> None:
         self.summary = {key: status.get(key) for key in SPIDER_KEYS}
+        if self.summary["state"] == "finished":
+            self.summary["queue_size"] = 0  # its last count is from before it ended
         rate = status.get("pages_per_second")
         rated = status.get("state") not in QUIET and isinstance(rate, int | float)
         self.summary["pages_per_second"] = float(rate) if rated and rate is not None else None
@@ -79,6 +81,10 @@ class History:
             del self._engines[engine_id]
             del self._read_at[engine_id]
 
+    def engine(self, engine_id: str) -> list[dict[str, Any]]:
+        """The engine's spiders as last read (kept for it once it left the view)."""
+        return [t.to_json() for t in self._engines.get(engine_id, {}).values()]
+
     def engine_rate(self, engine_id: str) -> float | None:
         """Pages/s of the engine's running spiders (None before its first read)."""
         if engine_id not in self._engines:
@@ -87,28 +93,48 @@ class History:
             _sum(t.summary["pages_per_second"] for t in self._engines[engine_id].values()), 2
         )
 
-    def to_json(self) -> dict[str, Any]:
-        """What ``GET /netdiscovery/monitor/spiders`` answers: engines and cluster totals."""
+    def to_json(
+        self, crawls: Mapping[tuple[str, str], str] | None = None, gone: Iterable[Any] = ()
+    ) -> dict[str, Any]:
+        """What ``GET /netdiscovery/monitor/spiders`` answers: engines and cluster totals.
+
+        ``crawls`` names the shared frontier of ``(engine, spider)``; ``gone`` holds the
+        last spider summaries of engines that left, whose pages the totals keep.
+        """
         engines = {
             engine_id: {"read_at": self._read_at[engine_id],
                         "spiders": [t.to_json() for t in tracks.values()]}
             for engine_id, tracks in self._engines.items()
         }  # fmt: skip
-        return {"points": self.points, "engines": engines, "totals": self.totals()}
+        totals = self.totals(crawls or {}, list(gone))
+        return {"points": self.points, "engines": engines, "totals": totals}
 
-    def totals(self) -> dict[str, Any]:
-        """Cluster totals over every spider read: counts by state, pages, failures, queue, rate."""
-        summaries = [t.summary for tracks in self._engines.values() for t in tracks.values()]
+    def totals(
+        self, crawls: Mapping[tuple[str, str], str], gone: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Cluster totals: counts by state, pages and failures (with those of engines that
+        left), the queue (a shared frontier once), the rate."""
+        pairs = [(e, t.summary) for e, tracks in self._engines.items() for t in tracks.values()]
+        summaries = [s for _, s in pairs]
         states: dict[str, int] = {}
         for summary in summaries:
             states[str(summary["state"])] = states.get(str(summary["state"]), 0) + 1
+        shared: dict[str, float] = {}  # crawl -> its queue, read by any of its engines
+        private = 0.0
+        for engine_id, summary in pairs:
+            crawl = crawls.get((engine_id, str(summary["name"])))
+            queue = _sum([summary["queue_size"]])
+            if crawl is None:
+                private += queue
+            else:
+                shared[crawl] = max(shared.get(crawl, 0.0), queue)
         return {
             "engines": len(self._engines),
             "spiders": len(summaries),
             "states": states,
-            "pages": _sum(s["succeeded"] for s in summaries),
-            "failed": _sum(s["failed"] for s in summaries),
-            "queue": _sum(s["queue_size"] for s in summaries),
+            "pages": _sum(s["succeeded"] for s in summaries + gone),
+            "failed": _sum(s["failed"] for s in summaries + gone),
+            "queue": private + sum(shared.values()),
             "pages_per_second": round(_sum(s["pages_per_second"] for s in summaries), 2),
         }
 

@@ -13,9 +13,10 @@ which polls the JSON routes). Errors are real status codes with a JSON body.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiohttp import web
@@ -108,6 +109,47 @@ async def control(request: web.Request) -> web.Response:
     return web.json_response(body, status=status)
 
 
+def retry_selection(body: Any) -> dict[str, Any]:
+    """A retry's body, checked: ``{}`` (all), ``{"reason": r}`` or ``{"ids": [...]}``."""
+    if body is None or body == {}:
+        return {}
+    reason = body.get("reason") if isinstance(body, dict) and set(body) == {"reason"} else None
+    if isinstance(reason, str) and 0 < len(reason) <= 200:
+        return {"reason": reason}
+    ids = body.get("ids") if isinstance(body, dict) and set(body) == {"ids"} else None
+    if (
+        isinstance(ids, list)
+        and 0 < len(ids) <= 1000
+        and all(isinstance(i, str) and 0 < len(i) <= 100 for i in ids)
+    ):
+        return {"ids": ids}
+    raise web.HTTPBadRequest(text='a retry is {}, {"reason": "..."} or {"ids": ["..."]}')
+
+
+async def failed(request: web.Request) -> web.Response:
+    """One spider's failed requests, from every engine that runs it."""
+    state = request.app[STATE]
+    return web.json_response(await state.failed.gather(state.watcher.members(),
+                                                       request.match_info["spider"]))  # fmt: skip
+
+
+async def retry(request: web.Request) -> web.Response:
+    """Re-queue an engine's failed requests of a spider through the control proxy."""
+    ctl, info = request.app[CONTROL], request.match_info
+    sockname = request.transport.get_extra_info("sockname") if request.transport else None
+    check_caller(
+        ctl.settings, request.headers, request.host, str(sockname[0]) if sockname else None
+    )
+    raw = await request.content.read(1 << 16)
+    try:
+        body = json.loads(raw) if raw.strip() else None
+    except ValueError:
+        raise web.HTTPBadRequest(text="the body is not JSON") from None
+    selection = retry_selection(body)
+    status, answer = await ctl.act(info["engine"], info["spider"], "failed/retry", selection)
+    return web.json_response(answer, status=status)
+
+
 def _page(name: str) -> web.Response:
     html = resources.files("monitor").joinpath(f"static/{name}").read_text("utf-8")
     return web.Response(text=html, content_type="text/html", charset="utf-8")
@@ -136,6 +178,10 @@ def make_app(state: Monitor, ctl: Control) -> web.Application:
     state.projects.add_routes(app)
     app.router.add_get("/jobs", jobs_page)
     add_routes(app, state.jobs, ctl)
+    app.router.add_get("/netdiscovery/monitor/spiders/{spider}/failed", failed)
+    app.router.add_post(
+        "/netdiscovery/monitor/engines/{engine}/spiders/{spider}/failed/retry", retry
+    )
     return app
 
 

@@ -103,6 +103,57 @@ class HttpSettings(Section):
         "seconds between reads of each engine's pages/s (0: never)",
         check=_at_least_zero,
     )
+    offline_retention: float = _field(
+        "http",
+        3600.0,
+        "seconds the dashboard keeps listing an engine that left or was lost",
+        check=_at_least_zero,
+    )
+
+
+def _ratio(value: float) -> str | None:
+    return None if 0.0 <= value <= 1.0 else f"must be within 0-1 (0: off), not {value}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuleSettings(Section):
+    """``[rules]``: when a spider or an engine is reported unwell (monitor/rules.py)."""
+
+    PREFIX: ClassVar[str] = "rules."
+
+    min_items: int = _field(
+        "rules", 1, "spider_finished_empty below this many items (0: off)", check=non_negative
+    )
+    error_ratio: float = _field(
+        "rules", 0.5, "spider_error_ratio above this share of failed requests (0: off)",
+        check=_ratio,
+    )  # fmt: skip
+    error_window: float = _field(
+        "rules", 300.0, "seconds over which that share is counted", check=_above_zero
+    )
+    error_min_requests: int = _field(
+        "rules", 20, "requests a window needs before its share counts", check=positive
+    )
+    stall_after: float = _field(
+        "rules", 300.0, "spider_stalled after this long without a page, queue not empty (0: off)",
+        check=_at_least_zero,
+    )  # fmt: skip
+    disk_free_below: int = _field(
+        "rules", 1 << 30, "disk_free_below under this many bytes free (0: off)",
+        check=non_negative,
+    )  # fmt: skip
+    grace: float = _field(
+        "rules", 30.0, "seconds an error ratio, a low disk or a stalled loop must last",
+        check=_at_least_zero,
+    )  # fmt: skip
+    rearm: float = _field(
+        "rules", 600.0, "seconds a reported condition must be clear before it is reported again",
+        check=_at_least_zero,
+    )  # fmt: skip
+    dashboard_url: str | None = _field(
+        "rules", None, "the dashboard link events carry (none: the monitor's own address)",
+        check=lambda u: None if u is None else _url(u),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -333,5 +384,6 @@ class MonitorConfig:
     command: CommandSettings | None = None
     callable: CallableSettings | None = None
     control: ControlSettings | None = None  # None: no control routes
+    rules: RuleSettings = RuleSettings()
     log: LogSettings = LogSettings()
     jobs: JobsSettings = JobsSettings()

@@ -85,6 +85,20 @@ class EventType(StrEnum):
     JOB_FAILED = "job_failed"
     JOB_CANCELLED = "job_cancelled"
     JOB_LOST = "job_lost"  # its engine went (or stopped) before the job ended
+    # the monitor's health rules (monitor/rules.py), from status polls and znode data
+    ENGINE_STALLED = "engine_stalled"  # its znode says its event loop is stuck
+    ENGINE_RECOVERED = "engine_recovered"  # no longer stalled, after an engine_stalled
+    DISK_FREE_BELOW = "disk_free_below"  # one of its directories' disks is nearly full
+    SPIDER_FAILED = "spider_failed"  # a run ended failed
+    SPIDER_FINISHED_EMPTY = "spider_finished_empty"  # a run finished with too few items
+    SPIDER_ERROR_RATIO = "spider_error_ratio"  # too many failed requests over a window
+    SPIDER_STALLED = "spider_stalled"  # running, requests queued, no page for stall_after
+    # what changed in a znode's spider list (an engine_updated says only that it changed)
+    SPIDER_STARTED = "spider_started"
+    SPIDER_PAUSED = "spider_paused"
+    SPIDER_RESUMED = "spider_resumed"
+    SPIDER_STOPPED = "spider_stopped"
+    SPIDER_FINISHED = "spider_finished"
 
 
 @dataclass(frozen=True, kw_only=True)

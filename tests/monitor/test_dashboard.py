@@ -55,6 +55,12 @@ def row(engine: str, spider: str, css: str = "") -> str:
     return f"document.querySelector({json.dumps(selector)})"
 
 
+def shots(tmp_path: Path) -> Path:
+    """Where the README's screenshots go: ``NETDISCO_SCREENSHOTS=docs/images`` refreshes
+    them; otherwise the test's temporary directory, so a test run never changes the checkout."""
+    return Path(os.environ.get("NETDISCO_SCREENSHOTS") or tmp_path)
+
+
 async def screenshot(page: Page, path: Path) -> None:
     """The whole page at 1280 px wide, as a PNG."""
     height = await page.eval("document.documentElement.scrollHeight")

@@ -35,8 +35,18 @@ _json: st.SearchStrategy[Any] = st.recursive(
 )
 _fields = st.sampled_from(
     [
-        "id", "incarnation", "host", "port", "status_url", "pid", "started_at", "spiders",
-        "state", "stalled", "loop_lag", "facts",
+        "id",
+        "incarnation",
+        "host",
+        "port",
+        "status_url",
+        "pid",
+        "started_at",
+        "spiders",
+        "state",
+        "stalled",
+        "loop_lag",
+        "facts",
     ]
 )
 _objects = st.dictionaries(_fields | st.text(max_size=10), _json, max_size=9)

@@ -25,8 +25,19 @@ def test_series_are_bounded_and_quiet_spiders_have_no_rate() -> None:
     assert history.engine_rate("e1") == 4.0
     states = {"running": 1, "finished": 1}
     expected = {"engines": 1, "spiders": 2, "states": states, "pages": 20, "failed": 2,
-                "queue": 10, "pages_per_second": 4.0}  # fmt: skip
-    assert body["totals"] == expected
+                "queue": 5, "pages_per_second": 4.0}  # fmt: skip
+    assert body["totals"] == expected  # the finished spider's queue is empty
+    assert b["queue_size"] == 0
+
+
+def test_a_shared_frontier_is_queued_once_and_pages_of_engines_gone_are_kept() -> None:
+    history = History()
+    for engine in ("e1", "e2"):
+        history.record(engine, [spider("shop", queue_size=483), spider("own", queue_size=7)], 1.0)
+    crawls = {("e1", "shop"): "redis-shop", ("e2", "shop"): "redis-shop"}
+    gone = [{"name": "shop", "succeeded": 103, "failed": 4}]
+    totals = history.to_json(crawls, gone)["totals"]
+    assert (totals["queue"], totals["pages"], totals["failed"]) == (483 + 7 + 7, 143, 8)
 
 
 def test_odd_answers_are_skipped_and_spiders_per_engine_are_capped() -> None:

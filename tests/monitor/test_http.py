@@ -167,7 +167,8 @@ async def test_dashboard_shows_an_engine_come_and_go(zk_hosts, start_monitor, en
         await asyncio.to_thread(engine.join)
         await poll(rows, ["dash1"], "engine row")
         await asyncio.to_thread(engine.leave)
-        await poll(rows, [""], "engine row removed")
+        kept = "[...document.querySelectorAll('#engines tr')].map(r => r.dataset.offline || '')"
+        await poll(kept, ["left"], "engine row kept, offline")  # the dashboard keeps the dead
         changes = (
             "[...document.querySelectorAll('#changes li')].map(li => li.textContent.split(' ')[1])"
         )

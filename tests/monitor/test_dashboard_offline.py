@@ -1,0 +1,67 @@
+"""The dashboard keeps the dead, in headless Chromium: a lost engine stays listed offline
+with its alert's fate, a left one too, and events say what changed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.monitor.conftest import Smtp, monitor_config
+from tests.monitor.test_dashboard import screenshot, shots, shows
+from tests.monitor.test_http import CHROMIUM, chromium
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium absent"),
+]
+
+SHOP = [{"name": "shop", "state": "running"}]
+
+
+def offline(engine: str) -> str:
+    selector = f"#engines tr[data-engine={json.dumps(engine)}][data-offline]"
+    return f"document.querySelector({json.dumps(selector)})"
+
+
+async def test_a_lost_engine_stays_listed_offline_with_its_alert(
+    zk_hosts: str, start_monitor: Any, engines: Any, smtp: Smtp, tmp_path: Path
+) -> None:
+    email = {"sender": "m@example.org", "to": ["ops@example.org"], "port": smtp.port,
+             "events": ["engine_lost"]}  # fmt: skip
+    monitor, rec = await start_monitor(monitor_config(zk_hosts, email=email))
+    calm, doomed, quitter = [
+        await asyncio.to_thread(engines, n) for n in ("calm", "doomed", "quitter")
+    ]
+    for engine in (calm, doomed, quitter):
+        await asyncio.to_thread(engine.join, spiders=SHOP)
+    async with chromium(f"{monitor.http.url}/?interval=200", tmp_path / "profile") as page:
+        count = "document.getElementById('count').textContent"
+        await shows(page, f"{count} === '3 engines'", "three engines online")
+        assert await page.eval("document.getElementById('changes-head').hidden")  # nothing yet
+        await asyncio.to_thread(calm.update, spiders=[{"name": "shop", "state": "paused"}])
+        await asyncio.to_thread(doomed.vanish)
+        await asyncio.to_thread(quitter.leave)
+        sent = f"{offline('doomed')}?.querySelector('.gone').textContent.includes('alert sent')"
+        assert await shows(page, sent, "the lost engine, its alert sent")
+        gone = await page.eval(f"{offline('doomed')}.querySelector('.gone').textContent")
+        assert gone.startswith("lost (crashed or cut off) at ")
+        assert "(email)" in gone
+        assert await page.eval(f"{offline('doomed')}.className") == "offline"
+        left = await page.eval(f"{offline('quitter')}.querySelector('.gone').textContent")
+        assert left.startswith("left at ")
+        assert "no hook for it" in left
+        await shows(page, f"{count} === '1 engine'", "one engine online, in the singular")
+        assert not await page.eval("document.getElementById('changes-head').hidden")
+        events = "[...document.querySelectorAll('#events li')].map(li => li.textContent)"
+        await shows(page, f"{events}.some(t => t.endsWith(' spider_paused calm/shop'))",
+                    "the pause, said as such")  # fmt: skip
+        await screenshot(page, shots(tmp_path) / "dashboard-offline.png")
+        alerts = "document.getElementById('alerts').textContent"
+        assert "engine_lost:doomed" in await page.eval(alerts)
+    assert len(smtp.mailbox.messages) == 1
+    assert [e.type.value for e in rec.of("spider_paused")] == ["spider_paused"]

@@ -1,0 +1,79 @@
+"""The spider rules end to end: a real engine in ZooKeeper, a real monitor, an SMTP sink.
+
+Each rule fires exactly once however many polls see the same condition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from netdisco import Pipeline, Request, Response
+from netdisco.crawl.settings import Settings
+from netdisco.engine import SpiderEngine
+from netdisco.engine.config import EngineSettings
+from netdisco.testing import eventually
+from tests.monitor.conftest import Smtp, monitor_config
+from tests.netdisco.engine_site import SiteSpider
+
+RULES = ["spider_failed", "spider_finished_empty", "spider_stalled", "disk_free_below"]
+
+
+class Empty(SiteSpider):
+    """Crawls pages and keeps no item."""
+
+    def parse(self, response: Response) -> Iterator[dict[str, Any] | Request]:
+        yield from ()
+
+
+class Unopenable(Pipeline):
+    """Its database is gone: the spider fails at its start."""
+
+    async def open(self) -> None:
+        raise RuntimeError("the database is gone")
+
+
+async def test_each_spider_rule_fires_once_by_mail(
+    zk_hosts: str, start_monitor: Any, site: str, smtp: Smtp, tmp_path: Path
+) -> None:
+    email = {"sender": "netdisco@example.org", "to": ["ops@example.org"], "port": smtp.port,
+             "events": RULES}  # fmt: skip
+    rules = {"stall_after": 1.0, "grace": 0.0, "disk_free_below": 1 << 60}  # every disk is low
+    config = monitor_config(zk_hosts, email=email, http={"poll_status": 0.2}, rules=rules)
+    monitor, rec = await start_monitor(config)
+    engine = SpiderEngine(EngineSettings(id="rules-1", port=0, feeds_dir=str(tmp_path)),
+                          zookeeper={"hosts": zk_hosts, "session_timeout": 4.0})  # fmt: skip
+    quick = Settings(progress_interval=0, max_pages=3)
+    engine.add_spider(Empty(name="empty", start_urls=[f"{site}/fast/p/0"]), quick)
+    broken = SiteSpider(name="broken", start_urls=[f"{site}/fast/p/0"])
+    engine.add_spider(broken, quick, pipelines=[Unopenable()])
+    stuck = Settings(progress_interval=0, concurrency=1, timeout=60.0)
+    engine.add_spider(SiteSpider(name="stuck", start_urls=[f"{site}/hang", f"{site}/fast/p/1"]),
+                      stuck)  # fmt: skip
+    await engine.start()
+    try:
+        await eventually(lambda: all(rec.of(kind, "rules-1") for kind in RULES),
+                         "every rule fired", timeout=30)  # fmt: skip
+        await asyncio.sleep(2.0)  # ten more polls of the same conditions
+        fired = [(e.type.value, e.detail["spider"]) for e in rec.events if e.type.value in RULES]
+        assert sorted(fired) == [
+            ("disk_free_below", None),
+            ("spider_failed", "broken"),
+            ("spider_finished_empty", "empty"),
+            ("spider_stalled", "stuck"),
+        ]
+        assert rec.of("disk_free_below")[0].detail["disk"] == "feeds"
+        await eventually(lambda: len(smtp.mailbox.messages) >= 4, "four mails", timeout=10)
+        await asyncio.sleep(0.5)
+        subjects = sorted(str(m["Subject"]) for m in smtp.mailbox.messages)
+        assert len(subjects) == 4, subjects
+        bodies = "".join(str(m.get_payload()) for m in smtp.mailbox.messages)
+        assert "the database is gone" in bodies
+        assert f"{monitor.http.url}/#engine=rules-1&spider=stuck" in bodies
+        stalled = rec.of("spider_stalled", "rules-1")[0].detail
+        assert stalled["queue"] >= 1
+        assert stalled["quiet_for"] >= 1.0
+    finally:
+        await engine.stop(deadline=1)
