@@ -252,14 +252,14 @@ class EnginePayload:
             if f.name in ("extra", "garbage"):
                 continue
             value = getattr(self, f.name)
+            if f.name in _OPTIONAL and _unset(value):
+                continue  # not measured, or runs no jobs: left out, as older writers do
             if f.name == "spiders":
                 value = [_spider_dict(s) for s in value]
-            elif f.name in ("labels", "jobs"):
-                value = dict(value) if f.name == "labels" else list(value)
-            elif f.name in _OPTIONAL and (value is None or value == {}):
-                continue  # not measured: left out, as older writers do
-            elif f.name == "facts":
+            elif f.name in ("labels", "facts"):
                 value = dict(value)
+            elif f.name == "jobs":
+                value = list(value)
             data[f.name] = value
         return data
 
@@ -279,7 +279,12 @@ def _spider_dict(spider: SpiderSummary) -> dict[str, Any]:
 
 
 #: health keys written only when measured (an older reader sees the payload it knew)
-_OPTIONAL = frozenset({"stalled", "loop_lag", "facts"})
+def _unset(value: Any) -> bool:
+    """None, or an empty table or list: a field its writer did not measure or use."""
+    return value is None or (isinstance(value, Mapping | tuple) and not value)
+
+
+_OPTIONAL = frozenset({"stalled", "loop_lag", "facts", "max_jobs", "labels", "jobs"})
 _KNOWN = frozenset(f.name for f in fields(EnginePayload)) - {"extra", "garbage"}
 
 

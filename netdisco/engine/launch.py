@@ -72,6 +72,7 @@ HTTP_REFUSED: Mapping[str, str] = {
     "proxies": "it sends every request through a host the caller names",
     "chromium": "it names a program the engine runs",
     "processes": "worker processes are the command line's (netdisco crawl -j); an engine runs one",
+    "memory_queue_limit": "it bounds what the engine holds in memory",
     "frontier": "it connects the engine to a Redis the caller names",
     "state_dir": "it writes a database wherever the caller says",
     "http_cache": "it writes a cache of responses wherever the caller says",

@@ -38,7 +38,8 @@ async def test_join_update_leave_each_reported_once(zk_hosts, start_monitor, eng
     assert updated[0].previous is not None
     await asyncio.to_thread(engine.leave)
     await eventually(lambda: rec.of("cluster_empty"))
-    assert rec.types("e1") == ["engine_joined", "engine_updated", "engine_left"]
+    # the update says what changed too: spider q is there, paused
+    assert rec.types("e1") == ["engine_joined", "engine_updated", "spider_paused", "engine_left"]
     assert monitor.watcher.members() == []
 
 
