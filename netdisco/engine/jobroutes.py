@@ -61,7 +61,7 @@ async def job_log(request: web.Request, engine: SpiderEngine) -> web.StreamRespo
         runner = engine.jobs
 
         def done() -> bool:
-            return runner is None or job_id not in runner.running
+            return runner is None or not runner.active(job_id)
 
         async for chunk in follow(path, offset, done):
             await response.write(chunk)

@@ -239,6 +239,11 @@ class JobRunner:
         """Where this engine's jobs keep their logs."""
         return jobs_dir(self.settings, self._engine_id())
 
+    def active(self, job_id: str) -> bool:
+        """Whether the job is this engine's now: starting (its project installing, its
+        child starting) or running. A log follower stops only when this turns false."""
+        return job_id in self.running or job_id in self._starting
+
     def status(self) -> list[dict[str, Any]]:
         """The running jobs as ``GET /netdiscovery/spiders`` lists them."""
         return [

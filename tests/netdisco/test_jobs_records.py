@@ -141,3 +141,51 @@ async def test_follow_reads_new_lines_across_a_rotation_until_done(tmp_path):
     writer.close()
     lines = b"".join(got).splitlines()
     assert lines == [f"line {n:03d}".encode() for n in range(40)]  # none lost, none twice
+
+
+async def test_a_log_followed_while_its_job_starts_waits_for_the_job(tmp_path):
+    """A follower that comes between the job's taking and its child's start (its
+    directory there, the job not yet running) keeps the stream open for what follows."""
+    from types import SimpleNamespace
+
+    import aiohttp
+    from aiohttp import web
+
+    from netdisco.cluster.settings import ZooKeeperSettings
+    from netdisco.engine.config import EngineSettings
+    from netdisco.engine.jobroutes import job_log
+    from netdisco.engine.jobs import JobRunner
+
+    runner = JobRunner(
+        EngineSettings(jobs_dir=str(tmp_path)),
+        ZooKeeperSettings(hosts="127.0.0.1:1"),
+        "i",
+        lambda: "e",
+        lambda: None,
+    )
+    fake = SimpleNamespace(jobs=runner)
+    directory = job_dir(runner.directory, ID)
+    directory.mkdir(parents=True)
+    runner._starting.add(ID)  # taken; its child not started yet
+
+    async def route(request: web.Request) -> web.StreamResponse:
+        return await job_log(request, fake)  # type: ignore[arg-type]
+
+    app = web.Application()
+    app.router.add_get("/jobs/{id}/log", route)
+    server = web.AppRunner(app, access_log=None, shutdown_timeout=1)
+    await server.setup()
+    await web.TCPSite(server, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{server.addresses[0][1]}/jobs/{ID}/log"
+    writer = LogWriter(directory / "job.log", max_bytes=10_000)
+    try:
+        async with aiohttp.ClientSession() as http, http.get(url, params={"follow": "1"}) as answer:
+            assert answer.status == 200
+            await asyncio.sleep(0.3)  # the follower polls meanwhile
+            writer.write(b'{"event": "job_running"}')
+            writer.flush()
+            runner._starting.discard(ID)  # started, ran, ended: the stream ends after it
+            assert b"job_running" in await asyncio.wait_for(answer.read(), 10)
+    finally:
+        writer.close()
+        await server.cleanup()
