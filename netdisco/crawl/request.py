@@ -6,7 +6,8 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
-from urllib.parse import urlsplit
+
+from netdisco.crawl.urls import host_key
 
 if TYPE_CHECKING:
     from netdisco.crawl.response import Response
@@ -45,7 +46,7 @@ class Request:
     @property
     def host_key(self) -> str:
         """The politeness key: requests with one key share one host's limits."""
-        return urlsplit(self.url).netloc
+        return host_key(self.url)
 
     def __repr__(self) -> str:
         return f"<Request {self.method} {self.url}>"

@@ -37,7 +37,6 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from urllib.parse import urljoin, urlsplit
 
 import structlog
 from protego import Protego
@@ -48,6 +47,7 @@ from netdisco.crawl.redirects import REDIRECT_STATUSES
 from netdisco.crawl.request import Request
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.transport import DownloadHandler
+from netdisco.crawl.urls import host_key, parse, resolve
 from netdisco.exceptions import (
     HostGivenUp,
     InvalidURL,
@@ -190,7 +190,10 @@ class RobotsCache:
                 return ""
             location = response.headers.get("Location")
             if response.status in REDIRECT_STATUSES and location:
-                url = urljoin(url, location)
+                try:
+                    url = resolve(url, location)
+                except ValueError:  # a Location no browser could follow: no file
+                    return ""
                 continue
             if response.status >= 500:
                 return None
@@ -239,5 +242,7 @@ def parse_robots(text: str, agent: str) -> Protego:
 
 
 def _origin(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
+    """The robots.txt origin: one per scheme and host key (``HTTP://Example.test:80``
+    and ``http://example.test`` share one file)."""
+    parsed = parse(url)
+    return url if parsed is None else f"{parsed.scheme}://{host_key(url)}"

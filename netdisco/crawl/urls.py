@@ -27,6 +27,7 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 #: ada's "no such component" offset, and its host type of a domain (not an address)
 _OMITTED = 0xFFFFFFFF
 _DOMAIN = int(HostType.DEFAULT)
+_IPV6 = int(HostType.IPV6)
 
 
 class Parsed(NamedTuple):
@@ -78,6 +79,18 @@ def parse(url: str) -> Parsed | None:
     host = href[host_start:host_end].lstrip("@").strip("[]").rstrip(".")  # after credentials
     scheme, port_number = href[: protocol_end - 1], None if port == _OMITTED else port
     return Parsed(href, scheme, host, port_number, host_type, canonical)
+
+
+def host_key(url: str) -> str:
+    """``host[:port]`` as the standard serialises it (IDNA, lower case, default port
+    and credentials left out, IPv6 in brackets): one key per host, so that
+    ``http://Example.test:80/`` and ``http://example.test/x`` share one politeness slot
+    and one robots.txt. A URL that does not parse keys on itself (it is never fetched)."""
+    parsed = parse(url)
+    if parsed is None:
+        return url
+    host = f"[{parsed.host}]" if parsed.host_type == _IPV6 else parsed.host
+    return host if parsed.port is None else f"{host}:{parsed.port}"
 
 
 def _canonical(href: str, host_end: int, search: int, fragment: int) -> str:

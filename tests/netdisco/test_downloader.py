@@ -246,3 +246,14 @@ async def test_robots_groups_match_our_user_agent(site: Site) -> None:
     crawler, items = await crawl(seeds(site.url("/tree/0")))
     assert crawler.stats.robots_blocked == 5  # /tree/1 and every /tree/1x page
     assert sorted(item["title"] for item in items) == [f"tree {n}" for n in (0, 2, 5, 6)]
+
+
+async def test_one_host_spelled_two_ways_is_one_host(site: Site) -> None:
+    """A seed written ``http://127.1:P`` and its links (resolved to ``127.0.0.1:P``) are
+    one host: one robots.txt, one politeness slot."""
+    port = site.base.rsplit(":", 1)[1]
+    start = f"HTTP://127.1:{port}/page?link=/tree/1&link=/private/2"
+    crawler, items = await crawl(seeds(start), concurrency=8)
+    assert site.count("/robots.txt") == 1
+    assert crawler.stats.robots_blocked == 1
+    assert len(items) >= 2

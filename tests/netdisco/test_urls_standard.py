@@ -137,6 +137,20 @@ def test_urls_the_standard_calls_different_keep_their_fingerprints(
     assert fingerprint(Request(different[0])) != fingerprint(Request(different[1]))
 
 
+@pytest.mark.parametrize(
+    ("urls", "key"),
+    [
+        (("http://Example.test:80/", "http://example.test/x", "http://u:p@example.test/"),
+         "example.test"),
+        (("http://127.1:8080/", "HTTP://\uff11\uff12\uff17.0.0.1:8080/a", "http://0x7f.1:8080/"),
+         "127.0.0.1:8080"),
+        (("http://[::1]:81/", "http://[0:0::1]:81/p"), "[::1]:81"),
+    ],
+)  # fmt: skip
+def test_one_host_has_one_politeness_key(urls: tuple[str, ...], key: str) -> None:
+    assert {Request(url).host_key for url in urls} == {key}
+
+
 def test_the_url_facts_are_adas(wpt_hrefs: list[str]) -> None:
     """What ``urls`` reads through ada's C API is what ada's ``URL`` class says."""
     for href in wpt_hrefs:
