@@ -7,6 +7,12 @@ waits for a fresh listing and looks again. Each delivery is its own task with
 a timeout, retried with exponential backoff until it succeeds or passes
 ``max_age``, when it is logged as dropped and counted: nothing is lost silently,
 and a slow hook never holds up the watcher or another hook.
+
+A storm (a partition takes fifty engines at once) is folded: e-mail batches every
+event of ``batch_window`` into one message; a webhook, command or callable hook gets
+its first ``storm_limit`` events of a window one by one and the rest of that window
+as one ``alert_storm`` event (counts by kind, the engines), so a receiver sees a
+handful of deliveries, not thousands.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,6 +38,8 @@ _BACK = frozenset({EventType.ENGINE_JOINED, EventType.ENGINE_RESTARTED})
 CLUSTER = "*"
 #: deliveries kept for the dashboard ("alerts sent, with their delivery result")
 DELIVERIES = 200
+#: engines an ``alert_storm`` event names (the rest are counted)
+STORM_ENGINES = 100
 
 
 class Alerts:
@@ -60,6 +68,7 @@ class Alerts:
         self._grace: dict[str, tuple[Event, asyncio.Task[None]]] = {}
         self._pending: dict[str, list[Event]] = {}  # hook name -> batch being collected
         self._timers: dict[str, asyncio.Task[None]] = {}
+        self._windows: dict[str, tuple[float, int]] = {}  # hook -> (window start, sent in it)
         self._deliveries: dict[asyncio.Task[None], tuple[str, list[str]]] = {}
         self._backoff: dict[asyncio.Task[Any], tuple[str, list[str]]] = {}  # waiting to retry
         self._closing = False
@@ -111,12 +120,25 @@ class Alerts:
         for hook in self.hooks:
             if event.type not in hook.events:
                 continue
-            if hook.batch and self.settings.batch_window > 0:
+            if self.settings.batch_window > 0 and (hook.batch or self._storming(hook.name)):
                 self._pending.setdefault(hook.name, []).append(event)
                 if hook.name not in self._timers:
                     self._timers[hook.name] = asyncio.create_task(self._flush_later(hook))
             else:
                 self._spawn(hook, [event])
+
+    def _storming(self, name: str) -> bool:
+        """Whether hook ``name`` had its ``storm_limit`` single deliveries in this
+        window already: the rest of the window is folded into one event."""
+        limit = self.settings.storm_limit
+        if not limit:
+            return False
+        now = time.monotonic()
+        start, count = self._windows.get(name, (now, 0))
+        if now - start >= self.settings.batch_window:
+            start, count = now, 0
+        self._windows[name] = (start, count + 1)
+        return count >= limit
 
     async def _flush_later(self, hook: Hook) -> None:
         await asyncio.sleep(self.settings.batch_window)
@@ -125,6 +147,10 @@ class Alerts:
     def _flush(self, hook: Hook) -> None:
         self._timers.pop(hook.name, None)
         events = self._pending.pop(hook.name, [])
+        if events and not hook.batch:
+            self._windows.pop(hook.name, None)  # a fresh window after the fold
+            events = [storm(events, self.settings.batch_window)]
+            log.warning("alert_storm", hook=hook.name, **events[0].detail)
         if events:
             self._spawn(hook, events)
 
@@ -217,3 +243,20 @@ class Alerts:
                 self._dropped(hook_name, kinds, "monitor stopping during delivery")
         for hook in self.hooks:
             await hook.aclose()
+
+
+def storm(events: list[Event], window: float) -> Event:
+    """One ``alert_storm`` event standing for ``events``: how many of each kind, which
+    engines (the first :data:`STORM_ENGINES`), the first and last sequence numbers."""
+    engines = sorted({e.engine_id for e in events if e.engine_id})
+    return Event(
+        type=EventType.ALERT_STORM,
+        detail={
+            "events": len(events),
+            "by_type": dict(Counter(e.type.value for e in events)),
+            "engines": engines[:STORM_ENGINES],
+            "more_engines": max(0, len(engines) - STORM_ENGINES),
+            "seqs": [events[0].seq, events[-1].seq],
+            "window": window,
+        },
+    )

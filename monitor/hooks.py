@@ -15,6 +15,7 @@ import inspect
 import json
 import os
 import signal
+from collections import Counter
 from collections.abc import Callable, Sequence
 from email.message import EmailMessage
 from typing import Any, Protocol
@@ -37,6 +38,8 @@ from netdisco.exceptions import ConfigError, HookError
 KILL_GRACE = 1.0
 #: threads a sync callable hook may occupy at once (hung calls keep theirs)
 HOOK_THREADS = 4
+#: events one e-mail describes in full (a storm's rest is counted by kind)
+MAX_DESCRIBED = 50
 
 
 class Hook(Protocol):
@@ -116,7 +119,12 @@ class EmailHook:
         msg["From"] = self.settings.sender
         msg["To"] = ", ".join(self.settings.to)
         msg["Subject"] = f"{self.settings.subject_prefix} {subject}".strip()
-        msg.set_content("\n\n".join(describe(e) for e in events) + "\n\n-- netdisco-monitor\n")
+        shown = [describe(e) for e in events[:MAX_DESCRIBED]]
+        if len(events) > MAX_DESCRIBED:  # a storm: the rest counted, the message bounded
+            rest = Counter(e.type.value for e in events[MAX_DESCRIBED:])
+            kinds = ", ".join(f"{n} {kind}" for kind, n in rest.most_common())
+            shown.append(f"... and {len(events) - MAX_DESCRIBED} more events: {kinds}")
+        msg.set_content("\n\n".join(shown) + "\n\n-- netdisco-monitor\n")
         return msg
 
     async def deliver(self, events: Sequence[Event]) -> None:

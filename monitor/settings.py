@@ -178,7 +178,14 @@ class AlertSettings(Section):
     batch_window: float = _field(
         "alerts",
         2.0,
-        "seconds within which e-mailed events go out as one message",
+        "seconds within which e-mailed events go out as one message (and storms are folded)",
+        check=_at_least_zero,
+    )
+    storm_limit: int = _field(
+        "alerts",
+        10,
+        "deliveries a webhook, command or callable hook gets one by one per batch_window; "
+        "the rest of that window go as one alert_storm event (0: never fold)",
         check=_at_least_zero,
     )
     max_age: float = _field(

@@ -79,6 +79,7 @@ class EventType(StrEnum):
     CLUSTER_EMPTY = "cluster_empty"
     ZK_DISCONNECTED = "zk_disconnected"
     ZK_RECONNECTED = "zk_reconnected"
+    ALERT_STORM = "alert_storm"  # a hook's events past [alerts] storm_limit, folded into one
     PROJECT_DEPLOYED = "project_deployed"  # a project version uploaded through a monitor
     JOB_STARTED = "job_started"  # a job's process runs on an engine
     JOB_FINISHED = "job_finished"

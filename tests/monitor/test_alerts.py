@@ -231,3 +231,63 @@ async def test_no_offline_alert_while_the_view_is_stale():
     await asyncio.sleep(0.1)
     assert [e.engine_id for e in hook.got] == ["a"]
     await alerts.close()
+
+
+def _storm_alerts(hook: Any, **settings: Any) -> Alerts:
+    fresh = asyncio.Event()
+    fresh.set()
+    return Alerts([hook], AlertSettings(grace=0.0, **settings), Metrics(), fresh=fresh,
+                  present=lambda _: False, record=lambda e: None)  # fmt: skip
+
+
+async def test_a_storm_reaches_a_webhook_as_a_few_posts(unused_tcp_port):
+    """Thirty engines lost in one window: the first five posted one by one, the other
+    twenty-five as one alert_storm event naming them; the next window starts afresh."""
+    from monitor.hooks import WebhookHook
+    from monitor.settings import WebhookSettings
+
+    received: list[dict[str, Any]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        received.append(await request.json())
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
+    webhook = WebhookHook(WebhookSettings(url=f"http://127.0.0.1:{unused_tcp_port}/hook"))
+    alerts = _storm_alerts(webhook, batch_window=0.5, storm_limit=5)
+    try:
+        for n in range(30):
+            alerts.submit(Event(type=EventType.ENGINE_LOST, engine_id=f"e{n:02d}"))
+        await eventually(lambda: len(received) == 6, "five posts and one storm")
+        assert [r["engine_id"] for r in received[:5]] == ["e00", "e01", "e02", "e03", "e04"]
+        folded = received[5]
+        assert folded["type"] == "alert_storm"
+        assert folded["detail"]["events"] == 25
+        assert folded["detail"]["by_type"] == {"engine_lost": 25}
+        assert folded["detail"]["engines"] == [f"e{n:02d}" for n in range(5, 30)]
+        alerts.submit(Event(type=EventType.ENGINE_LOST, engine_id="late"))  # a new window
+        await eventually(lambda: len(received) == 7, "the next event on its own")
+        assert received[6]["engine_id"] == "late"
+    finally:
+        await alerts.close()
+        await runner.cleanup()
+
+
+async def test_a_storm_is_one_bounded_email(smtp):
+    from monitor.hooks import MAX_DESCRIBED, EmailHook
+    from monitor.settings import EmailSettings
+
+    email = EmailHook(EmailSettings(**_email(smtp)))
+    alerts = _storm_alerts(email, batch_window=0.3)
+    for n in range(MAX_DESCRIBED + 70):
+        alerts.submit(Event(type=EventType.ENGINE_LOST, engine_id=f"m{n}"))
+    await eventually(lambda: smtp.mailbox.messages, "the e-mail")
+    await alerts.close()
+    (msg,) = smtp.mailbox.messages
+    body = msg.get_payload(decode=True).decode()
+    assert body.count("engine_lost at") == MAX_DESCRIBED
+    assert "... and 70 more events: 70 engine_lost" in body
