@@ -172,7 +172,7 @@ class Rules:
             "items": count(status.get("items")),
             "queue": count(status.get("queue_size")),
         }
-        out = self._ended(track, status, state, figures)
+        out = self._ended(track, status, state, figures) + self._invalid(track, status, figures)
         if pages is not None and failed is not None:
             out += self._error_ratio(track, pages, failed, now, figures)
             out += self._stalled(track, state, pages + failed, now, figures)
@@ -193,6 +193,21 @@ class Rules:
             return []
         track.ended = {(kind.value, run)} | {k for k in track.ended if k[1] == run}
         return [(kind, {**figures, **extra, "started_at": run})]
+
+    def _invalid(
+        self, track: SpiderWatch, status: Mapping[str, Any], figures: Figures
+    ) -> list[tuple[EventType, Figures]]:
+        """Items that did not fit the spider's schema: reported once a run, as soon as
+        their count reaches ``items_invalid`` (while the run goes on, not only at its end:
+        a broken selector is worth knowing about before the crawl finishes)."""
+        limit, invalid = self.settings.items_invalid, count(status.get("items_invalid"))
+        run = number(status.get("started_at"))
+        key = (EventType.SPIDER_ITEMS_INVALID.value, run)
+        if limit <= 0 or invalid is None or invalid < limit or key in track.ended:
+            return []
+        track.ended = {key} | {k for k in track.ended if k[1] == run}
+        counted = {"items_invalid": invalid, "threshold": limit, "started_at": run}
+        return [(EventType.SPIDER_ITEMS_INVALID, {**figures, **counted})]
 
     def _error_ratio(
         self, track: SpiderWatch, pages: int, failed: int, now: float, figures: Figures

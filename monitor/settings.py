@@ -124,6 +124,10 @@ class RuleSettings(Section):
     min_items: int = _field(
         "rules", 1, "spider_finished_empty below this many items (0: off)", check=non_negative
     )
+    items_invalid: int = _field(
+        "rules", 1, "spider_items_invalid once a run has this many items off its schema (0: off)",
+        check=non_negative,
+    )  # fmt: skip
     error_ratio: float = _field(
         "rules", 0.5, "spider_error_ratio above this share of failed requests (0: off)",
         check=_ratio,

@@ -94,6 +94,7 @@ class EventType(StrEnum):
     SPIDER_FINISHED_EMPTY = "spider_finished_empty"  # a run finished with too few items
     SPIDER_ERROR_RATIO = "spider_error_ratio"  # too many failed requests over a window
     SPIDER_STALLED = "spider_stalled"  # running, requests queued, no page for stall_after
+    SPIDER_ITEMS_INVALID = "spider_items_invalid"  # a run's items_invalid reached its rule
     # what changed in a znode's spider list (an engine_updated says only that it changed)
     SPIDER_STARTED = "spider_started"
     SPIDER_PAUSED = "spider_paused"

@@ -139,3 +139,17 @@ def test_spider_changes_say_what_changed() -> None:
         ("spider_finished", "blog", None, "finished"),
     ]
     assert spider_changes(after, after) == []
+
+
+def test_items_invalid_once_a_run_when_the_count_reaches_the_rule() -> None:
+    rules = Rules(RuleSettings(items_invalid=3))
+    assert rules.spiders("a", spider(items_invalid=2), 0.0) == []
+    trips = rules.spiders("a", spider(items_invalid=3), 1.0)
+    assert kinds(trips) == ["spider_items_invalid"]
+    assert (trips[0].figures["items_invalid"], trips[0].figures["threshold"]) == (3, 3)
+    assert rules.spiders("a", spider(items_invalid=40), 2.0) == []  # once for this run
+    assert kinds(rules.spiders("a", spider(items_invalid=5, started_at=2.0), 3.0)) == [
+        "spider_items_invalid"  # the next run
+    ]
+    assert rules.spiders("a", spider(items_invalid="9", started_at=3.0), 4.0) == []  # garbage
+    assert Rules(RuleSettings(items_invalid=0)).spiders("a", spider(items_invalid=9), 0.0) == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,21 @@ class Empty(SiteSpider):
 
     def parse(self, response: Response) -> Iterator[dict[str, Any] | Request]:
         yield from ()
+
+
+@dataclass
+class Priced:
+    url: str
+    price: float
+
+
+class Unpriced(SiteSpider):
+    """Its selector for the price broke: every item is off its schema."""
+
+    item_schema = Priced
+
+    def parse(self, response: Response) -> Iterator[dict[str, Any] | Request]:
+        yield {"url": response.url}
 
 
 class Unopenable(Pipeline):
@@ -49,12 +65,14 @@ async def test_each_spider_rule_fires_once_by_mail(
     engine.add_spider(Empty(name="empty", start_urls=[f"{site}/fast/p/0"]), quick)
     broken = SiteSpider(name="broken", start_urls=[f"{site}/fast/p/0"])
     engine.add_spider(broken, quick, pipelines=[Unopenable()])
+    engine.add_spider(Unpriced(name="unpriced", start_urls=[f"{site}/fast/p/0"]), quick)
     stuck = Settings(progress_interval=0, concurrency=1, timeout=60.0)
     engine.add_spider(SiteSpider(name="stuck", start_urls=[f"{site}/hang", f"{site}/fast/p/1"]),
                       stuck)  # fmt: skip
     await engine.start()
     try:
-        await eventually(lambda: all(rec.of(kind, "rules-1") for kind in RULES),
+        await eventually(lambda: all(rec.of(kind, "rules-1")
+                                     for kind in [*RULES, "spider_items_invalid"]),
                          "every rule fired", timeout=30)  # fmt: skip
         await asyncio.sleep(2.0)  # ten more polls of the same conditions
         fired = [(e.type.value, e.detail["spider"]) for e in rec.events if e.type.value in RULES]
@@ -69,9 +87,12 @@ async def test_each_spider_rule_fires_once_by_mail(
         await asyncio.sleep(0.5)
         subjects = sorted(str(m["Subject"]) for m in smtp.mailbox.messages)
         assert len(subjects) == 4, subjects
-        bodies = "".join(str(m.get_payload()) for m in smtp.mailbox.messages)
+        bodies = "".join(m.get_payload(decode=True).decode() for m in smtp.mailbox.messages)
         assert "the database is gone" in bodies
         assert f"{monitor.http.url}/#engine=rules-1&spider=stuck" in bodies
+        (invalid,) = rec.of("spider_items_invalid", "rules-1")  # once, though 3 items were
+        assert (invalid.detail["spider"], invalid.detail["threshold"]) == ("unpriced", 1)
+        assert invalid.detail["items_invalid"] >= 1
         stalled = rec.of("spider_stalled", "rules-1")[0].detail
         assert stalled["queue"] >= 1
         assert stalled["quiet_for"] >= 1.0
