@@ -151,3 +151,75 @@ async def test_port_in_use_is_one_clear_line(zk_hosts):
         await server.wait_closed()
     assert proc.returncode == 1
     assert "address already in use" in err.decode().strip().splitlines()[-1]
+
+
+STALL_TOML = """
+[zookeeper]
+hosts = "{hosts}"
+session_timeout = 10.0
+
+[http]
+port = {port}
+
+[rules]
+grace = 0.0
+"""
+
+
+async def test_an_engine_whose_loop_is_blocked_is_reported_stalled_then_recovered(
+    zk_hosts: str, tmp_path: Path
+) -> None:
+    """The engine (in this process) blocks its loop in a callback; the monitor (its own
+    process) reads the znode its watchdog thread marks, and says so, once each way."""
+    import time as clock
+
+    from aiohttp import web
+
+    from netdisco import Request, Response, Settings, Spider
+    from netdisco.engine import SpiderEngine
+    from netdisco.engine.config import EngineSettings
+    from netdisco.testing import serve
+
+    class Blocking(Spider):
+        name = "blocking"
+        go = asyncio.Event()
+
+        async def start(self) -> Any:
+            await self.go.wait()
+            yield Request(self.start_urls[0])
+
+        def parse(self, response: Response) -> Any:
+            clock.sleep(3.0)  # the whole loop stops: only kazoo's and the watchdog's threads run
+            yield {"url": response.url}
+
+    async def page(_request: web.Request) -> web.Response:
+        return web.Response(text="<html>ok</html>", content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/", page)
+    port = free_port()
+    config = tmp_path / "monitor.toml"
+    config.write_text(STALL_TOML.format(hosts=zk_hosts, port=port))
+    daemon = Daemon(await _cli("--config", str(config), "--log-json"))
+    settings = EngineSettings(id="stuck", port=0, loop_stall=1.0, loop_stall_drop=60.0)
+    try:
+        await eventually(lambda: daemon.named("baseline"), what="baseline")
+        async with serve(app) as base, SpiderEngine(
+            settings, zookeeper={"hosts": zk_hosts, "session_timeout": 10.0}
+        ) as engine:
+            spider = Blocking(start_urls=[base + "/"])
+            engine.add_spider(spider, Settings(progress_interval=0))
+            await engine.start()
+            await eventually(lambda: daemon.named("engine_joined"), what="the join")
+            spider.go.set()
+            await engine.wait()  # blocked in here for 3 s
+            await eventually(lambda: daemon.named("engine_recovered"), what="the recovery")
+        (stalled,) = daemon.named("engine_stalled")
+        assert stalled["engine_id"] == "stuck"
+        assert stalled["loop_lag"] >= 1.0
+        assert [x["engine_id"] for x in daemon.named("engine_recovered")] == ["stuck"]
+        assert not daemon.named("engine_lost")  # the session lived: a stall, not a loss
+    finally:
+        daemon.proc.kill()
+        await daemon.proc.wait()
+        daemon.reader.cancel()
