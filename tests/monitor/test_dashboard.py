@@ -11,6 +11,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,17 @@ async def test_a_click_pauses_a_spider_on_a_real_engine(
             points = await page.eval(f"{chart}.querySelector('polyline').getAttribute('points')")
             assert len(points.split()) >= 5
             assert "hourly" in await page.eval("document.getElementById('next-runs').textContent")
+            node = "document.querySelector(\"#engines tr[data-engine='crawler-1'] td.node\")"
+            facts = await shows(page, f"{node}?.textContent.includes('rss') && {node}.textContent",
+                                "the engine's node facts")  # fmt: skip
+            assert re.search(r"rss \d+(\.\d)? MB", facts), facts
+            assert re.search(r"fds \d+", facts), facts
+            stuck = await asyncio.to_thread(engines, "crawler-stuck")
+            await asyncio.to_thread(stuck.join, stalled=True, loop_lag=2.5)
+            said = "document.querySelector(\"#engines tr[data-engine='crawler-stuck'] td.stalled\")"
+            assert await shows(page, f"{said}?.textContent", "the stalled engine") == (
+                "stalled (loop 2.5 s late)"
+            )
             assert await page.eval(f"{row('crawler-1', 'hourly', '.rate')}.textContent") == "-"
 
             token = "document.getElementById('token')"
