@@ -17,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from netdisco import deploy, logs
+from netdisco import deploy, logs, progress
 from netdisco._tasks import Tasks
 from netdisco._version import __version__
 from netdisco.crawl import settings as settings_module
@@ -96,8 +96,11 @@ async def _crawl(args: argparse.Namespace) -> int:
     feeds = cli_feeds(args)
     if feeds:
         settings = dataclasses.replace(settings, feeds=(*settings.feeds, *feeds))
+    live = progress.wanted(args)
+    if live:  # the display shows what the progress lines would say
+        settings = dataclasses.replace(settings, progress_interval=0.0)
     if settings.processes > 1:
-        return await _crawl_processes(args, spider.name, settings)
+        return await _crawl_processes(args, spider.name, settings, live)
     crawler = Crawler(spider, settings)
 
     async def stop() -> None:
@@ -105,20 +108,28 @@ async def _crawl(args: argparse.Namespace) -> int:
             await crawler.stop()
 
     signals = install_signal_handlers(stop)
-    await crawler.run()
+    async with progress.crawl_display(crawler, live):
+        await crawler.run()
     if isinstance(crawler.failure, StateDirError):  # bad input, as at start: exit 2
         print(f"netdisco: error: {crawler.failure}", file=sys.stderr)
         return 2
     return _report(args, crawler, signals)
 
 
-async def _crawl_processes(args: argparse.Namespace, name: str, settings: Settings) -> int:
+async def _crawl_processes(
+    args: argparse.Namespace, name: str, settings: Settings, live: bool
+) -> int:
     """``-j N``: one crawl on N worker processes (``netdisco.procs``), one summary."""
     from netdisco.procs.parent import ProcessCrawl  # only -j N needs it
 
     crawl = ProcessCrawl(args, name, settings)
     signals = install_signal_handlers(crawl.stop)
-    await crawl.run()
+
+    def workers() -> str:
+        return f"{crawl.workers_running()} of {crawl.count} processes"
+
+    async with progress.crawl_display(crawl, live, detail=workers):
+        await crawl.run()
     return _report(args, crawl, signals)
 
 
@@ -190,6 +201,7 @@ def _add_crawl_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     _add_feed_options(crawl)
     _add_spider_options(crawl)
+    progress.add_option(crawl)
     crawl.set_defaults(func=_crawl)
 
 
@@ -367,6 +379,7 @@ def _add_engine_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="NAME=VALUE",
         help="a crawl setting for every spider, e.g. -s concurrency=64 (repeatable)",
     )
+    progress.add_option(engine)
     engine.set_defaults(func=_engine)
 
 
@@ -377,6 +390,9 @@ async def _engine(args: argparse.Namespace) -> int:
 
     overrides = {"id": args.id, "host": args.host, "port": args.port, "advertise": args.advertise}
     pairs = settings_module.parse_pairs(args.set)
+    live = progress.wanted(args)
+    if live:  # the display shows what the progress lines would say
+        pairs.setdefault("progress_interval", "0")
     if args.config:
         config = load_config(args.config, overrides=overrides, pairs=pairs)
     else:
@@ -393,9 +409,10 @@ async def _engine(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"netdisco: error: {exc}", file=sys.stderr)
         return 2
-    log.info("engine_ready", engine=engine.id, status_url=engine.status_url)
-    await stop_requested.wait()
-    await engine.stop()
+    async with progress.engine_display(engine, live):
+        log.info("engine_ready", engine=engine.id, status_url=engine.status_url)
+        await stop_requested.wait()
+        await engine.stop()
     return 0
 
 

@@ -6,7 +6,9 @@ every line. Standard-library loggers (kazoo, aiohttp) go through the same
 renderer, warnings and above only; kazoo's reconnect chatter is kept to errors
 because the registry and the monitor log connection states themselves. asyncio's
 errors are let through once per kind every 10 s (:class:`Repeats`): a server out
-of descriptors logs each failed ``accept()``.
+of descriptors logs each failed ``accept()``. Lines go to whatever ``sys.stderr`` is
+when they are written (:class:`Stderr`), so a live display that takes stderr over
+(``netdisco.progress``) prints them above itself.
 """
 
 from __future__ import annotations
@@ -44,6 +46,20 @@ class Repeats(logging.Filter):
         return True
 
 
+class Stderr:
+    """The standard error of the moment: a stream looked up on every write, not when
+    logging was set up, so that lines follow ``sys.stderr`` when it is replaced."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
 def configure(*, json: bool | None = None, level: str = "info") -> bool:
     """Configure structlog, and the stdlib loggers under it, once for this process;
     returns whether lines are JSON (``json``, or stderr is not a terminal)."""
@@ -62,10 +78,10 @@ def configure(*, json: bool | None = None, level: str = "info") -> bool:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(Stderr())
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=shared,

@@ -364,7 +364,9 @@ class Crawler:
         log.error("spider_failed", error=error, exc_info=None if clear else exc)
 
     async def _refresh_counts(self) -> None:
-        """Copy the frontier's queue size and seen count into the gauges."""
+        """Copy the frontier's queue size and seen count, and the downloader's parked
+        requests per host, into the gauges."""
+        self.stats.parked = self.downloader.parked_by_host()
         queued, _, seen = await self.frontier.counts()
         self.stats.queue_size, self.stats.seen = queued, seen
 
@@ -451,7 +453,8 @@ class Crawler:
         await self.ctx.wait_for_work(POLL_INTERVAL)
 
     async def _process(self, request: Request) -> None:
-        self.stats.in_flight += 1
+        host = request.host_key
+        self.stats.begin(host)
         finished = False
         try:
             try:
@@ -465,7 +468,7 @@ class Crawler:
                 await self._failed(request, DownloadFailed(repr(exc), url=request.url))
             finished = True
         finally:
-            self.stats.in_flight -= 1
+            self.stats.end(host)
             if finished:  # acknowledged once its items are flushed
                 self.acks.add(request)
             else:

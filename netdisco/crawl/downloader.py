@@ -465,6 +465,10 @@ class Downloader:
                 return request
         return None
 
+    def parked_by_host(self) -> dict[str, int]:
+        """How many requests are set aside for each host (at most ``4 * concurrency``)."""
+        return {host: len(slot.waiting) for host, slot in self._parked.items()}
+
     def drain(self) -> list[Request]:
         """Every parked request (to hand back to the frontier on close)."""
         requests = [r for slot in self._parked.values() for r in slot.waiting]

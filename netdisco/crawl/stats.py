@@ -1,4 +1,10 @@
-"""Per-spider counters: plain integers, cheap enough to bump on every request."""
+"""Per-spider counters: plain integers, cheap enough to bump on every request.
+
+Besides the counters, the requests in flight per host (``begin``/``end``) and the
+requests the downloader set aside per host (``parked``, a gauge the crawl's ticker
+copies in) make ``busiest``: the hosts where requests wait their turn, for the
+live display (``netdisco.progress``) and, through ``snapshot``, a ``-j N`` parent.
+"""
 
 from __future__ import annotations
 
@@ -103,6 +109,26 @@ class Rate:
         return total / span if span > 0 else 0.0
 
 
+#: hosts a snapshot names (``busiest``) and how long a host name it keeps may be
+BUSIEST = 8
+HOST_CHARS = 300
+
+
+def _host_counts(rows: Any) -> Iterable[tuple[str, int, int]]:
+    """``[host, in_flight, parked]`` rows of another process's snapshot, checked and
+    bounded: at most ``BUSIEST`` rows, names cut to ``HOST_CHARS``, counts >= 0; a
+    row of any other shape is skipped."""
+    if not isinstance(rows, list):
+        return
+    for row in rows[:BUSIEST]:
+        if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str)):
+            continue
+        host, flying, parked = row
+        if all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+               for n in (flying, parked)):  # fmt: skip
+            yield host[:HOST_CHARS], flying, parked
+
+
 #: upper bounds (seconds) of the download latency histogram's buckets; +Inf is implied
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -162,12 +188,36 @@ class Stats:
         self.bytes = 0
         self.queue_size = 0
         self.seen = 0
+        self.host_in_flight: dict[str, int] = {}  # host -> requests in flight (begin/end)
+        self.parked: dict[str, int] = {}  # host -> requests set aside for it (a gauge)
         self.last_error: str | None = None
         self.started = time.monotonic()
         self.pages = Rate()
         self.latency = Latency()  # every HTTP exchange: redirect hops and retries too
         self.statuses: dict[int, int] = {}  # responses by HTTP status code, as exchanged
         self.error_kinds: dict[str, int] = {}  # failed requests and callbacks by kind
+
+    def begin(self, host: str) -> None:
+        """One request to ``host`` is in flight (its download, its callback)."""
+        self.in_flight += 1
+        self.host_in_flight[host] = self.host_in_flight.get(host, 0) + 1
+
+    def end(self, host: str) -> None:
+        """A request ``begin`` counted is done; a host with none left is forgotten."""
+        self.in_flight -= 1
+        left = self.host_in_flight.get(host, 0) - 1
+        if left > 0:
+            self.host_in_flight[host] = left
+        else:
+            self.host_in_flight.pop(host, None)
+
+    def busiest(self, count: int = BUSIEST) -> list[tuple[str, int, int]]:
+        """``(host, in flight, parked)`` of the ``count`` hosts with the most requests in
+        flight or waiting for their turn, busiest first."""
+        hosts = self.host_in_flight.keys() | self.parked.keys()
+        rows = [(h, self.host_in_flight.get(h, 0), self.parked.get(h, 0)) for h in hosts]
+        rows.sort(key=lambda row: (-row[1] - row[2], row[0]))
+        return rows[:count]
 
     def responded(self, status: int, seconds: float) -> None:
         """Count one HTTP response: its status code and how long it took."""
@@ -202,6 +252,7 @@ class Stats:
             "error_kinds": dict(self.error_kinds),
             "invalid_fields": dict(self.invalid_fields),
             "last_error": self.last_error,
+            "hosts": [list(row) for row in self.busiest()],
         }
 
     def merge(self, snapshots: Iterable[Mapping[str, Any]]) -> None:
@@ -216,6 +267,13 @@ class Stats:
         self.invalid_fields = _summed(part.get("invalid_fields", {}) for part in parts)
         errors = [part["last_error"] for part in parts if part.get("last_error")]
         self.last_error = str(errors[-1]) if errors else None
+        self.host_in_flight, self.parked = {}, {}
+        for part in parts:
+            for host, flying, parked in _host_counts(part.get("hosts")):
+                if flying:
+                    self.host_in_flight[host] = self.host_in_flight.get(host, 0) + flying
+                if parked:
+                    self.parked[host] = self.parked.get(host, 0) + parked
 
     def count_failure(self, exc: RequestError) -> None:
         """Count a request that came to nothing under its outcome."""

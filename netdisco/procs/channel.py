@@ -141,6 +141,7 @@ class Sink:
         """``worker`` died: drop its unfinished pages, remember its last finished ones."""
         worker.pending.clear()
         worker.snapshot["in_flight"] = 0  # its last snapshot's requests are back in the queue
+        worker.snapshot["hosts"] = []
         self._done_by_dead.update(worker.recent)
         worker.recent.clear()
 

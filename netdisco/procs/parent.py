@@ -272,6 +272,10 @@ class ProcessCrawl:
                 last_store = now
                 await self._store(finished=False)
 
+    def workers_running(self) -> int:
+        """How many worker processes run now."""
+        return sum(p.returncode is None for p in self.processes.values())
+
     def _progress(self) -> None:
         """One progress line for the whole crawl (the workers write none)."""
         log.info(
@@ -280,14 +284,15 @@ class ProcessCrawl:
             pages_per_second=round(self._rate.per_second(5), 1),
             queue=self.stats.queue_size,
             in_flight=self.stats.in_flight,
-            workers=sum(p.returncode is None for p in self.processes.values()),
+            workers=self.workers_running(),
         )
 
     async def _store(self, *, finished: bool) -> None:
         """Keep the counters (and whether the crawl finished) beside a ``state_dir``'s queue."""
         if self._client is None or self._redis is None or self.state_dir is None:
             return
-        data = {"stats": self.stats.snapshot(), "finished": finished}
+        stats = {k: v for k, v in self.stats.snapshot().items() if k != "hosts"}  # a gauge
+        data = {"stats": stats, "finished": finished}
         await self._client.set(self._totals_key(), json.dumps(data))
 
     async def _close(self) -> None:
@@ -309,9 +314,9 @@ class ProcessCrawl:
 
 async def _relay(process: asyncio.subprocess.Process) -> None:
     """Copy a worker's log lines to our standard error, each line whole (a logging handler
-    writes a line in two calls, so workers sharing one stderr would split each other's)."""
+    writes a line in two calls, so workers sharing one stderr would split each other's).
+    Written as text to the stderr of the moment: the live display prints it above itself."""
     assert process.stderr is not None
-    err = sys.stderr.buffer
     while True:
         try:
             line = await process.stderr.readline()
@@ -319,5 +324,6 @@ async def _relay(process: asyncio.subprocess.Process) -> None:
             line = await process.stderr.read(MAX_LINE)
         if not line:
             return
-        err.write(line if line.endswith(b"\n") else line + b"\n")
+        err = sys.stderr
+        err.write(line.decode(errors="replace") + ("" if line.endswith(b"\n") else "\n"))
         err.flush()
