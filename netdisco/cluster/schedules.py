@@ -115,8 +115,9 @@ def timing(cron: Any, every: Any) -> Schedule:
         raise ConfigError("every", 'set "cron" or "every", not both')
     try:
         found = parse_schedule(cron, every, key="")
-    except ConfigError as exc:
-        raise ConfigError("cron" if cron is not None else "every", str(exc)) from None
+    except ConfigError as exc:  # named as this request names it, not as a TOML key
+        reason = str(exc).partition(": ")[2]
+        raise ConfigError("cron" if cron is not None else "every", reason) from None
     assert found is not None
     if found.every is not None and not MIN_EVERY <= found.every <= MAX_EVERY:
         raise ConfigError(
