@@ -31,6 +31,7 @@ from monitor.jobs import Jobs
 from monitor.metrics import Metrics
 from monitor.projects import Projects
 from monitor.rules import MAX_SPIDERS, Rules, Trip, name, spider_changes
+from monitor.schedules import Schedules
 from monitor.settings import MonitorConfig
 from monitor.status import StatusPoller
 from monitor.watcher import Watcher
@@ -72,6 +73,7 @@ class Monitor:
         self.projects = Projects(self.watcher.client, config.zookeeper, config.control, self.record)
         self.jobs = Jobs(config.jobs, self.watcher, self.record)
         self.listeners.append(self.jobs.wake)  # an engine came or went: place, or lose, now
+        self.schedules = Schedules(self.jobs, self.record)
         self.failed = Failed()
         self.http = HttpServer(self, self.control, config.http.host, config.http.port)
         self.history = History()
@@ -191,6 +193,7 @@ class Monitor:
         await self.http.start()
         await self.watcher.start()
         self.jobs.start()
+        self.schedules.start()
         self.status.start()
         log.info("monitor_started", version=__version__, zk=self.config.zookeeper.hosts,
                  root=self.config.zookeeper.root, http=self.http.url)  # fmt: skip
@@ -199,6 +202,7 @@ class Monitor:
         """Stop watching, flush alerts, stop serving; then one summary line."""
         await self.status.close()
         await self.control.close()
+        await self.schedules.close()
         await self.jobs.close()
         await self.failed.close()
         await self.watcher.close()

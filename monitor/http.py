@@ -24,6 +24,7 @@ from kazoo.exceptions import KazooException
 
 from monitor.control import ACTIONS, Control, check_caller
 from monitor.jobroutes import add_routes
+from monitor.schedroutes import add_routes as add_schedule_routes
 from netdisco import serving
 from netdisco.exceptions import ApiError
 
@@ -178,6 +179,7 @@ def make_app(state: Monitor, ctl: Control) -> web.Application:
     state.projects.add_routes(app)
     app.router.add_get("/jobs", jobs_page)
     add_routes(app, state.jobs, ctl)
+    add_schedule_routes(app, state.schedules)
     app.router.add_get("/netdiscovery/monitor/spiders/{spider}/failed", failed)
     app.router.add_post(
         "/netdiscovery/monitor/engines/{engine}/spiders/{spider}/failed/retry", retry

@@ -30,7 +30,8 @@ MAX_ITEMS_ANSWER = 8 * 1024 * 1024
 _QUERY = ("tail", "follow", "offset", "limit", "feed")
 
 
-def _caller(request: web.Request) -> None:
+def caller(request: web.Request) -> None:
+    """Control only: the monitor's token, or loopback without one (the schedules' too)."""
     sockname = request.transport.get_extra_info("sockname") if request.transport else None
     check_caller(
         request.app[CONTROL_KEY].settings,
@@ -47,10 +48,11 @@ def _job_id(request: web.Request) -> str:
     return job_id
 
 
-async def _body(request: web.Request) -> Any:
+async def read_body(request: web.Request) -> Any:
+    """A request's JSON body, read with a cap."""
     raw = await request.content.read(MAX_BODY + 1)
     if len(raw) > MAX_BODY:
-        raise ControlRefused(413, "too_large", f"a job request is at most {MAX_BODY} bytes")
+        raise ControlRefused(413, "too_large", f"a request is at most {MAX_BODY} bytes")
     try:
         return json.loads(raw or b"null")
     except (ValueError, RecursionError):
@@ -65,9 +67,9 @@ async def list_jobs(request: web.Request) -> web.Response:
 
 async def create_job(request: web.Request) -> web.Response:
     """``POST /netdiscovery/monitor/jobs``: 201 with the job (several for ``on = "all"``)."""
-    _caller(request)
+    caller(request)
     try:
-        made = await request.app[JOBS].create(await _body(request))
+        made = await request.app[JOBS].create(await read_body(request))
     except ConfigError as exc:
         raise ControlRefused(400, "invalid_job", str(exc)) from None
     return web.json_response({"jobs": [j.to_dict() for j in made]}, status=201)
@@ -83,19 +85,19 @@ async def show_job(request: web.Request) -> web.Response:
 
 async def cancel_job(request: web.Request) -> web.Response:
     """``POST .../jobs/{id}/cancel``: 200 with the job (409 once it ended)."""
-    _caller(request)
+    caller(request)
     return web.json_response((await request.app[JOBS].cancel(_job_id(request))).to_dict())
 
 
 async def rerun_job(request: web.Request) -> web.Response:
     """``POST .../jobs/{id}/rerun``: 201 with the new job."""
-    _caller(request)
+    caller(request)
     job = await request.app[JOBS].rerun(_job_id(request))
     return web.json_response(job.to_dict(), status=201)
 
 
 async def _engine_of(request: web.Request) -> tuple[str, str]:
-    _caller(request)
+    caller(request)
     job_id = _job_id(request)
     got = await request.app[JOBS].store.get(job_id)
     if got is None or got[0].engine is None:

@@ -1,4 +1,5 @@
-"""``netdisco jobs``: start, list, show, follow, cancel and re-run jobs through a monitor.
+"""``netdisco jobs``: start, list, show, follow, cancel and re-run jobs through a monitor,
+and keep their schedules (``netdisco jobs schedule``).
 
 It only speaks the monitor's HTTP routes (docs/http-api.md), with the monitor's
 control token from ``$NETDISCO_MONITOR_TOKEN`` (``--token-env`` names another
@@ -12,6 +13,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
@@ -36,16 +38,7 @@ def add_jobs_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         help="variable holding the monitor's control token",
     )
     sub = jobs.add_subparsers(dest="jobs_command", required=True)
-    start = sub.add_parser("start", help="start a job")
-    start.add_argument("project", help="a deployed project, or - for the engines' spider_modules")
-    start.add_argument("spider", help="the spider (module:Class with -)")
-    start.add_argument("-a", dest="args", action="append", default=[], metavar="NAME=VALUE")
-    start.add_argument("-s", dest="settings", action="append", default=[], metavar="NAME=VALUE")
-    start.add_argument(
-        "--on", nargs="+", default=["any"], help="any, all, label=value, or engine ids"
-    )
-    start.add_argument("--on-lost", choices=("fail", "requeue"), default="fail")
-    start.add_argument("--version", dest="project_version", help="a version (default: the default)")
+    _add_request(sub.add_parser("start", help="start a job"))
     sub.add_parser("list", help="every job, newest first")
     for name, text in (("show", "one job"), ("cancel", "stop a job"), ("rerun", "start it again")):
         sub.add_parser(name, help=text).add_argument("id")
@@ -53,7 +46,37 @@ def add_jobs_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     log.add_argument("id")
     log.add_argument("-f", "--follow", action="store_true", help="until the job ends")
     log.add_argument("--tail", type=int, default=100, help="lines from the end (100)")
+    _add_schedule_parser(sub)
     jobs.set_defaults(func=run_jobs)
+
+
+def _add_request(parser: argparse.ArgumentParser) -> None:
+    """The arguments of a job request (``start``, ``schedule add``)."""
+    parser.add_argument("project", help="a deployed project, or - for the engines' spider_modules")
+    parser.add_argument("spider", help="the spider (module:Class with -)")
+    parser.add_argument("-a", dest="args", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("-s", dest="settings", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument(
+        "--on", nargs="+", default=["any"], help="any, all, label=value, or engine ids"
+    )
+    parser.add_argument("--on-lost", choices=("fail", "requeue"), default="fail")
+    parser.add_argument(
+        "--version", dest="project_version", help="a version (default: the default)"
+    )
+
+
+def _add_schedule_parser(sub: Any) -> None:
+    schedule = sub.add_parser("schedule", help="start jobs on a cron or an interval")
+    commands = schedule.add_subparsers(dest="schedule_command", required=True)
+    add = commands.add_parser("add", help="a new schedule; prints its id")
+    _add_request(add)
+    when = add.add_mutually_exclusive_group(required=True)
+    when.add_argument("--cron", help='a cron expression in UTC, e.g. "0 */6 * * *"')
+    when.add_argument("--every", help="an interval: 30s, 10m, 6h, 1d")
+    add.add_argument("--disabled", action="store_true", help="create it disabled")
+    commands.add_parser("list", help="every schedule")
+    for name, text in (("delete", "forget it"), ("enable", "tick again"), ("disable", "pause")):
+        commands.add_parser(name, help=text).add_argument("id")
 
 
 def start_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -106,6 +129,10 @@ def _table(jobs: list[dict[str, Any]]) -> str:
                 str(stats.get("items", "-")),
             )
         )
+    return _columns(rows)
+
+
+def _columns(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
 
@@ -120,6 +147,44 @@ async def _log(session: aiohttp.ClientSession, url: str, args: argparse.Namespac
             sys.stdout.flush()
 
 
+def _schedule_table(schedules: list[dict[str, Any]]) -> str:
+    rows = [("ID", "ENABLED", "WHEN", "SPIDER", "NEXT", "FIRED", "SKIPPED", "LAST JOB")]
+    for item in schedules:
+        when = item["cron"] if item.get("cron") else f"every {item['every']:g}s"
+        upcoming = item.get("next_run")
+        rows.append(
+            (
+                item["id"],
+                "yes" if item["enabled"] else "no",
+                when,
+                str(item["request"].get("spider")),
+                time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(upcoming)) if upcoming else "-",
+                str(item["fired"]),
+                str(item["skipped"]),
+                item.get("last_job") or "-",
+            )
+        )
+    return _columns(rows)
+
+
+async def _schedule(session: aiohttp.ClientSession, args: argparse.Namespace) -> None:
+    base = args.monitor.rstrip("/") + "/netdiscovery/monitor/schedules"
+    command = args.schedule_command
+    if command == "add":
+        body = start_body(args)
+        body["cron" if args.cron else "every"] = args.cron or args.every
+        body["enabled"] = not args.disabled
+        print((await _call(session, "POST", base, body))["id"])
+    elif command == "list":
+        print(_schedule_table((await _call(session, "GET", base))["schedules"]))
+    elif command == "delete":
+        print((await _call(session, "DELETE", f"{base}/{args.id}"))["deleted"], "deleted")
+    else:
+        body = {"enabled": command == "enable"}
+        done = await _call(session, "PATCH", f"{base}/{args.id}", body)
+        print(done["id"], "enabled" if done["enabled"] else "disabled")
+
+
 async def run_jobs(args: argparse.Namespace) -> int:
     """Do one ``netdisco jobs`` sub-command; 0, or 2 with the monitor's reason."""
     base = args.monitor.rstrip("/") + "/netdiscovery/monitor/jobs"
@@ -129,7 +194,9 @@ async def run_jobs(args: argparse.Namespace) -> int:
         if command == "log":
             await _log(session, f"{base}/{args.id}", args)
             return 0
-        if command == "start":
+        if command == "schedule":
+            await _schedule(session, args)
+        elif command == "start":
             made = await _call(session, "POST", base, start_body(args))
             print("\n".join(job["id"] for job in made["jobs"]))
         elif command == "list":

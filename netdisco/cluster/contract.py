@@ -86,6 +86,8 @@ class EventType(StrEnum):
     JOB_FAILED = "job_failed"
     JOB_CANCELLED = "job_cancelled"
     JOB_LOST = "job_lost"  # its engine went (or stopped) before the job ended
+    SCHEDULE_FIRED = "schedule_fired"  # a schedule's tick made a job (told by one monitor)
+    SCHEDULE_SKIPPED = "schedule_skipped"  # a tick while its previous job was still going
     # the monitor's health rules (monitor/rules.py), from status polls and znode data
     ENGINE_STALLED = "engine_stalled"  # its znode says its event loop is stuck
     ENGINE_RECOVERED = "engine_recovered"  # no longer stalled, after an engine_stalled

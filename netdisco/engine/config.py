@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from netdisco.cluster.ticks import Schedule, parse_schedule
 from netdisco.crawl import settings as crawl_settings
 from netdisco.crawl.arguments import check_args
 from netdisco.crawl.settings import Settings
-from netdisco.engine.schedules import Schedule, parse_schedule
 from netdisco.exceptions import ConfigError
 from netdisco.schema import (
     Section,

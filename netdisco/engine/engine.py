@@ -49,11 +49,11 @@ from netdisco.engine.watchdog import LoopWatchdog
 from netdisco.exceptions import DuplicateSpider, InvalidTransition, UnknownSpider
 
 if TYPE_CHECKING:
+    from netdisco.cluster.ticks import Schedule
     from netdisco.crawl.pipelines import Pipeline
     from netdisco.crawl.settings import Settings
     from netdisco.crawl.spider import Spider
     from netdisco.engine.jobs import JobRunner
-    from netdisco.engine.schedules import Schedule
 
 log = structlog.get_logger(__name__)
 

@@ -38,7 +38,7 @@ from netdisco.cluster.zk import close_client
 from netdisco.crawl.settings import Settings
 from netdisco.engine.config import EngineSettings
 from netdisco.engine.joblog import CHUNK, MAX_LINE, LogWriter, job_dir
-from netdisco.exceptions import NetdiscoError, SpiderNotAllowed
+from netdisco.exceptions import NetdiscoError
 
 log = structlog.get_logger(__name__)
 
@@ -75,16 +75,6 @@ def deadline_of(job: Job) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 3600:
         return float(value)
     return _DEFAULT_DEADLINE
-
-
-def project_spider(spider: str, spiders: tuple[str, ...]) -> str:
-    """A project's spider named by ``module:Class`` or by its class name alone."""
-    if spider in spiders:
-        return spider
-    named = [ref for ref in spiders if ref.rpartition(":")[2] == spider]
-    if len(named) == 1:
-        return named[0]
-    raise SpiderNotAllowed(f"the project has no spider {spider!r}; it has {', '.join(spiders)}")
 
 
 class JobProcess:
@@ -369,6 +359,7 @@ class JobRunner:
         if job.project is None:
             return job, sys.executable, None, list(self.settings.spider_modules)
         from netdisco.projects import install  # uv and archives: only for projects
+        from netdisco.projects.store import project_spider
 
         assert self._client is not None
         got = await install(

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from netdisco.cluster.ticks import Schedule, parse_schedule
 from netdisco.crawl import settings as crawl_settings
 from netdisco.crawl.arguments import check_args
 from netdisco.crawl.feeds.pipeline import feed_path
@@ -25,7 +26,6 @@ from netdisco.crawl.loader import load_spider
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
 from netdisco.engine.config import EngineConfig, EngineSettings
-from netdisco.engine.schedules import Schedule, parse_schedule
 from netdisco.exceptions import (
     ConfigError,
     DuplicateSpider,

@@ -2,9 +2,9 @@
 
 A schedule is ``schedule = "0 */6 * * *"`` (cron, evaluated in UTC by croniter; a
 sixth field is seconds) or ``every = "30m"`` (``s``, ``m``, ``h``, ``d``; a number is
-seconds). Ticks are absolute instants, the same on every engine: a cron
-expression's, or the multiples of the interval since the Unix epoch, so engines
-sharing a crawl agree on which tick is which (``runs.claim_run``). At a tick the
+seconds). Ticks are absolute instants, the same on every engine
+(:mod:`netdisco.cluster.ticks`), so engines sharing a crawl agree on which tick is
+which (``runs.claim_run``). At a tick the
 engine starts a new run of the spider unless the previous one is still going:
 then the tick is skipped and counted. A run that fails is counted, and the next
 tick runs anyway. Schedules are recomputed from the configuration at every engine
@@ -14,52 +14,18 @@ start, so they survive restarts without state of their own.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from croniter import croniter
 
-from netdisco.exceptions import ConfigError
-from netdisco.values import parse_duration
+from netdisco.cluster.ticks import Schedule, parse_schedule
+
+#: the tick arithmetic is ``netdisco.cluster.ticks``'s, imported from here by older code
+__all__ = ["Schedule", "ScheduledSpider", "Timetable", "parse_schedule"]
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """When a spider runs: ``cron`` or ``every`` (seconds), exactly one of them."""
-
-    cron: str | None = None
-    every: float | None = None
-
-    def next_run(self, after: float) -> float:
-        """The first tick strictly after ``after`` (Unix seconds)."""
-        if self.every is not None:
-            return (math.floor(after / self.every) + 1) * self.every
-        assert self.cron is not None
-        return float(croniter(self.cron, after).get_next(float))
-
-    def describe(self) -> dict[str, Any]:
-        """What status answers and the znode show."""
-        return {"schedule": self.cron, "every": self.every}
-
-
-def parse_schedule(cron: Any, every: Any, *, key: str) -> Schedule | None:
-    """A schedule from the ``schedule`` and ``every`` keys of ``key``; None without either."""
-    every_key, cron_key = (f"{key}.every", f"{key}.schedule") if key else ("every", "schedule")
-    if cron is not None and every is not None:
-        raise ConfigError(every_key, "set schedule or every, not both")
-    if every is not None:
-        return Schedule(every=parse_duration(every_key, every))
-    if cron is None:
-        return None
-    if not isinstance(cron, str) or not croniter.is_valid(cron):
-        raise ConfigError(cron_key, f"not a cron expression: {cron!r}")
-    return Schedule(cron=cron)
 
 
 #: starts the run of a tick (Unix seconds; its id on every engine); False when the

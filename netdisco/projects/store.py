@@ -31,7 +31,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.security import ACL
 
 from netdisco.cluster.zk import Bridge, wait_result
-from netdisco.exceptions import ProjectRefused, ProjectUnavailable
+from netdisco.exceptions import ProjectRefused, ProjectUnavailable, SpiderNotAllowed
 from netdisco.projects.archive import LABEL, PROJECT_NAME, Manifest
 
 #: bytes per chunk znode: well under ZooKeeper's default 1 MB ``jute.maxbuffer``
@@ -83,6 +83,17 @@ class Version:
         body.pop("czxid")
         body["spiders"] = list(self.spiders)
         return body
+
+
+def project_spider(spider: str, spiders: tuple[str, ...]) -> str:
+    """A project's spider named by ``module:Class`` or by its class name alone (the
+    engine runs it; the monitor checks a schedule's with it)."""
+    if spider in spiders:
+        return spider
+    named = [ref for ref in spiders if ref.rpartition(":")[2] == spider]
+    if len(named) == 1:
+        return named[0]
+    raise SpiderNotAllowed(f"the project has no spider {spider!r}; it has {', '.join(spiders)}")
 
 
 def _bad(path: str, why: str) -> ProjectUnavailable:

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -301,3 +302,33 @@ async def test_a_job_of_a_deployed_project_runs_in_its_venv(
     (missing,) = await client.start(project="shop", spider="Nope", args={"site": site})
     refused = await state_of(client, missing["id"], "failed", timeout=60)
     assert "no spider 'Nope'" in refused["error"]
+
+
+async def test_job_history_keeps_the_newest_ended_jobs_and_none_too_old(zk_hosts, start_monitor):
+    from netdisco.cluster.jobs import Job, JobState, new_id
+
+    config = monitor_config(zk_hosts, jobs={"history": 2, "history_days": 1})
+    monitor, _ = await start_monitor(with_token(config))
+    now = time.time()
+
+    def ended(state: JobState, age: float, **more: Any) -> Job:
+        return Job(id=new_id(), spider="s", state=state, created_at=now - age - 1,
+                   ended_at=now - age, **more)  # fmt: skip
+
+    newest = ended(JobState.FINISHED, 10)
+    second = ended(JobState.FAILED, 20)
+    third = ended(JobState.CANCELLED, 30)  # beyond the count of 2
+    lost = ended(JobState.LOST, 5)  # lost for good (no requeue): history too
+    requeued = ended(JobState.LOST, 5, on_lost="requeue")  # to be placed again: kept
+    waiting = Job(id=new_id(), spider="s", created_at=now - 5 * 86400)  # old, not ended: kept
+    old = ended(JobState.FINISHED, 2 * 86400)
+    for job in (newest, second, third, lost, requeued, waiting, old):
+        await monitor.jobs.store.create(job)
+    monitor.jobs.wake()
+
+    async def pruned() -> set[str] | None:
+        left = {j.id for j in await monitor.jobs.store.list()}
+        return left if len(left) == 4 else None
+
+    left = await eventually(pruned, "the history pruned", timeout=10)
+    assert left == {newest.id, lost.id, requeued.id, waiting.id}
