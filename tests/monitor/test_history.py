@@ -103,7 +103,7 @@ def test_odd_counters_give_no_rate_and_break_nothing() -> None:
     for odd in (-1, "12", True, math.nan, math.inf, 10**400, None, 2.0**60):
         history.record("e1", counted(odd, 0, 0), 1)
         assert series(history, now=1)[-1][1:] == [None, None, None], odd
-    history.record("e1", [spider("a", rate=10**400)], 2)  # type: ignore[arg-type]
+    history.record("e1", [spider("a", rate=10**400)], 2)
     assert history.to_json()["engines"]["e1"]["spiders"][0]["pages_per_second"] is None
 
 
