@@ -30,7 +30,8 @@ def series(history: History, engine: str = "e1", **span: Any) -> list[list[Any]]
 def test_series_are_bounded_and_quiet_spiders_have_no_rate() -> None:
     history = History(points=3)
     for second in range(5):
-        grown: dict[str, Any] = {"succeeded": 10 + 2 * second, "items": 3 * second, "failed": second}
+        grown: dict[str, Any] = {"succeeded": 10 + 2 * second, "items": 3 * second}
+        grown["failed"] = second
         history.record(
             "e1", [spider("a", rate=float(second), **grown), spider("b", "finished", 9.0)], second
         )
@@ -139,7 +140,7 @@ def test_long_spans_come_from_the_minutes_downsampled_to_a_bounded_answer() -> N
     hour = series(history, span=3600, now=now)
     assert (len(hour), hour[-2][0] - hour[-3][0]) == (61, 60)  # 60 minutes and the one begun
     recent = series(history, now=now)
-    assert len(recent) == 120 and recent[-1] == [now, 2.0, 1.0, 0.0]  # the reads, as kept
+    assert (len(recent), recent[-1]) == (120, [now, 2.0, 1.0, 0.0])  # the reads, as kept
 
 
 def test_everything_is_bounded() -> None:
