@@ -76,7 +76,7 @@ class Monitor:
         self.schedules = Schedules(self.jobs, self.record)
         self.failed = Failed()
         self.http = HttpServer(self, self.control, config.http.host, config.http.port)
-        self.history = History()
+        self.history = History(hours=config.http.history_hours)
         self.rules = Rules(config.rules)
         self.departed = Departed(config.http.offline_retention)
         self.status = StatusPoller(
@@ -273,13 +273,16 @@ class Monitor:
         newer = [e.to_json() for e in self.recent if e.seq > since]
         return newer[-limit:] if limit else []
 
-    def spider_history(self) -> dict[str, Any]:
+    def spider_history(self, span: float) -> dict[str, Any]:
+        """The spiders' summaries, their rates over the last ``span`` seconds, the totals."""
         members = self.watcher.members()
         self.history.keep_only(m.name for m in members)
-        gone = self.departed.summaries(time.time())
+        now = time.time()
+        gone = self.departed.summaries(now)
         return {
-            **self.history.to_json(crawls(members), gone),
+            **self.history.to_json(crawls(members), gone, span, now),
             "interval": self.config.http.poll_status,
+            "hours": self.config.http.history_hours,
             "control": self.config.control is not None,
         }
 

@@ -4,7 +4,8 @@ Routes (docs/http-api.md): ``GET /netdiscovery/monitor`` (engines with state, si
 incarnation, status_url), ``GET /netdiscovery/events`` (recent events; ``?since=SEQ``
 for polling, ``?limit=N``), ``GET /netdiscovery/health`` (200, or 503 while the
 view is stale), ``GET /metrics`` (Prometheus), ``GET /netdiscovery/monitor/spiders``
-(each engine's spiders and their recent pages/s, cluster totals),
+(each engine's spiders and their pages/s, items/s and errors/s over ``?span=``, cluster
+totals),
 ``POST /netdiscovery/monitor/engines/{id}/spiders/{name}/{action}`` (pause, resume,
 stop through the monitor: :mod:`monitor.control`), the project routes under
 ``/netdiscovery/monitor/projects`` (:mod:`monitor.projects`), ``GET /`` (the dashboard,
@@ -14,6 +15,7 @@ which polls the JSON routes). Errors are real status codes with a JSON body.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -23,6 +25,7 @@ from aiohttp import web
 from kazoo.exceptions import KazooException
 
 from monitor.control import ACTIONS, Control, check_caller
+from monitor.history import RECENT_SPAN
 from monitor.jobroutes import add_routes
 from monitor.schedroutes import add_routes as add_schedule_routes
 from netdisco import serving
@@ -91,8 +94,30 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
 
+_SPAN = re.compile(r"(\d{1,6})([smh])")
+_UNIT = {"s": 1, "m": 60, "h": 3600}
+
+
+def span_param(raw: str | None, hours: float) -> float:
+    """``?span=`` of the history route: ``10m`` (the default), ``90s``, ``1h``... within
+    a minute and ``[http] history_hours``, in seconds."""
+    if raw is None:
+        return float(RECENT_SPAN)
+    match = _SPAN.fullmatch(raw)
+    seconds = int(match[1]) * _UNIT[match[2]] if match else 0
+    if not 60 <= seconds <= hours * 3600:
+        shown = raw if len(raw) <= 20 else raw[:20] + "..."
+        raise web.HTTPBadRequest(
+            text=f"span must be a duration like 10m, 1h or 6h, from 1m to {hours:g}h "
+            f"([http] history_hours), not {shown!r}"
+        )
+    return float(seconds)
+
+
 async def spider_history(request: web.Request) -> web.Response:
-    return web.json_response(request.app[STATE].spider_history())
+    state = request.app[STATE]
+    span = span_param(request.query.get("span"), state.config.http.history_hours)
+    return web.json_response(state.spider_history(span))
 
 
 async def control(request: web.Request) -> web.Response:

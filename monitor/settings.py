@@ -79,6 +79,15 @@ def _url(url: str) -> str | None:
     return None if ok else f"must be an http(s) URL, not {url!r}"
 
 
+#: the charts keep one slot a minute per spider: this bounds them (docs/monitor.md#charts)
+MAX_HISTORY_HOURS = 48.0
+
+
+def _history_hours(value: float) -> str | None:
+    ok = 1 <= value <= MAX_HISTORY_HOURS
+    return None if ok else f"must be within 1-{MAX_HISTORY_HOURS:g}, not {value}"
+
+
 def _field(section: str, default: Any, doc: str, **more: Any) -> Any:
     return setting(default, section=section, doc=doc, **more)
 
@@ -102,6 +111,12 @@ class HttpSettings(Section):
         5.0,
         "seconds between reads of each engine's pages/s (0: never)",
         check=_at_least_zero,
+    )
+    history_hours: float = _field(
+        "http",
+        6.0,
+        f"hours of pages/s, items/s and errors/s the charts keep (1-{MAX_HISTORY_HOURS:g})",
+        check=_history_hours,
     )
     offline_retention: float = _field(
         "http",

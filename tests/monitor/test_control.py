@@ -122,7 +122,7 @@ async def _history_shows_the_crawl(base: str) -> None:
         _, body, _ = await _get(f"{base}/netdiscovery/monitor/spiders")
         spiders = {s["name"]: s for s in body["engines"].get("crawler-1", {}).get("spiders", [])}
         slow = spiders.get("slowtree", {})
-        samples = [v for _, v in slow.get("series", []) if v is not None]
+        samples = [row[1] for row in slow.get("series", []) if row[1] is not None]
         return body if len(samples) >= 3 and slow["succeeded"] > 0 else None
 
     body = await eventually(read, what="pages/s samples of the running spider")

@@ -1,8 +1,15 @@
-"""The dashboard's memory: bounded, tolerant of odd answers, no rate for idle spiders."""
+"""The dashboard's memory: rates from counters, bounded, tolerant of odd answers, no rate
+for idle spiders, the minutes downsampled for long spans."""
 
 from __future__ import annotations
 
-from monitor.history import History
+import math
+from typing import Any
+
+import pytest
+
+from monitor.history import MAX_GAP, History
+from monitor.series import MAX_POINTS, Tier
 
 
 def spider(
@@ -12,19 +19,30 @@ def spider(
             "failed": 1, "queue_size": 5, **more}  # fmt: skip
 
 
+def counted(pages: Any, items: int, failed: int, **more: Any) -> list[Any]:
+    return [spider("a", succeeded=pages, items=items, failed=failed, **more)]
+
+
+def series(history: History, engine: str = "e1", **span: Any) -> list[list[Any]]:
+    return list(history.to_json(**span)["engines"][engine]["spiders"][0]["series"])
+
+
 def test_series_are_bounded_and_quiet_spiders_have_no_rate() -> None:
     history = History(points=3)
     for second in range(5):
+        grown: dict[str, Any] = {"succeeded": 10 + 2 * second, "items": 3 * second}
+        grown["failed"] = second
         history.record(
-            "e1", [spider("a", rate=float(second)), spider("b", "finished", 9.0)], second
+            "e1", [spider("a", rate=float(second), **grown), spider("b", "finished", 9.0)], second
         )
-    body = history.to_json()
+    body = history.to_json(now=4)
     a, b = body["engines"]["e1"]["spiders"]
-    assert a["series"] == [[2, 2.0], [3, 3.0], [4, 4.0]]  # the last 3 reads only
-    assert (b["pages_per_second"], b["series"][-1]) == (None, [4, None])
+    assert a["series"] == [[2, 2.0, 3.0, 1.0], [3, 2.0, 3.0, 1.0], [4, 2.0, 3.0, 1.0]]
+    assert (b["pages_per_second"], b["series"][-1]) == (None, [4, None, None, None])
+    assert body["engines"]["e1"]["series"][-1] == [4, 2.0, 3.0, 1.0]  # a's only: b is done
     assert history.engine_rate("e1") == 4.0
     states = {"running": 1, "finished": 1}
-    expected = {"engines": 1, "spiders": 2, "states": states, "pages": 20, "failed": 2,
+    expected = {"engines": 1, "spiders": 2, "states": states, "pages": 28, "failed": 5,
                 "queue": 5, "pages_per_second": 4.0}  # fmt: skip
     assert body["totals"] == expected  # the finished spider's queue is empty
     assert b["queue_size"] == 0
@@ -61,3 +79,93 @@ def test_engines_that_left_are_forgotten() -> None:
     history.keep_only(["e2"])
     assert list(history.to_json()["engines"]) == ["e2"]
     assert history.engine_rate("e1") is None
+
+
+def test_a_counter_going_back_is_a_new_run_and_a_gap_not_a_negative_rate() -> None:
+    history = History()
+    reads = [(0, 100, 50, 4), (5, 150, 60, 4), (10, 3, 1, 0), (15, 13, 6, 5), (16, 13, 6, 5)]
+    for second, pages, items, failed in reads:
+        history.record("e1", counted(pages, items, failed), second)
+    rows = series(history, now=20)
+    assert [r[1:] for r in rows] == [
+        [None, None, None],  # a first read has nothing to compare with
+        [10.0, 2.0, 0.0],
+        [None, None, None],  # the counters went back: a new run
+        [2.0, 1.0, 1.0],
+        [0.0, 0.0, 0.0],
+    ]
+    history.record("e1", counted(20, 7, 5), 16 + MAX_GAP + 1)
+    assert series(history, now=16 + MAX_GAP + 1)[-1][1:] == [None, None, None]  # too long
+
+
+def test_odd_counters_give_no_rate_and_break_nothing() -> None:
+    history = History()
+    history.record("e1", counted(10, 0, 0), 0)
+    for odd in (-1, "12", True, math.nan, math.inf, 10**400, None, 2.0**60):
+        history.record("e1", counted(odd, 0, 0), 1)
+        assert series(history, now=1)[-1][1:] == [None, None, None], odd
+    history.record("e1", [spider("a", rate=10**400)], 2)
+    assert history.to_json()["engines"]["e1"]["spiders"][0]["pages_per_second"] is None
+
+
+def test_an_engine_sums_its_running_spiders() -> None:
+    history = History()
+    for second in (0, 10):
+        history.record("e1", [spider("a", succeeded=10 * second, items=second, failed=0),
+                              spider("b", succeeded=5 * second, items=0, failed=second),
+                              spider("c", "paused", succeeded=99 * second)], second)  # fmt: skip
+    assert history.to_json(now=10)["engines"]["e1"]["series"] == [
+        [0, None, None, None],
+        [10, 15.0, 1.0, 1.0],
+    ]
+
+
+def test_long_spans_come_from_the_minutes_downsampled_to_a_bounded_answer() -> None:
+    history = History(hours=6)
+    start = 1_000_020.0  # 20 s into a minute
+    pages = 0
+    for n in range(6 * 60 * 12 + 1):  # a read every 5 s for 6 hours
+        running = not 100 <= n < 200  # paused for 500 s
+        pages += 10 if running else 0
+        state = "running" if running else "paused"
+        history.record("e1", counted(pages, pages // 2, 0, state=state), start + 5 * n)
+    now = start + 5 * 6 * 60 * 12
+    body = history.to_json(span=6 * 3600, now=now)
+    assert body["step"] == 180
+    rows = body["engines"]["e1"]["spiders"][0]["series"]
+    assert len(rows) <= MAX_POINTS
+    assert all(row[0] % 180 == 0 for row in rows)
+    assert rows[1][1:] == [2.0, 1.0, 0.0]
+    assert any(row[1] is None for row in rows)  # the 500 s paused span a gap, no rate
+    hour = series(history, span=3600, now=now)
+    assert (len(hour), hour[-2][0] - hour[-3][0]) == (61, 60)  # 60 minutes and the one begun
+    recent = series(history, now=now)
+    assert (len(recent), recent[-1]) == (120, [now, 2.0, 1.0, 0.0])  # the reads, as kept
+
+
+def test_everything_is_bounded() -> None:
+    history = History(points=5, hours=1, max_engines=2, max_spiders=1)
+    for n in range(3000):
+        for engine in ("e1", "e2", "e3"):
+            history.record(engine, [spider("a", succeeded=n), spider("b")], 30.0 * n)
+    body = history.to_json(span=3600, now=30.0 * 2999)
+    assert list(body["engines"]) == ["e1", "e2"]
+    assert [len(s["series"]) for s in body["engines"]["e1"]["spiders"]] == [60]
+    assert len(series(history, now=30.0 * 2999)) == 5
+    tier = Tier(3, 60)
+    for minute in range(10):
+        tier.add(60.0 * minute, 60, (1.0, 2.0, 3.0))
+    assert [row[0] for row in tier.rows(0)] == [420, 480, 540]
+    with pytest.raises(ValueError, match="points"):
+        History(points=MAX_POINTS + 1)
+
+
+def test_the_minutes_are_weighted_by_time_and_the_clock_going_back_is_ignored() -> None:
+    tier = Tier(10, 60)
+    tier.add(10, 10, (6.0, 0.0, 0.0))
+    tier.add(40, 30, (2.0, 0.0, 0.0))
+    tier.add(50, 10, None)  # not running: no weight
+    tier.add(70, 10, (1.0, 0.0, 0.0))
+    tier.add(5, 5, (100.0, 0.0, 0.0))  # back into a minute gone: dropped
+    assert tier.rows(0) == [[0, 3.0, 0.0, 0.0], [60, 1.0, 0.0, 0.0]]  # (6*10 + 2*30) / 40
+    assert tier.rows(0, 120) == [[0, 2.6, 0.0, 0.0]]  # (6*10 + 2*30 + 1*10) / 50
