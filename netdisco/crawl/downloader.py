@@ -215,7 +215,7 @@ class Downloader:
         except RequestError as exc:
             self.host_errors.record(request, exc)
             if self.reserved_by is not None and not exc.deferred:
-                self.reserved_by.fetched(request)
+                self.reserved_by.fetched(request, sent=not _nothing_sent(request, exc))
             raise
         finally:
             _HOLD.reset(token)
@@ -438,6 +438,14 @@ class Downloader:
         if self.throttle.enabled:
             self.throttle.observe(host, took, response.status)
         return response
+
+
+def _nothing_sent(request: Request, exc: RequestError) -> bool:
+    """Whether ``exc`` ended ``request`` before any of it went out: robots.txt forbade
+    its first hop on its first attempt (a host queue's turn is then given back)."""
+    return (
+        isinstance(exc, RobotsDenied) and request.attempts <= 1 and exc.url == defrag(request.url)
+    )
 
 
 def _session(s: Settings) -> aiohttp.ClientSession:
