@@ -138,6 +138,7 @@ class Downloader:
         settings, frontier = ctx.settings, ctx.frontier
         self.settings = settings
         self.stats = ctx.stats
+        self._wake = ctx.notify
         self.spider = ctx.spider
         self.frontier = frontier
         self.scheduler = scheduler
@@ -383,8 +384,8 @@ class Downloader:
 
     def release(self, request: Request) -> None:
         """``request`` is over (fetched, failed, or skipped by a re-crawl): its slot frees."""
-        if self.hosts is not None:
-            self.hosts.release(request)
+        if self.hosts is not None and self.hosts.release(request):
+            self._wake()  # an idle worker serves the host now, not after this scrape
 
     def drain(self) -> list[Request]:
         """Every request set aside (to hand back to the frontier on close)."""
@@ -408,7 +409,8 @@ class Downloader:
         slot = self.hosts.slot(host)
         async with slot:
             start = await slot.wait_turn()
-            self.hosts.started(slot, _HOLD.get())
+            if self.hosts.started(slot, _HOLD.get()):
+                self._wake()  # idle workers learn when the host is due next
             if start is None:
                 yield
                 return

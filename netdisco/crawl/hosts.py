@@ -260,31 +260,35 @@ class ReadyHosts:
         """Seconds until the first host with requests aside may be due (None: no host)."""
         return max(self._heap[0][0] - time.monotonic(), 0.0) if self._heap else None
 
-    def started(self, slot: HostSlot, hold: Hold | None) -> None:
-        """A request had its turn on ``slot``: the host is due again at its next start."""
+    def started(self, slot: HostSlot, hold: Hold | None) -> bool:
+        """A request had its turn on ``slot``: the host is due again at its next start.
+        Say whether it became due at a known time for requests waiting aside."""
         self.turns += 1
         if hold is not None and hold.slot is slot and not hold.started:
             hold.started = True
             slot.pending -= 1
             if slot.waiting:
                 self._push(slot, slot.next_start)
+                return True
+        return False
 
     def hold_of(self, request: Request) -> Hold | None:
         """The hold ``place`` or ``ready`` gave ``request``, if any."""
         return self._holds.get(id(request))
 
-    def release(self, request: Request) -> None:
+    def release(self, request: Request) -> bool:
         """``request``'s download is over: its slot is free (and a turn it never took
-        is no longer waited for)."""
+        is no longer waited for). Say whether requests of its host wait aside."""
         hold = self._holds.pop(id(request), None)
         if hold is None:
-            return
+            return False
         slot = hold.slot
         slot.active -= 1
         if not hold.started:
             slot.pending -= 1
         if slot.waiting:
             self._push(slot, slot.next_start)
+        return bool(slot.waiting)
 
     def drain(self) -> list[Request]:
         """Every request set aside (to hand back to the frontier on close)."""
