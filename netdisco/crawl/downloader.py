@@ -384,8 +384,8 @@ class Downloader:
 
     def release(self, request: Request) -> None:
         """``request`` is over (fetched, failed, or skipped by a re-crawl): its slot frees."""
-        if self.hosts is not None and self.hosts.release(request):
-            self._wake()  # an idle worker serves the host now, not after this scrape
+        if self.hosts is not None:
+            self.hosts.release(request)  # the crawl wakes idle workers after the scrape
 
     def drain(self) -> list[Request]:
         """Every request set aside (to hand back to the frontier on close)."""

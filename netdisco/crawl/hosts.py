@@ -184,6 +184,8 @@ class ReadyHosts:
         self._parked: dict[str, HostSlot] = {}  # hosts with requests waiting
         self._count = 0  # requests waiting, over every host
         self._skips = 0  # requests sent back to the frontier since the last start
+        self._budget = limit  # how many may be, before the next start
+        self.sent_back = 0  # requests sent back to the frontier (no room), in all
         self._heap: list[tuple[float, int, str]] = []  # (due, order, host); stale entries skipped
         self._order = itertools.count()
         self._holds: dict[int, Hold] = {}  # id(request) -> its hold
@@ -205,8 +207,8 @@ class ReadyHosts:
 
     def taking(self) -> bool:
         """Whether a worker may take another request from the frontier: there is room
-        aside, and the last takes were not all sent back."""
-        return self._count < self.limit and self._skips < self.limit
+        aside, and the takes since the last start were not all sent back."""
+        return self._count < self.limit and self._skips < self._budget
 
     def place(self, request: Request) -> Placement:
         """Hand ``request`` out if its host is due now (``go``, its slot held until
@@ -214,20 +216,33 @@ class ReadyHosts:
         else set it aside (``parked``), or, with no room, send it back (``back``)."""
         slot = self.slot(request.host_key)
         due = slot.due()
-        if due is not None and due <= time.monotonic() and not self.blocked(request.url):
+        now = due is not None and due <= time.monotonic() and not self.blocked(request.url)
+        denied = not now and self.denied(request.url)
+        full = self._count >= self.limit or len(slot.waiting) >= PER_HOST * slot.capacity
+        if not (now or denied) and full:
+            return self._back()
+        if self._skips:  # going past the full hosts found another: worth it
+            self._budget = self.limit
+        if now:
             self._hold(request, slot)
+        if now or denied:
             return "go"
-        if self.denied(request.url):
-            return "go"
-        if self._count >= self.limit or len(slot.waiting) >= PER_HOST * slot.capacity:
-            self._skips += 1
-            return "back"
         slot.waiting.append(request)
         self._count += 1
         if slot.host not in self._parked:
             self._parked[slot.host] = slot
             self._push(slot, due)
         return "parked"
+
+    def _back(self) -> Placement:
+        """No room: the request goes back to the frontier. A run of those that found no
+        other host halves how many the next run may send (at least one after each
+        start), so a crawl of one busy host does not spin through its frontier."""
+        self._skips += 1
+        self.sent_back += 1
+        if self._skips >= self._budget:
+            self._budget = max(1, self._budget // 2)
+        return "back"
 
     def ready(self) -> Request | None:
         """A request set aside whose host is due now (its slot held), first due first."""
