@@ -164,7 +164,9 @@ async def test_a_request_that_sent_nothing_gives_its_host_turn_back(
     async def due_in() -> int:  # us until the host may start again, by Redis's clock
         k = a.shard_keys[a._shard("denied.test")]
         sec, us = await a._redis.time()
-        return int(await a._redis.hget(k.next_start, "denied.test")) - (sec * 1_000_000 + us)
+        due = await a._redis.hget(k.next_start, "denied.test")
+        assert due is not None
+        return int(due) - (sec * 1_000_000 + us)
 
     denied = await a.take()
     assert path(denied) == "private"
