@@ -14,7 +14,7 @@ import tracemalloc
 
 from protego import Protego
 
-from netdisco.crawl.downloader import HostSlot
+from netdisco.crawl.hosts import HostSlot
 from netdisco.crawl.lru import LRU
 from netdisco.crawl.robots import _Origin
 from netdisco.crawl.scheduler import Scope

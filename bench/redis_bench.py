@@ -3,7 +3,7 @@
 Usage: .venv/bin/python bench/redis_bench.py [--pages 4000] [--delay 0.05]
        [--concurrency 16] [--engines 1,2,4] [--site DIR] [--repeat 3]
        [--hosts 4] [--per-host 16] [--download-delay 0] [--options politeness=engine]
-       [--cluster]
+       [--cluster] [--no-shared]
 
 Generates the site (``gen_site.py``), serves it with a fixed latency per response
 from a separate process on ``--hosts`` loopback addresses (127.0.0.1, .2, ...;
@@ -190,6 +190,7 @@ def measure(
     seconds = max(r["end"] for r in results) - min(r["start"] for r in results)
     return {
         "engines": count,
+        "engines_crawling": count if memory else 1,  # a shared crawl is one crawl
         "pages": pages,
         "seconds": round(seconds, 2),
         "pages_per_second": round(pages / seconds, 1),
@@ -225,11 +226,18 @@ def scale(
         one = one or row["pages_per_second"] / count
         row["ratio_to_one"] = round(row["pages_per_second"] / one, 2)
         row["target"] = round(0.9 * count, 2)
-        if args.download_delay:  # politeness is the limit: how close to what it imposes?
-            bound = row["pages"] / args.hosts * (args.download_delay + args.delay)
-            row["delay_bound_seconds"] = round(bound, 2)
-            row["ratio_to_delay_bound"] = round(row["seconds"] / bound, 2)
+        politeness_bound(args, row)
         print(json.dumps(row), flush=True)
+
+
+def politeness_bound(args: argparse.Namespace, row: dict[str, Any]) -> None:
+    """With a delay, or one slot a host, politeness is the limit: each host's pages one
+    after another, each its delay plus the latency. Adds the bound and the ratio to it."""
+    if args.download_delay or args.per_host == 1:
+        bound = row["pages"] / row["engines_crawling"] / args.hosts
+        bound *= args.download_delay + args.delay
+        row["delay_bound_seconds"] = round(bound, 2)
+        row["ratio_to_delay_bound"] = round(row["seconds"] / bound, 2)
 
 
 def main() -> None:
@@ -247,6 +255,12 @@ def main() -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="also run N independent in-memory crawls (the machine's capacity)",
+    )
+    parser.add_argument(
+        "--shared",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the shared crawls (--no-shared: only the in-memory ones)",
     )
     parser.add_argument("--options", default="", help="frontier URL options, e.g. prefetch=1")
     parser.add_argument("--repeat", type=int, default=1, help="runs per N; the median is kept")
@@ -272,8 +286,10 @@ def main() -> None:
             pids = {"site_server": [server.pid], "redis": [n.process.pid for n in every]}
             for count in (int(n) for n in args.engines.split(",")) if args.baseline else ():
                 row = measure(count, redis_server.url, crawl, pids, nodes=nodes, memory=True)
+                politeness_bound(args, row)
                 print(json.dumps({"independent_memory_crawls": row}), flush=True)
-            scale(args, redis_server.url, crawl, pids, nodes)
+            if args.shared:
+                scale(args, redis_server.url, crawl, pids, nodes)
     finally:
         server.terminate()
         server.wait(10)

@@ -419,12 +419,23 @@ class Crawler:
             if self._budget_spent():
                 await self._idle()
                 continue
-            request = self.downloader.ready() or await self._take()
+            request = self.downloader.ready()
+            if request is None and self.downloader.taking():
+                request = await self._take()
+                if request is not None and not await self._placed(request):
+                    continue
             if request is None:
                 await self._idle()
                 continue
-            if not self.downloader.park(request):
-                await self._process(request)
+            await self._process(request)
+
+    async def _placed(self, request: Request) -> bool:
+        """Whether a request just taken starts now; else it waits aside for its host, or
+        goes back to the frontier when there is no room (``crawl.hosts``)."""
+        placement = self.downloader.place(request)
+        if placement == "back":
+            await release(self.frontier, request, requeue=True, bounded=self._stopping)
+        return placement == "go"
 
     async def _take(self) -> Request | None:
         """The frontier's next request; a take under way counts against ``max_pages``
@@ -450,7 +461,8 @@ class Crawler:
             if queued == 0 and leased == 0:
                 self.ctx.finish()
                 return
-        await self.ctx.wait_for_work(POLL_INTERVAL)
+        due = self.downloader.next_due()  # a host's delay running out wakes nobody else
+        await self.ctx.wait_for_work(POLL_INTERVAL if due is None else min(due, POLL_INTERVAL))
 
     async def _process(self, request: Request) -> None:
         host = request.host_key
@@ -468,6 +480,7 @@ class Crawler:
                 await self._failed(request, DownloadFailed(repr(exc), url=request.url))
             finished = True
         finally:
+            self.downloader.release(request)  # a re-crawl may have fetched nothing
             self.stats.end(host)
             if finished:  # acknowledged once its items are flushed
                 self.acks.add(request)

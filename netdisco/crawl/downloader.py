@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import random
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from email.utils import parsedate_to_datetime
@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import structlog
 
+from netdisco.crawl.hosts import Hold, Placement, ReadyHosts
 from netdisco.crawl.lru import LRU
 from netdisco.crawl.middleware import Chain, HttpCache, Middleware, build_middlewares
 from netdisco.crawl.redirects import (
@@ -59,6 +60,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 RETRY_STATUSES = frozenset({408, 429, *range(500, 600)})
+#: the hold of the request this task downloads (``ReadyHosts``): its turn ends the wait
+_HOLD: contextvars.ContextVar[Hold | None] = contextvars.ContextVar("hold", default=None)
 
 
 class HostErrors:
@@ -100,88 +103,6 @@ class HostErrors:
             self._given_up.put(host, f"{host} failed {row} times in a row (last: {exc})")
 
 
-class HostSlot:
-    """Politeness for one host: how many requests at once, when the next may start, and
-    the requests set aside until it has room (``Downloader.park``)."""
-
-    __slots__ = ("host", "next_start", "semaphore", "starting", "throttle", "users", "waiting")
-
-    def __init__(self, host: str, throttle: Throttle) -> None:
-        self.host, self.throttle = host, throttle  # its delay may change: asked each time
-        self.semaphore = asyncio.Semaphore(throttle.concurrency(host))
-        self.starting = asyncio.Lock()  # one request at a time waits out the delay
-        self.next_start = 0.0
-        self.users = 0  # requests holding or waiting for the semaphore
-        self.waiting: deque[Request] = deque()
-
-    async def __aenter__(self) -> None:
-        self.users += 1
-        try:
-            await self.semaphore.acquire()
-        except BaseException:
-            self.users -= 1
-            raise
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self.semaphore.release()
-        self.users -= 1
-
-    def idle(self) -> bool:
-        """Nobody uses it or waits for it, and its delay has run out: forgetting it
-        changes nothing."""
-        return self.users == 0 and not self.waiting and self.next_start <= time.monotonic()
-
-    def delay(self) -> float:
-        """The host's delay now (``Throttle.delay``)."""
-        return self.throttle.delay(self.host)
-
-    def rest(self, seconds: float) -> None:
-        """Start nothing for ``seconds`` (a 429, a 503, a failure): the whole host waits,
-        not only the request that was told to."""
-        self.next_start = max(self.next_start, time.monotonic() + seconds)
-
-    async def wait_turn(self) -> Start | None:
-        """Wait until the host's delay has passed since the previous request went out;
-        the returned ``Start`` is called when this one goes out (``None``: no delay).
-
-        The next start is counted from the moment a request really starts, not booked
-        ahead: booked times let sleepers that a stalled loop wakes together start
-        together. The lock, held until the request is sent, keeps two waiters of one
-        host from going out on one deadline. The delay is read when it is due, not
-        when the wait began: autothrottle may have changed it meanwhile.
-        """
-        if self.delay() <= 0:
-            while (left := self.next_start - time.monotonic()) > 0:  # noqa: ASYNC110 - resting
-                await asyncio.sleep(left)
-            return None
-        await self.starting.acquire()
-        try:
-            while (left := self.next_start - time.monotonic()) > 0:  # noqa: ASYNC110 - a deadline, not an event
-                await asyncio.sleep(left)
-        except BaseException:
-            self.starting.release()
-            raise
-        self.next_start = time.monotonic() + self.delay()  # until the handler says it sent
-        return Start(self)
-
-
-class Start:
-    """One request's start on its host: called when it goes out (at the latest when its
-    download ends), it counts the host's delay from then and lets the next one wait."""
-
-    __slots__ = ("done", "slot")
-
-    def __init__(self, slot: HostSlot) -> None:
-        self.slot, self.done = slot, False
-
-    def __call__(self) -> None:
-        if not self.done:
-            self.done = True
-            slot = self.slot
-            slot.next_start = max(slot.next_start, time.monotonic() + slot.delay())
-            self.slot.starting.release()
-
-
 def retry_after(headers: Mapping[str, str], cap: float) -> float | None:
     """Seconds asked for by a Retry-After header (delta or HTTP date), capped."""
     value = headers.get("Retry-After")
@@ -217,11 +138,11 @@ class Downloader:
         settings, frontier = ctx.settings, ctx.frontier
         self.settings = settings
         self.stats = ctx.stats
+        self._wake = ctx.notify
         self.spider = ctx.spider
         self.frontier = frontier
         self.scheduler = scheduler
         self.middlewares = [*first, *build_middlewares(settings, ctx.spider), *last]
-        self._slots: LRU[str, HostSlot] = LRU(settings.host_cache_size, HostSlot.idle)
         self.host_errors = HostErrors(settings.host_error_limit, settings.host_cache_size)
         self.throttle = Throttle(settings)
         self._session: aiohttp.ClientSession | None = None
@@ -230,14 +151,23 @@ class Downloader:
         self.renderer: RenderingHandler | None = None
         self.chain = Chain(self.middlewares, ctx.spider, self._transfer)
         self.robots: RobotsCache | None = None
-        #: hosts with requests set aside (``park``), and how many, bounded by
-        #: ``4 * concurrency``: past that a worker waits for its host (memory stays bounded)
-        self._parked: dict[str, HostSlot] = {}
-        self._parked_count = 0
-        self._park_limit = 4 * settings.concurrency
         #: the frontier when it reserves each request's host slot; then we keep no limits
         self.reserved_by = frontier if frontier.reserves_hosts else None
+        #: else each host's slot and queue, and the hosts due first (``crawl.hosts``)
+        self.hosts = None if self.reserved_by else self._ready_hosts(settings)
         frontier.set_politeness(settings.download_delay, settings.per_host_concurrency)
+
+    def _ready_hosts(self, s: Settings) -> ReadyHosts:
+        def blocked(url: str) -> bool:  # its requests would only wait for robots.txt
+            return self.robots is not None and self.robots.unreachable(url)
+
+        def denied(url: str) -> bool:
+            return self.robots is not None and self.robots.denies(url)
+
+        limit = 4 * s.concurrency
+        return ReadyHosts(
+            self.throttle, size=s.host_cache_size, limit=limit, blocked=blocked, denied=denied
+        )
 
     async def open(self) -> None:
         """Create the session (inside the running loop); start Chromium if ``render`` is set."""
@@ -279,14 +209,18 @@ class Downloader:
         With host queues the host's slot is freed as soon as the download is over (the
         request's acknowledgement waits for its items to be flushed; the host need not).
         """
+        token = _HOLD.set(None if self.hosts is None else self.hosts.hold_of(request))
         try:
             self.host_errors.check(request)
             response = await self._attempts(request)
         except RequestError as exc:
             self.host_errors.record(request, exc)
             if self.reserved_by is not None and not exc.deferred:
-                self.reserved_by.fetched(request)
+                self.reserved_by.fetched(request, sent=not _nothing_sent(request, exc))
             raise
+        finally:
+            _HOLD.reset(token)
+            self.release(request)
         self.host_errors.record(request, None)
         if self.reserved_by is not None:
             self.reserved_by.fetched(request)
@@ -325,7 +259,7 @@ class Downloader:
 
     def _rest(self, request: Request, delay: float) -> None:
         """The whole host waits ``delay`` (a 429, a 503, a failure), not only ``request``."""
-        slot = self._slots.peek(request.host_key)
+        slot = None if self.hosts is None else self.hosts.peek(request.host_key)
         if slot is not None:
             slot.rest(delay)
 
@@ -431,60 +365,40 @@ class Downloader:
         if since < (delay := self.throttle.delay(host)):  # robots.txt was a request there too
             await asyncio.sleep(delay - since)
 
-    def busy(self, host: str, url: str | None = None) -> bool:
-        """Whether ``host`` (a netloc) already has ``per_host_concurrency`` requests going,
-        or the robots.txt for ``url`` is unreachable (a request would only wait)."""
-        if url is not None and self.robots is not None and self.robots.unreachable(url):
-            return True
-        slot = self._slots.peek(host)
-        return slot is not None and slot.semaphore.locked()
-
-    def park(self, request: Request) -> bool:
-        """Set ``request`` aside if its host is busy or its robots.txt unreachable (and
-        there is room), so that a worker serves another host instead of waiting: one slow
-        host must not hold every worker. Say if it was."""
-        host = urlsplit(request.url).netloc
-        if self._parked_count >= self._park_limit or not self.busy(host, request.url):
-            return False
-        slot = self._slot(host)
-        slot.waiting.append(request)
-        self._parked[host] = slot
-        self._parked_count += 1
-        return True
+    def place(self, request: Request) -> Placement:
+        """Whether ``request`` may start now, waits aside, or goes back (``ReadyHosts``);
+        with host queues every request may (the frontier reserved its slot)."""
+        return "go" if self.hosts is None else self.hosts.place(request)
 
     def ready(self) -> Request | None:
-        """A parked request whose host has room now, oldest first per host."""
-        if not self._parked_count:
-            return None
-        for host, slot in self._parked.items():
-            if not self.busy(host, slot.waiting[0].url):
-                request = slot.waiting.popleft()
-                if not slot.waiting:
-                    del self._parked[host]
-                self._parked_count -= 1
-                return request
-        return None
+        """A request set aside whose host is due now, first due first."""
+        return None if self.hosts is None else self.hosts.ready()
+
+    def taking(self) -> bool:
+        """Whether a worker may take another request (there is room aside)."""
+        return self.hosts is None or self.hosts.taking()
+
+    def next_due(self) -> float | None:
+        """Seconds until a host with requests aside may be due (None: none waits)."""
+        return None if self.hosts is None else self.hosts.next_due()
+
+    def release(self, request: Request) -> None:
+        """``request`` is over (fetched, failed, or skipped by a re-crawl): its slot frees."""
+        if self.hosts is not None:
+            self.hosts.release(request)  # the crawl wakes idle workers after the scrape
 
     def parked_by_host(self) -> dict[str, int]:
         """How many requests are set aside for each host (at most ``4 * concurrency``)."""
         return {host: len(slot.waiting) for host, slot in self._parked.items()}
 
     def drain(self) -> list[Request]:
-        """Every parked request (to hand back to the frontier on close)."""
-        requests = [r for slot in self._parked.values() for r in slot.waiting]
-        for slot in self._parked.values():
-            slot.waiting.clear()
+        """Every request set aside (to hand back to the frontier on close)."""
+        if self.hosts is None:
+            return []
+        requests = self.hosts.drain()
         if self.robots is not None:  # handed back while their robots.txt did not answer
             self.stats.robots_deferred += sum(self.robots.unreachable(r.url) for r in requests)
-        self._parked.clear()
-        self._parked_count = 0
         return requests
-
-    def _slot(self, host: str) -> HostSlot:
-        slot = self._slots.get(host)
-        if slot is None:
-            slot = self._slots.put(host, HostSlot(host, self.throttle))
-        return slot
 
     @contextlib.asynccontextmanager
     async def _turn(self, host: str, reports_sent: bool) -> AsyncIterator[None]:
@@ -493,12 +407,14 @@ class Downloader:
         ``reports_sent``: the handler says when the request went out (our aiohttp
         session's trace); otherwise the delay counts from the end of the wait.
         """
-        if self.reserved_by is not None:
+        if self.hosts is None:
             yield
             return
-        slot = self._slot(host)
+        slot = self.hosts.slot(host)
         async with slot:
             start = await slot.wait_turn()
+            if self.hosts.started(slot, _HOLD.get()):
+                self._wake()  # idle workers learn when the host is due next
             if start is None:
                 yield
                 return
@@ -528,6 +444,14 @@ class Downloader:
         if self.throttle.enabled:
             self.throttle.observe(host, took, response.status)
         return response
+
+
+def _nothing_sent(request: Request, exc: RequestError) -> bool:
+    """Whether ``exc`` ended ``request`` before any of it went out: robots.txt forbade
+    its first hop on its first attempt (a host queue's turn is then given back)."""
+    return (
+        isinstance(exc, RobotsDenied) and request.attempts <= 1 and exc.url == defrag(request.url)
+    )
 
 
 def _session(s: Settings) -> aiohttp.ClientSession:

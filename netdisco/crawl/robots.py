@@ -113,6 +113,14 @@ class RobotsCache:
         entry = self._origins.peek(_origin(url))
         return -math.inf if entry is None else entry.fetched
 
+    def denies(self, url: str) -> bool:
+        """Whether the rules known now for ``url``'s origin forbid it (nothing is
+        fetched: unknown or expired rules deny nothing here)."""
+        entry = self._origins.peek(_origin(url))
+        if entry is None or entry.rules is None or time.monotonic() >= entry.expires:
+            return False
+        return not entry.rules.can_fetch(url, self.agent)
+
     async def allowed(self, url: str, proxy: str | None = None) -> bool:
         """Whether robots.txt lets us fetch ``url``; waits while it is unreachable."""
         origin = _origin(url)

@@ -9,7 +9,7 @@ it, and a 429 or 503 doubles it (up to ``autothrottle_max_delay``), which the ne
 answers bring down again.
 
 This module owns the *length* of a host's delay; *when* the next request may start
-is the downloader's ``HostSlot`` (standalone) or the Redis host queues' (a shared
+is ``crawl.hosts``' ``HostSlot`` (standalone) or the Redis host queues' (a shared
 crawl), which also rest the whole host after a 429, a 503 or a failure.
 """
 

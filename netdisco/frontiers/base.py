@@ -195,10 +195,11 @@ class Frontier(abc.ABC, Generic[R]):
         """The response to a taken ``request`` has fully arrived (its host's delay runs).
         Default: nothing to tell."""
 
-    def fetched(self, request: R) -> None:
+    def fetched(self, request: R, *, sent: bool = True) -> None:
         """The download of ``request`` is over, response or failure, and no retry of it
         waits: its host's slot may go to another request (``done`` follows later).
-        Default: nothing to tell."""
+        ``sent`` False: nothing went to the host (robots.txt forbade it), so its turn is
+        not spent. Default: nothing to tell."""
 
     async def back_off(self, request: R, seconds: float) -> None:
         """Put a taken ``request`` back and keep its host idle ``seconds`` (429, 503...).

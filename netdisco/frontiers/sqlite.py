@@ -13,7 +13,7 @@ a bounded head of it is in memory (``netdisco.frontiers.head``: at most ``HEAD_L
 requests, refilled ``HEAD_LIMIT // 2`` rows at a time), so memory stays flat however
 long the queue grows. The seen set lives on disk too, with a bounded cache of known
 fingerprints. The head is one queue for every host: this frontier reserves no hosts,
-the crawl's downloader sets aside a busy host's requests (``Downloader.park``).
+the crawl sets aside the requests of a host that is not due (``crawl.hosts``).
 
 Speed: a queue that fits in the head costs no read at all (a request added is kept in
 memory as it is, and taken from there); a longer one costs one indexed read per

@@ -63,6 +63,7 @@ async def test_slots_and_robots_are_bounded_in_a_crawl_of_many_hosts(site: Site)
     )
     assert len(items) == 310  # every host was crawled, its robots.txt asked
     assert site.count("/robots.txt") >= 301
-    assert len(crawler.downloader._slots) <= 16
+    assert crawler.downloader.hosts is not None
+    assert len(crawler.downloader.hosts) <= 16
     assert crawler.downloader.robots is not None
     assert len(crawler.downloader.robots) <= 8

@@ -153,6 +153,37 @@ async def test_back_off_rests_the_host_for_every_engine(frontier: Factory, spide
     assert starts[1] - (seconds * 1_000_000 + micros) >= 500_000
 
 
+async def test_a_request_that_sent_nothing_gives_its_host_turn_back(
+    frontier: Factory, spider: SiteSpider
+):
+    """robots.txt forbade it: the turn its take booked is not spent (the host is due
+    now); a request that went out keeps its host waiting the delay."""
+    a = frontier("a", delay=0.3, per_host=1)
+    await a.add(on(spider, "denied.test", "private", "open"))
+
+    async def due_in() -> int:  # us until the host may start again, by Redis's clock
+        k = a.shard_keys[a._shard("denied.test")]
+        sec, us = await a._redis.time()
+        due = await a._redis.hget(k.next_start, "denied.test")
+        assert due is not None
+        return int(due) - (sec * 1_000_000 + us)
+
+    denied = await a.take()
+    assert path(denied) == "private"
+    assert denied is not None
+    a.fetched(denied, sent=False)
+    await a.done(denied)
+    await a.flush()
+    assert await due_in() <= 0
+    sent = await a.take()  # at once: no turn to wait out
+    assert path(sent) == "open"
+    assert sent is not None
+    a.fetched(sent)
+    await a.done(sent)
+    await a.flush()
+    assert await due_in() > 0
+
+
 async def trace_times(f: HostQueueFrontier[Request], host: str = "") -> tuple[list[int], list[int]]:
     events = await trace_events(f)
     mine = [e for e in events if not host or e[2] == host]

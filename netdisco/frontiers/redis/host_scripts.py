@@ -40,6 +40,8 @@ from netdisco.frontiers.redis.scripts import MARK_SEEN_LUA, _fenced
 
 #: how long an add's answer is kept for its retries (ms)
 ADD_TOKEN_MS = 60_000
+#: the credit of a free whose request sent nothing: its host's turn is given back
+UNSENT = "-1"
 
 
 @dataclass(frozen=True)
@@ -161,10 +163,20 @@ local function release(host, id, credit, wait)
   refresh(host)
 end
 -- the download is over (the lease stays until the ack): the slot is free from now, and
--- the delay runs from the response's end, credit us ago
+-- the delay runs from the response's end, credit us ago. A negative credit: nothing was
+-- sent (robots.txt forbade it), so the turn its take booked is given back: with a delay
+-- the host has one slot, and the take came when the host was due, so it is due now
 local function free(owner, id, credit)
   if redis.call('HGET', K_owner, id) == owner then
-    release(redis.call('HGET', K_hostof, id) or '', id, credit, 0)
+    local host = redis.call('HGET', K_hostof, id) or ''
+    if credit < 0 then
+      if redis.call('SISMEMBER', pre .. 'busy:' .. host, id) == 1
+        and tonumber(redis.call('HGET', K_next, host) or '0') > now then
+        redis.call('HSET', K_next, host, int(now))
+      end
+      credit = math.huge
+    end
+    release(host, id, credit, 0)
   end
 end
 -- nothing queued, put back or leased in the shard: wake the takers, who wait for a

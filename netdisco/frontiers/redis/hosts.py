@@ -40,6 +40,7 @@ from netdisco.frontiers.redis.host_scripts import (
     HOST_ADD_LUA,
     HOST_DONE_LUA,
     HOST_TAKE_LUA,
+    UNSENT,
     HostKeys,
 )
 from netdisco.frontiers.redis.leases import Client, Keys, shard_of
@@ -100,6 +101,7 @@ class HostQueueFrontier(RedisFrontier[R]):
         self._wanting = 0  # workers in take(): a take asks Redis for one each
         self._ended: dict[str, float] = {}  # id -> when its response ended (monotonic)
         self._freeing: list[str] = []  # downloads over, slots not freed in Redis yet
+        self._unsent: set[str] = set()  # of those, ones that sent nothing (robots.txt)
         self._due = [0.0] * options.shards  # shard -> when to ask it again (loop time)
         self._idle = [False] * options.shards  # shard -> had nothing queued or leased
         self._turn = 0  # the shard asked first when several are due (round robin)
@@ -150,28 +152,36 @@ class HostQueueFrontier(RedisFrontier[R]):
         if rid is not None:
             self._ended[rid] = time.monotonic()
 
-    def fetched(self, request: R) -> None:
+    def fetched(self, request: R, *, sent: bool = True) -> None:
         """The download is over: free the host's slot now (soon, batched), not at the ack.
 
         The ack waits for the items' flush (``flush_interval``); the slot need not: the
-        lease stays until the ack, so a crash in between still loses nothing.
+        lease stays until the ack, so a crash in between still loses nothing. Nothing
+        ``sent``: the free hands the host's turn back (``UNSENT`` credit).
         """
         rid = self._ids.get(id(request))
         if rid is not None:
             self._asked.pop(rid, None)
             self._freeing.append(rid)
+            if not sent:
+                self._unsent.add(rid)
             self._start_flusher()
 
     def _frees(self, shard: int | None = None) -> list[str]:
-        """Take the slots to free (of ``shard``, or all); an ack on its way frees its own."""
+        """Take the slots to free (of ``shard``, or all); an ack on its way frees its own,
+        but for one that sent nothing (its free gives the turn back, the ack would not)."""
         acked = set(self._acks)
         mine = {r for r in self._freeing if shard is None or self._shard_of_id(r) == shard}
         self._freeing = [r for r in self._freeing if r not in mine]
-        return [r for r in mine if r not in acked]
+        return [r for r in mine if r not in acked or r in self._unsent]
 
     def _credit(self, rid: str) -> list[str]:
-        """``[id, us since its response ended]`` (a duration: no clock is compared)."""
+        """``[id, us since its response ended]`` (a duration: no clock is compared), or
+        ``UNSENT`` when nothing was sent."""
         ended = self._ended.pop(rid, None)
+        if rid in self._unsent:
+            self._unsent.discard(rid)
+            return [rid, UNSENT]
         return [rid, "0" if ended is None else str(int((time.monotonic() - ended) * 1e6))]
 
     async def back_off(self, request: R, seconds: float) -> None:

@@ -1,0 +1,329 @@
+"""Each host's slot and the requests waiting for it: a ready queue, as Mercator's back
+queues (``ReadyHosts``), kept by the downloader when the frontier does not reserve hosts.
+
+A worker is handed a request only when its host may start one *now*: a free slot and
+its delay run out. A request whose host is not due is set aside in that host's queue,
+and the worker takes another; the hosts with waiting requests sit in a heap by the time
+each is next due, so the first host due is served first and no worker waits on one host
+while another is ready. ``HostSlot.wait_turn`` still spaces the starts at the server.
+
+Memory is bounded: at most ``limit`` requests wait aside in all (4 x ``concurrency``,
+as before), and at most ``PER_HOST`` x a host's slots in one host's queue. Past those a
+request goes back to the frontier (which may keep it on disk), so that one big host
+cannot fill the room the other hosts need; after ``limit`` of those in a row nothing
+more is taken until a request starts (a crawl of one busy host does not spin).
+
+A request robots.txt is known to forbid is never set aside: it goes at once, takes no
+slot and no turn, and is dropped before anything is sent (``RobotsDenied``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
+
+from netdisco.crawl.lru import LRU
+
+if TYPE_CHECKING:
+    from netdisco.crawl.request import Request
+    from netdisco.crawl.throttle import Throttle
+
+#: a host's queue holds at most this many times its slots
+PER_HOST = 4
+#: how soon a host whose robots.txt does not answer is looked at again (s)
+UNREACHABLE_RECHECK = 0.25
+
+#: what ``ReadyHosts.place`` decided: start it now, it waits aside, or to the frontier
+Placement = Literal["go", "parked", "back"]
+
+
+class HostSlot:
+    """Politeness for one host: how many requests at once, when the next may start, and
+    the requests set aside until it is due (``ReadyHosts``)."""
+
+    __slots__ = (
+        "active",
+        "capacity",
+        "host",
+        "next_start",
+        "pending",
+        "semaphore",
+        "starting",
+        "throttle",
+        "users",
+        "waiting",
+    )
+
+    def __init__(self, host: str, throttle: Throttle) -> None:
+        self.host, self.throttle = host, throttle  # its delay may change: asked each time
+        self.capacity = throttle.concurrency(host)
+        self.semaphore = asyncio.Semaphore(self.capacity)
+        self.starting = asyncio.Lock()  # one request at a time waits out the delay
+        self.next_start = 0.0
+        self.users = 0  # requests holding or waiting for the semaphore
+        self.active = 0  # requests handed to workers (``Hold``), not ended
+        self.pending = 0  # of those, with a delay, not yet at their turn
+        self.waiting: deque[Request] = deque()
+
+    async def __aenter__(self) -> None:
+        self.users += 1
+        try:
+            await self.semaphore.acquire()
+        except BaseException:
+            self.users -= 1
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.semaphore.release()
+        self.users -= 1
+
+    def idle(self) -> bool:
+        """Nobody uses it or waits for it, and its delay has run out: forgetting it
+        changes nothing."""
+        return (
+            self.users == 0
+            and self.active == 0
+            and not self.waiting
+            and self.next_start <= time.monotonic()
+        )
+
+    def delay(self) -> float:
+        """The host's delay now (``Throttle.delay``)."""
+        return self.throttle.delay(self.host)
+
+    def due(self) -> float | None:
+        """When a request handed out now would start without waiting (monotonic); None
+        while every slot is held or a handed-out request has not had its turn yet."""
+        if self.active >= self.capacity or self.pending:
+            return None
+        return self.next_start
+
+    def rest(self, seconds: float) -> None:
+        """Start nothing for ``seconds`` (a 429, a 503, a failure): the whole host waits,
+        not only the request that was told to."""
+        self.next_start = max(self.next_start, time.monotonic() + seconds)
+
+    async def wait_turn(self) -> Start | None:
+        """Wait until the host's delay has passed since the previous request went out;
+        the returned ``Start`` is called when this one goes out (``None``: no delay).
+
+        The next start is counted from the moment a request really starts, not booked
+        ahead: booked times let sleepers that a stalled loop wakes together start
+        together. The lock, held until the request is sent, keeps two waiters of one
+        host from going out on one deadline. The delay is read when it is due, not
+        when the wait began: autothrottle may have changed it meanwhile.
+        """
+        if self.delay() <= 0:
+            while (left := self.next_start - time.monotonic()) > 0:  # noqa: ASYNC110 - resting
+                await asyncio.sleep(left)
+            return None
+        await self.starting.acquire()
+        try:
+            while (left := self.next_start - time.monotonic()) > 0:  # noqa: ASYNC110 - a deadline, not an event
+                await asyncio.sleep(left)
+        except BaseException:
+            self.starting.release()
+            raise
+        self.next_start = time.monotonic() + self.delay()  # until the handler says it sent
+        return Start(self)
+
+
+class Start:
+    """One request's start on its host: called when it goes out (at the latest when its
+    download ends), it counts the host's delay from then and lets the next one wait."""
+
+    __slots__ = ("done", "slot")
+
+    def __init__(self, slot: HostSlot) -> None:
+        self.slot, self.done = slot, False
+
+    def __call__(self) -> None:
+        if not self.done:
+            self.done = True
+            slot = self.slot
+            slot.next_start = max(slot.next_start, time.monotonic() + slot.delay())
+            self.slot.starting.release()
+
+
+class Hold:
+    """A request handed to a worker on its host's slot, until its download ends."""
+
+    __slots__ = ("slot", "started")
+
+    def __init__(self, slot: HostSlot) -> None:
+        self.slot, self.started = slot, False
+
+
+class ReadyHosts:
+    """The hosts' slots and queues, and the heap of hosts by due time (module docstring).
+
+    ``blocked(url)``: the request may not start yet whatever its slot says (its
+    robots.txt does not answer); ``denied(url)``: robots.txt is known to forbid it.
+    """
+
+    def __init__(
+        self,
+        throttle: Throttle,
+        *,
+        size: int,
+        limit: int,
+        blocked: Callable[[str], bool],
+        denied: Callable[[str], bool],
+    ) -> None:
+        self.throttle = throttle
+        self.limit = limit
+        self.blocked, self.denied = blocked, denied
+        self.turns = 0  # host turns taken (starts waited for), for tests and counters
+        self._slots: LRU[str, HostSlot] = LRU(size, HostSlot.idle)
+        self._parked: dict[str, HostSlot] = {}  # hosts with requests waiting
+        self._count = 0  # requests waiting, over every host
+        self._skips = 0  # requests sent back to the frontier since the last start
+        self._budget = limit  # how many may be, before the next start
+        self.sent_back = 0  # requests sent back to the frontier (no room), in all
+        self._heap: list[tuple[float, int, str]] = []  # (due, order, host); stale entries skipped
+        self._order = itertools.count()
+        self._holds: dict[int, Hold] = {}  # id(request) -> its hold
+
+    def __len__(self) -> int:
+        """Hosts whose slot is kept (bounded by ``size``, idle ones forgotten first)."""
+        return len(self._slots)
+
+    def slot(self, host: str) -> HostSlot:
+        """``host``'s slot, made on first use."""
+        slot = self._slots.get(host)
+        if slot is None:
+            slot = self._slots.put(host, HostSlot(host, self.throttle))
+        return slot
+
+    def peek(self, host: str) -> HostSlot | None:
+        """``host``'s slot if it has one (not made)."""
+        return self._slots.peek(host)
+
+    def taking(self) -> bool:
+        """Whether a worker may take another request from the frontier: there is room
+        aside, and the takes since the last start were not all sent back."""
+        return self._count < self.limit and self._skips < self._budget
+
+    def place(self, request: Request) -> Placement:
+        """Hand ``request`` out if its host is due now (``go``, its slot held until
+        ``release``), or if robots.txt forbids it (``go``, no slot: it costs no turn);
+        else set it aside (``parked``), or, with no room, send it back (``back``)."""
+        slot = self.slot(request.host_key)
+        due = slot.due()
+        now = due is not None and due <= time.monotonic() and not self.blocked(request.url)
+        denied = not now and self.denied(request.url)
+        full = self._count >= self.limit or len(slot.waiting) >= PER_HOST * slot.capacity
+        if not (now or denied) and full:
+            return self._back()
+        if self._skips:  # going past the full hosts found another: worth it
+            self._budget = self.limit
+        if now:
+            self._hold(request, slot)
+        if now or denied:
+            return "go"
+        slot.waiting.append(request)
+        self._count += 1
+        if slot.host not in self._parked:
+            self._parked[slot.host] = slot
+            self._push(slot, due)
+        return "parked"
+
+    def _back(self) -> Placement:
+        """No room: the request goes back to the frontier. A run of those that found no
+        other host halves how many the next run may send (at least one after each
+        start), so a crawl of one busy host does not spin through its frontier."""
+        self._skips += 1
+        self.sent_back += 1
+        if self._skips >= self._budget:
+            self._budget = max(1, self._budget // 2)
+        return "back"
+
+    def ready(self) -> Request | None:
+        """A request set aside whose host is due now (its slot held), first due first."""
+        now = time.monotonic()
+        while self._heap and self._heap[0][0] <= now:
+            host = heapq.heappop(self._heap)[2]
+            slot = self._parked.get(host)
+            if slot is None:
+                continue
+            due = slot.due()
+            if due is None:  # pushed again when a slot frees or a request starts
+                continue
+            if due > now:
+                self._push(slot, due)
+                continue
+            if self.blocked(slot.waiting[0].url):
+                self._push(slot, now + UNREACHABLE_RECHECK)
+                continue
+            request = slot.waiting.popleft()
+            self._count -= 1
+            if slot.waiting:
+                self._push(slot, now)
+            else:
+                del self._parked[host]
+            self._hold(request, slot)
+            return request
+        return None
+
+    def next_due(self) -> float | None:
+        """Seconds until the first host with requests aside may be due (None: no host)."""
+        return max(self._heap[0][0] - time.monotonic(), 0.0) if self._heap else None
+
+    def started(self, slot: HostSlot, hold: Hold | None) -> bool:
+        """A request had its turn on ``slot``: the host is due again at its next start.
+        Say whether it became due at a known time for requests waiting aside."""
+        self.turns += 1
+        if hold is not None and hold.slot is slot and not hold.started:
+            hold.started = True
+            slot.pending -= 1
+            if slot.waiting:
+                self._push(slot, slot.next_start)
+                return True
+        return False
+
+    def hold_of(self, request: Request) -> Hold | None:
+        """The hold ``place`` or ``ready`` gave ``request``, if any."""
+        return self._holds.get(id(request))
+
+    def release(self, request: Request) -> bool:
+        """``request``'s download is over: its slot is free (and a turn it never took
+        is no longer waited for). Say whether requests of its host wait aside."""
+        hold = self._holds.pop(id(request), None)
+        if hold is None:
+            return False
+        slot = hold.slot
+        slot.active -= 1
+        if not hold.started:
+            slot.pending -= 1
+        if slot.waiting:
+            self._push(slot, slot.next_start)
+        return bool(slot.waiting)
+
+    def drain(self) -> list[Request]:
+        """Every request set aside (to hand back to the frontier on close)."""
+        requests = [r for slot in self._parked.values() for r in slot.waiting]
+        for slot in self._parked.values():
+            slot.waiting.clear()
+        self._parked.clear()
+        self._heap.clear()
+        self._count = 0
+        return requests
+
+    def _hold(self, request: Request, slot: HostSlot) -> None:
+        hold = self._holds[id(request)] = Hold(slot)
+        slot.active += 1
+        if slot.delay() > 0:
+            slot.pending += 1
+        else:
+            hold.started = True
+        self._skips = 0
+
+    def _push(self, slot: HostSlot, due: float | None) -> None:
+        if due is not None and math.isfinite(due):
+            heapq.heappush(self._heap, (due, next(self._order), slot.host))

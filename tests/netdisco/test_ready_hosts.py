@@ -1,0 +1,124 @@
+"""Hosts served side by side (``netdisco.crawl.hosts``): a worker is handed a request
+only when its host is due, and a URL robots.txt forbids costs its host no turn.
+
+Real servers on loopback, one address each (127.0.0.2, .3, ...), each logging when
+every request arrived: the assertions read the servers' own order of arrivals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+from aiohttp import web
+
+from netdisco import Crawler, Request, Response, Settings, Spider
+from netdisco.testing import serve
+
+
+class Host:
+    """Serves ``/index`` linking ``links``, other pages after ``latency``; ``robots``
+    is its robots.txt. ``log`` holds every path asked for, in order."""
+
+    def __init__(self, latency: float = 0.0, robots: str = "") -> None:
+        self.latency, self.robots = latency, robots
+        self.links: list[str] = []
+        self.log: list[str] = []
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.log.append(request.path)
+        if request.path == "/robots.txt":
+            return web.Response(text=self.robots)
+        if request.path != "/index":
+            await asyncio.sleep(self.latency)
+        body = "".join(f'<a href="{link}">x</a>' for link in self.links)
+        return web.Response(text=f"<html><body>{body}</body></html>", content_type="text/html")
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/{path:.*}", self.handle)
+        return app
+
+    def pages(self) -> list[str]:
+        return [path for path in self.log if path != "/robots.txt"]
+
+
+class Follow(Spider):
+    """Follows every link; records how far each host's server log was at a denial."""
+
+    name = "ready-hosts"
+
+    def __init__(self, start: str, hosts: list[Host]) -> None:
+        super().__init__(start_urls=[start])
+        self.hosts = hosts
+        self.denied_at: list[int] = []  # pages the servers had been asked for, at each
+
+    def parse(self, response: Response) -> Iterator[Any]:
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, callback=self.parse, errback=self.denied)
+
+    def denied(self, request: Request, exc: BaseException) -> None:
+        self.denied_at.append(sum(len(h.pages()) for h in self.hosts))
+
+
+async def test_small_hosts_are_served_while_the_big_one_is_busy() -> None:
+    """The big host's 60 links come first in the queue, the three small sites after."""
+    big, small = Host(latency=0.05), [Host(), Host(), Host()]
+    async with (
+        serve(big.app(), "127.0.0.2") as big_base,
+        serve(small[0].app(), "127.0.0.3") as s1,
+        serve(small[1].app(), "127.0.0.4") as s2,
+        serve(small[2].app(), "127.0.0.5") as s3,
+    ):
+        big.links = [f"{big_base}/big-{n}" for n in range(60)] + [
+            f"{b}/index" for b in (s1, s2, s3)
+        ]
+        for host, base in zip(small, (s1, s2, s3), strict=True):
+            host.links = [f"{base}/page-{n}" for n in range(4)]
+        settings = Settings(concurrency=4, per_host_concurrency=1, obey_robots=False)
+        crawler = Crawler(Follow(f"{big_base}/index", [big, *small]), settings)
+        log: list[str] = []  # every host's arrivals, in one order
+        for host, name in ((big, "big"), *zip(small, ("s1", "s2", "s3"), strict=True)):
+            host.log = _Tee(log, name)
+        stats = await crawler.run()
+    assert stats.succeeded == 1 + 60 + 3 * 5
+    assert sorted(small[0].pages()) == ["/index", *(f"/page-{n}" for n in range(4))]
+    big_starts = [n for n, name in enumerate(log) if name == "big"]
+    last_small = max(n for n, name in enumerate(log) if name != "big")
+    # every small page was asked for before the big host's last quarter (its 46th page
+    # of 61): the big host alone holds no worker that the small ones could use
+    assert last_small < big_starts[45]
+    assert crawler.downloader.drain() == []
+
+
+class _Tee(list[str]):
+    """A server's log that also writes the server's name into a shared log."""
+
+    def __init__(self, shared: list[str], name: str) -> None:
+        super().__init__()
+        self.shared, self.name = shared, name
+
+    def append(self, path: str) -> None:
+        super().append(path)
+        if path != "/robots.txt":
+            self.shared.append(self.name)
+
+
+async def test_urls_robots_forbids_cost_no_turn() -> None:
+    """With a 0.2 s delay, 30 denied links behind 4 allowed ones are dropped before any
+    of the allowed ones is sent: none waits for the host's turn, none takes one."""
+    host = Host(robots="User-agent: *\nDisallow: /private/\n")
+    async with serve(host.app(), "127.0.0.2") as base:
+        host.links = [f"{base}/open-{n}" for n in range(4)]
+        host.links += [f"{base}/private/{n}" for n in range(30)]
+        settings = Settings(concurrency=4, download_delay=0.2)
+        spider = Follow(f"{base}/index", [host])
+        crawler = Crawler(spider, settings)
+        stats = await crawler.run()
+    assert stats.succeeded == 5
+    assert stats.robots_blocked == 30
+    assert sorted(host.pages()) == ["/index", *(f"/open-{n}" for n in range(4))]
+    assert spider.denied_at == [1] * 30  # only the index had been fetched at each denial
+    assert crawler.downloader.hosts is not None
+    assert crawler.downloader.hosts.turns == len(host.pages())  # one turn a page sent
