@@ -70,14 +70,18 @@ R = TypeVar("R", bound=Queued)
 
 
 class Codec(Protocol[R]):
-    """Turns a queued request into text another process can read back, and back."""
+    """Turns a queued request into text (or compact bytes) another process can read back."""
 
     def encode(self, request: R) -> str:
         """The request as text; raise ``RequestNotShareable`` if it cannot travel."""
         ...
 
+    def pack(self, request: R) -> bytes:
+        """The request compact, for a store that holds many (Redis); the same errors."""
+        ...
+
     def decode(self, raw: bytes | str) -> R:
-        """The inverse of ``encode``."""
+        """The inverse of ``encode`` and of ``pack``."""
         ...
 
 

@@ -1,0 +1,107 @@
+"""Bytes of Redis memory per queued request of a shared crawl (issue 28).
+
+    .venv/bin/python bench/redis_memory.py [--count 200000] [--hosts 100]
+        [--options politeness=engine]
+
+Starts a private ``redis-server`` (as the tests do), opens the crawl's frontier (host
+queues unless ``--options politeness=engine``), adds ``--count`` requests as a crawl
+queues them (the scheduler's fingerprint, ``callback=parse``, depth 1-3, URLs of 60-80
+characters over ``--hosts`` hosts) in batches of 500, and prints one JSON line:
+``used_memory`` (``INFO memory``) before and after, and the difference per request.
+Then takes a few and checks they read back, so that what was measured is a queue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import redis
+
+from netdisco import Request, Response, Spider
+from netdisco._servers import RedisServer
+from netdisco.crawl.codec import RequestCodec
+from netdisco.crawl.scheduler import fingerprint
+from netdisco.frontiers.redis.frontier import RedisFrontier
+from netdisco.frontiers.redis.hosts import HostQueueFrontier
+from netdisco.frontiers.redis.options import RedisOptions
+
+BATCH = 500
+
+
+class Shop(Spider):
+    name = "shop"
+
+    def parse(self, response: Response) -> Iterator[Any]:
+        yield from ()
+
+
+def requests(spider: Shop, count: int, hosts: int) -> Iterator[Request]:
+    """Links as a crawl finds them: 60-80 characters, a callback, a depth."""
+    for n in range(count):
+        host = f"shop{n % hosts}.example-store.com"
+        url = f"https://{host}/catalogue/category/item-{n:07d}/page-{n % 97}.html"
+        request = Request(url, callback=spider.parse, depth=1 + n % 3)
+        request.fingerprint = fingerprint(request)
+        yield request
+
+
+def used_memory(url: str) -> int:
+    client = redis.Redis.from_url(url)
+    try:
+        return int(client.info("memory")["used_memory"])
+    finally:
+        client.close()
+
+
+async def measure(url: str, count: int, hosts: int) -> dict[str, Any]:
+    spider = Shop()
+    options = RedisOptions.from_url(url)
+    kind = RedisFrontier if options.politeness == "engine" else HostQueueFrontier
+    frontier = kind(options, spider.name, RequestCodec(spider), owner="bench")
+    await frontier.open()
+    before = used_memory(options.url)
+    batch: list[Request] = []
+    urls = 0
+    for request in requests(spider, count, hosts):
+        batch.append(request)
+        urls += len(request.url)
+        if len(batch) == BATCH:
+            await frontier.add(batch)
+            batch = []
+    if batch:
+        await frontier.add(batch)
+    after = used_memory(options.url)
+    queued, _, seen = await frontier.counts()
+    taken = [await frontier.take() for _ in range(3)]
+    await frontier.close()
+    return {
+        "count": count,
+        "hosts": hosts,
+        "politeness": options.politeness,
+        "queued": queued,
+        "seen": seen,
+        "mean_url": round(urls / count, 1),
+        "used_memory_before": before,
+        "used_memory_after": after,
+        "bytes_per_request": round((after - before) / count, 1),
+        "took_back": all(request is not None for request in taken),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=200_000)
+    parser.add_argument("--hosts", type=int, default=100)
+    parser.add_argument("--options", default="", help="frontier query options, a=b&c=d")
+    args = parser.parse_args()
+    with RedisServer() as server:
+        url = f"{server.url}?prefix=bench" + (f"&{args.options}" if args.options else "")
+        print(json.dumps(asyncio.run(measure(url, args.count, args.hosts))))
+
+
+if __name__ == "__main__":
+    main()
