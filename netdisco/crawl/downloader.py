@@ -388,8 +388,8 @@ class Downloader:
             self.hosts.release(request)  # the crawl wakes idle workers after the scrape
 
     def parked_by_host(self) -> dict[str, int]:
-        """How many requests are set aside for each host (at most ``4 * concurrency``)."""
-        return {host: len(slot.waiting) for host, slot in self._parked.items()}
+        """How many requests are set aside for each host (none when hosts are reserved)."""
+        return {} if self.hosts is None else self.hosts.parked_by_host()
 
     def drain(self) -> list[Request]:
         """Every request set aside (to hand back to the frontier on close)."""

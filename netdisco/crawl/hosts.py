@@ -190,6 +190,10 @@ class ReadyHosts:
         self._order = itertools.count()
         self._holds: dict[int, Hold] = {}  # id(request) -> its hold
 
+    def parked_by_host(self) -> dict[str, int]:
+        """How many requests wait aside for each host (for the progress display)."""
+        return {host: len(slot.waiting) for host, slot in self._parked.items()}
+
     def __len__(self) -> int:
         """Hosts whose slot is kept (bounded by ``size``, idle ones forgotten first)."""
         return len(self._slots)
