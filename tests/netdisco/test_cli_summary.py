@@ -95,7 +95,7 @@ async def test_on_a_terminal_the_summary_is_a_few_readable_lines(
     site: Site, tmp_path: Path
 ) -> None:
     out = tmp_path / "items.jsonl"
-    env = _env(LOCAL_SITE_URL=site.url("/shop/"))
+    env = _env(LOCAL_SITE_URL=site.url("/shop/"), TERM="xterm")
     primary, secondary = pty.openpty()  # stderr is a terminal: readable lines, no JSON
     try:
         process = await asyncio.create_subprocess_exec(
@@ -108,11 +108,23 @@ async def test_on_a_terminal_the_summary_is_a_few_readable_lines(
     finally:
         os.close(primary)
     assert code == 0, text
+    live, shown, summary = text.rpartition(CURSOR_SHOWN)  # the live table ends, then the summary
+    assert shown, text  # a terminal gets the live display ...
+    assert "pages/s" in live, text
+    assert "catalogue  finished" in live, text  # ... drawn once more at the end, then erased
     written = len(out.read_text().splitlines())
-    assert f"Stored jsonl feed ({written} items) in {out}" in text
-    assert "pages    31 ok, 0 failed" in text
-    assert "{" not in text  # not a JSON line
-    assert max(len(line) for line in text.splitlines() if str(out) not in line) < 80, text
+    assert f"Stored jsonl feed ({written} items) in {out}" in summary
+    assert "pages    31 ok, 0 failed" in summary
+    assert "{" not in summary  # not a JSON line
+    summary = summary.lstrip("\r").removeprefix(ERASE_LINE * 3)
+    assert "\x1b" not in summary, text  # plain lines: no colour, no cursor moves
+    lines = [line for line in summary.splitlines() if str(out) not in line]
+    assert lines, text
+    assert max(len(line) for line in lines) < 80, text
+
+
+CURSOR_SHOWN = "\x1b[?25h"  # rich's live display hides the cursor while it draws
+ERASE_LINE = "\x1b[1A\x1b[2K"  # and erases its lines when it stops
 
 
 def _read_all(fd: int) -> str:
