@@ -182,5 +182,7 @@ def test_a_span_is_a_bounded_duration(raw: str | None, seconds: float) -> None:
 
 @pytest.mark.parametrize("raw", ["7h", "59s", "0m", "-1h", "1d", "10 m", "1e3s", "", "9" * 99])
 def test_a_bad_span_is_a_clear_400(raw: str) -> None:
-    with pytest.raises(web.HTTPBadRequest, match="span must be a duration like 10m"):
+    with pytest.raises(web.HTTPBadRequest) as info:
         span_param(raw, 6.0)
+    assert (info.value.text or "").startswith("span must be a duration like 10m, 1h or 6h")
+    assert len(info.value.text or "") < 200
