@@ -209,8 +209,8 @@ class History:
             for engine_id, engine in self._engines.items()
         }
         totals = self.totals(crawls or {}, list(gone))
-        return {"points": self.points, "span": span, "step": step_for(span), "engines": engines,
-                "totals": totals}  # fmt: skip
+        return {"points": self.points, "now": at, "span": span, "step": step_for(span),
+                "engines": engines, "totals": totals}  # fmt: skip
 
     def totals(
         self, crawls: Mapping[tuple[str, str], str], gone: list[dict[str, Any]]

@@ -89,6 +89,7 @@ async def test_a_click_pauses_a_spider_on_a_real_engine(
             await shows(page, f"Number({chart}?.dataset.samples) >= 5", "five samples in the chart")
             points = await page.eval(f"{chart}.querySelector('polyline').getAttribute('points')")
             assert len(points.split()) >= 5
+            await _charts_have_axes_three_series_and_a_span(page)
             assert "hourly" in await page.eval("document.getElementById('next-runs').textContent")
             node = "document.querySelector(\"#engines tr[data-engine='crawler-1'] td.node\")"
             facts = await shows(page, f"{node}?.textContent.includes('rss') && {node}.textContent",
@@ -123,6 +124,32 @@ async def test_a_click_pauses_a_spider_on_a_real_engine(
     finally:
         await engine.stop(deadline=1)
     assert (await asyncio.to_thread(shot.read_bytes)).startswith(b"\x89PNG")
+
+
+async def _charts_have_axes_three_series_and_a_span(page: Page) -> None:
+    chart = row("crawler-1", "slowtree", "svg.chart")
+    texts = "[...{0}.querySelectorAll('.axis.{1} text')].map(t => t.textContent)"
+    times = await page.eval(texts.format(chart, "x"))
+    assert len(times) >= 3, times
+    assert all(re.fullmatch(r"\d\d:\d\d", t) for t in times), times
+    rates = await page.eval(texts.format(chart, "y"))
+    assert rates[0] == "0/s", rates
+    assert all(r.endswith("/s") for r in rates), rates
+    for name in ("pages", "items", "errors"):
+        await shows(page, f"!!{chart}.querySelector('polyline.{name}')", f"the {name}/s line")
+    legend = await page.eval(f"{row('crawler-1', 'slowtree', '.legend')}.textContent")
+    assert all(word in legend for word in ("pages/s", "items/s", "errors/s")), legend
+    whole = "document.querySelector(\".engine-chart[data-engine='crawler-1'] svg.chart\")"
+    await shows(page, f"!!{whole}?.querySelector('polyline.pages')", "the engine's chart")
+    assert await page.eval(f"{chart}.dataset.span") == "600"
+    await page.eval(_choose("span", "1h"))
+    await shows(page, f"{row('crawler-1', 'slowtree', 'svg.chart')}?.dataset.span === '3600'",
+                "the chart over an hour")  # fmt: skip
+    hour = await page.eval(texts.format(row("crawler-1", "slowtree", "svg.chart"), "x"))
+    assert all(int(t[3:]) % 10 == 0 for t in hour), hour  # ticks every 10 minutes
+    await page.eval(_choose("span", "10m"))
+    await shows(page, f"{row('crawler-1', 'slowtree', 'svg.chart')}?.dataset.span === '600'",
+                "back to 10 minutes")  # fmt: skip
 
 
 async def _a_gone_engine_is_a_clear_error(page: Page) -> None:

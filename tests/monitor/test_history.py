@@ -7,8 +7,10 @@ import math
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from monitor.history import MAX_GAP, History
+from monitor.http import span_param
 from monitor.series import MAX_POINTS, Tier
 
 
@@ -169,3 +171,18 @@ def test_the_minutes_are_weighted_by_time_and_the_clock_going_back_is_ignored() 
     tier.add(5, 5, (100.0, 0.0, 0.0))  # back into a minute gone: dropped
     assert tier.rows(0) == [[0, 3.0, 0.0, 0.0], [60, 1.0, 0.0, 0.0]]  # (6*10 + 2*30) / 40
     assert tier.rows(0, 120) == [[0, 2.6, 0.0, 0.0]]  # (6*10 + 2*30 + 1*10) / 50
+
+
+@pytest.mark.parametrize(
+    ("raw", "seconds"), [(None, 600.0), ("10m", 600.0), ("1h", 3600.0), ("90s", 90.0)]
+)
+def test_a_span_is_a_bounded_duration(raw: str | None, seconds: float) -> None:
+    assert span_param(raw, 6.0) == seconds
+
+
+@pytest.mark.parametrize("raw", ["7h", "59s", "0m", "-1h", "1d", "10 m", "1e3s", "", "9" * 99])
+def test_a_bad_span_is_a_clear_400(raw: str) -> None:
+    with pytest.raises(web.HTTPBadRequest) as info:
+        span_param(raw, 6.0)
+    assert (info.value.text or "").startswith("span must be a duration like 10m, 1h or 6h")
+    assert len(info.value.text or "") < 200
