@@ -17,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from netdisco import deploy, logs, progress
+from netdisco import deploy, dev, logs, progress
 from netdisco._tasks import Tasks
 from netdisco._version import __version__
 from netdisco.crawl import settings as settings_module
@@ -171,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     after = _global_options(False)
     for add in (_add_crawl_parser, _add_parse_parser, _add_shell_parser, _add_new_parser,
-                _add_engine_parser, _add_demo_parser, deploy.add_parser):  # fmt: skip
+                _add_engine_parser, _add_demo_parser, dev.add_parser,
+                deploy.add_parser):  # fmt: skip
         add(commands, after)
     add_jobs_parser(commands, after)
     return parser
@@ -426,6 +427,9 @@ def _add_demo_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "monitor's events and alert e-mail. Ctrl-C at any moment stops everything it started.",
     )
     demo.add_argument("--out", default="out", help="items, logs and configs go here (out)")
+    demo.add_argument(
+        "--keep", action="store_true", help="after the story, keep the cluster running until Ctrl-C"
+    )
     demo.add_argument(
         "--site", metavar="HOST:PORT", help="only serve the demo website (the compose stack)"
     )

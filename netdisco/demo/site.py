@@ -13,8 +13,10 @@ address and the item directory from the environment (``SITE_ENV``, ``ITEMS_ENV``
 from __future__ import annotations
 
 import asyncio
+import collections
 import email
 import email.policy
+import html
 import os
 import signal
 from collections.abc import AsyncIterator, Iterator
@@ -36,6 +38,8 @@ PAGES = 400
 SITE_ENV = "NETDISCO_DEMO_SITE"
 ITEMS_ENV = "NETDISCO_DEMO_ITEMS"
 DEFAULT_SITE = "http://127.0.0.1:8000"
+MAILS_KEPT = 500  # the sink's web view lists the latest this many
+MAIL_MAX_BYTES = 1 << 20  # a bigger message is refused (552), not kept
 
 
 def latency(number: int) -> float:
@@ -160,36 +164,44 @@ class Mail:
 
 
 class _SinkHandler:
-    """aiosmtpd handler: accept every message and hand it to the queue."""
+    """aiosmtpd handler: accept every message and hand it to the sink."""
 
-    def __init__(self, queue: asyncio.Queue[Mail]) -> None:
-        self.queue = queue
+    def __init__(self, sink: SmtpSink) -> None:
+        self.sink = sink
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         message = email.message_from_bytes(envelope.content, policy=email.policy.default)
         assert isinstance(message, EmailMessage)
         mail = Mail(envelope.mail_from, tuple(envelope.rcpt_tos), message)
-        self.queue.put_nowait(mail)
+        self.sink.received.append(mail)
+        if self.sink.mails.full():  # nobody waits on them (``netdisco dev``): the oldest goes
+            self.sink.mails.get_nowait()
+        self.sink.mails.put_nowait(mail)
         return "250 Message accepted for delivery"
 
 
 class SmtpSink:
-    """An SMTP server in the running loop that keeps every message it receives."""
+    """An SMTP server in the running loop that keeps every message it receives: ``mails``
+    for whoever waits on the next one, ``received`` (the latest ``MAILS_KEPT``) for the
+    web view (``mail_view``)."""
 
     def __init__(self, host: str = "127.0.0.1") -> None:
         self.host = host
         self.port = 0
-        self.mails: asyncio.Queue[Mail] = asyncio.Queue()
+        self.mails: asyncio.Queue[Mail] = asyncio.Queue(maxsize=MAILS_KEPT)
+        self.received: collections.deque[Mail] = collections.deque(maxlen=MAILS_KEPT)
         self._server: asyncio.Server | None = None
 
-    async def start(self) -> int:
-        """Listen on a free port and return it."""
+    async def start(self, port: int = 0) -> int:
+        """Listen on ``port`` (0: a free one) and return it."""
         from aiosmtpd.smtp import SMTP  # the demo extra; the library does not need it
 
-        handler = _SinkHandler(self.mails)
+        handler = _SinkHandler(self)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: SMTP(handler, hostname=self.host, loop=loop), self.host, 0
+            lambda: SMTP(handler, hostname=self.host, data_size_limit=MAIL_MAX_BYTES, loop=loop),
+            self.host,
+            port,
         )
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self.port
@@ -199,3 +211,67 @@ class SmtpSink:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
+
+
+def _mail_json(mail: Mail) -> dict[str, Any]:
+    fields = {name: str(mail.message[name] or "") for name in ("From", "To", "Subject", "Date")}
+    return {"sender": mail.sender, "recipients": list(mail.recipients), **fields,
+            "body": mail.body()}  # fmt: skip
+
+
+def mail_view(sink: SmtpSink) -> web.Application:
+    """The sink's web view: ``/`` lists the mails it caught (newest first), ``/mails.json``
+    the same as JSON."""
+
+    async def page(request: web.Request) -> web.Response:
+        rows = "".join(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td><pre>{}</pre></td></tr>".format(
+                *(html.escape(m[k]) for k in ("Date", "To", "Subject", "body"))
+            )
+            for m in map(_mail_json, reversed(sink.received))
+        )
+        text = (
+            '<!doctype html><html><head><meta charset="utf-8"><title>netdisco mail sink'
+            "</title></head><body>"
+            f"<h1>Mails caught by 127.0.0.1:{sink.port} ({len(sink.received)})</h1>"
+            "<table><tr><th>Date</th><th>To</th><th>Subject</th><th>Body</th></tr>"
+            f"{rows}</table></body></html>"
+        )
+        return web.Response(text=text, content_type="text/html")
+
+    async def listing(request: web.Request) -> web.Response:
+        return web.json_response([_mail_json(m) for m in reversed(sink.received)])
+
+    app = web.Application()
+    app.router.add_get("/", page)
+    app.router.add_get("/mails.json", listing)
+    return app
+
+
+async def start_mail_view(
+    sink: SmtpSink, host: str = "127.0.0.1", port: int = 0
+) -> tuple[web.AppRunner, str]:
+    """Serve ``mail_view`` in the running loop; the runner and its URL."""
+    runner = web.AppRunner(mail_view(sink), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner, f"http://{host}:{runner.addresses[0][1]}/"
+
+
+async def serve_sink(smtp_port: int, web_port: int, host: str = "127.0.0.1") -> int:
+    """``netdisco dev sink``: the SMTP sink and its web view, until SIGINT or SIGTERM."""
+    sink = SmtpSink(host)
+    await sink.start(smtp_port)
+    runner, url = await start_mail_view(sink, host, web_port)
+    print(f"SMTP sink on {host}:{sink.port}, its mails at {url}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        await sink.stop()
+    print("SMTP sink stopped", flush=True)
+    return 0

@@ -31,7 +31,7 @@ from aiohttp import web
 
 from netdisco._polling import eventually, get_json
 from netdisco._servers import ZooKeeperServer, free_port
-from netdisco.demo.site import PAGES, SPIDERS, Mail, SmtpSink, start_site
+from netdisco.demo.site import PAGES, SPIDERS, Mail, SmtpSink, start_mail_view, start_site
 from netdisco.demo.support import (
     Child,
     Children,
@@ -100,6 +100,8 @@ class Demo:
         self.children: Children | None = None
         self._zk_start: asyncio.Future[None] | None = None
         self._site: web.AppRunner | None = None
+        self._mail_view: web.AppRunner | None = None
+        self.mail_url = ""
 
     def prepare(self) -> None:
         """Fresh logs, items, configs and ZooKeeper data (a stale dataDir would replay)."""
@@ -142,7 +144,9 @@ class Demo:
             smtp_port = await self.sink.start()
         except ImportError as exc:
             raise DemoFailed("the demo needs aiosmtpd: pip install 'netdiscovery[demo]'") from exc
+        self._mail_view, self.mail_url = await start_mail_view(self.sink)
         self.say("SMTP sink", f"127.0.0.1:{smtp_port}  prints every e-mail it receives")
+        self.say("SMTP sink", f"its web view lists them at {self.mail_url}")
         self.children = Children(self.out / "logs", child_env(base, self.out / "items"))
 
     def _zk_pid(self) -> int | None:
@@ -253,8 +257,9 @@ class Demo:
         if self.children is not None:
             await asyncio.gather(*(self.children.stop(c) for c in engines))
             await asyncio.gather(*(self.children.stop(c) for c in running if c not in engines))
-        if self._site is not None:
-            await self._site.cleanup()
+        for runner in (self._site, self._mail_view):
+            if runner is not None:
+                await runner.cleanup()
         await self.sink.stop()
         if self._zk_start is not None:
             await asyncio.wait([self._zk_start])  # a start still in progress: let it finish
@@ -265,6 +270,12 @@ class Demo:
         if self.children is not None:
             self.children.kill_all()
         self.zk.stop(signal.SIGKILL)
+
+    async def keep(self) -> None:
+        """``--keep``: leave the cluster running until a signal cancels the flow."""
+        self.say("demo", "keeping the cluster running; Ctrl-C stops everything it started")
+        self.say("demo", f"dashboard {self._monitor_url('/')}, mails {self.mail_url}")
+        await asyncio.Event().wait()
 
     def summary(self) -> None:
         files = sorted((self.out / "items").glob("*.jsonl"))
@@ -278,7 +289,8 @@ def _lines(path: Path) -> int:
 
 
 async def run(args: argparse.Namespace) -> int:
-    """``netdisco demo``: 0 when it showed everything, 1 if a step failed, 128+N on signal N."""
+    """``netdisco demo``: 0 when it showed everything, 1 if a step failed, 128+N on signal N
+    (with ``--keep``, a signal after the story ends it with 0)."""
     narrator = Narrator()
     narrator.say("demo", "a three-engine crawl cluster and its monitor, all on 127.0.0.1")
     demo = Demo(Path(args.out), narrator)
@@ -286,11 +298,15 @@ async def run(args: argparse.Namespace) -> int:
     assert task is not None
     received: list[int] = []
     code = 0
+    shown = False  # the story ran to its end (a signal while --keep waits is no failure)
     with signals_cancel(task, narrator, received):
         try:
             await demo.run()
+            shown = True
+            if getattr(args, "keep", False):
+                await demo.keep()
         except asyncio.CancelledError:
-            code = 128 + (received[0] if received else signal.SIGINT)
+            code = 0 if shown else 128 + (received[0] if received else signal.SIGINT)
         except DemoFailed as exc:
             narrator.say("demo", f"FAILED: {exc} (logs under {demo.out / 'logs'})")
             code = 1
