@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 ZK_JAR := /usr/share/java/zookeeper.jar
 APT    := DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 
-.PHONY: test lint typecheck unit demo bench compose-check faults memory system-deps clean
+.PHONY: test lint typecheck unit demo demo-keep bench compose-check faults memory system-deps clean
 
 $(STAMP): pyproject.toml
 	@# Debian's python3 needs python3-venv (ensurepip) before it can make a venv
@@ -63,8 +63,12 @@ fuzz: $(STAMP) system-deps
 
 # A live cluster on loopback, narrated: ZooKeeper, a demo site, an SMTP sink, three
 # engines and the monitor; a graceful leave, a crash, the alert e-mail (about 15 s).
+# `make demo ARGS=--keep` (or `make demo-keep`) keeps the cluster running until Ctrl-C.
 demo: $(STAMP) system-deps
-	$(BIN)/netdisco demo
+	$(BIN)/netdisco demo $(ARGS)
+
+demo-keep: $(STAMP) system-deps
+	$(BIN)/netdisco demo --keep $(ARGS)
 
 # The crawl benchmark beside Scrapy and the bare aiohttp loop (about 10 minutes).
 bench: $(STAMP)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -119,4 +121,39 @@ def test_ctrl_c_mid_crawl_stops_everything(tmp_path: Path) -> None:
     assert process.returncode == 128 + signal.SIGINT, out + errors
     assert "SIGINT: stopping everything it started" in out
     assert "engine_lost" not in out  # it stopped before the crash it would have staged
+    assert_nothing_left(out)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.slow
+def test_keep_serves_the_cluster_until_ctrl_c(tmp_path: Path) -> None:
+    """``--keep``: after the story the dashboard and the mail view still answer; SIGINT
+    then stops everything, with exit status 0."""
+    process = subprocess.Popen(
+        [*demo_command(tmp_path / "out"), "--keep"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+        start_new_session=True,
+    )
+    try:
+        before = read_until(process, "dashboard http://", timeout=100)
+        found = re.search(r"dashboard (http://\S+), mails (http://\S+)", before)
+        assert found, before
+        time.sleep(1.0)  # the story is over: what it started still runs
+        with urllib.request.urlopen(found[1], timeout=10) as response:
+            assert response.status == 200
+        with urllib.request.urlopen(found[2] + "mails.json", timeout=10) as response:
+            mails = json.loads(response.read())
+        assert any("engine_lost: engine-2" in mail["Subject"] for mail in mails), mails
+        os.killpg(process.pid, signal.SIGINT)
+        rest, errors = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    out = before + rest
+    assert process.returncode == 0, out + errors
+    assert "SIGINT: stopping everything it started" in out
     assert_nothing_left(out)
