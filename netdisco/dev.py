@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from netdisco._servers import RedisServer, ServerProcess, ZooKeeperServer
+from netdisco._servers import RedisServer, ZooKeeperServer
 from netdisco.demo.site import serve_sink
 from netdisco.demo.story import monitor_toml
 from netdisco.demo.support import entry_point
@@ -233,9 +233,14 @@ def _spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
         )  # fmt: skip
 
 
-def _start_server(server: ServerProcess, port: int) -> None:
-    server.port = port
-    server.start(START_TIMEOUT)
+def _stop_child(child: subprocess.Popen[bytes]) -> None:
+    if child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(5)
 
 
 def up(state_dir: Path, base: int) -> int:
@@ -249,24 +254,29 @@ def up(state_dir: Path, base: int) -> int:
     logs = state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     services: list[Service] = []
+    zk, redis = ZooKeeperServer(state_dir / "zookeeper"), RedisServer(state_dir / "redis")
+    children: list[subprocess.Popen[bytes]] = []  # the sink and the monitor, once spawned
     try:
-        zk = ZooKeeperServer(state_dir / "zookeeper")
-        _start_server(zk, ports["zookeeper"])
-        assert zk.process is not None
-        marker = str(zk.data_dir / "zoo.cfg")
-        log = zk.data_dir / "server.log"
-        services.append(_record("zookeeper", zk.process.pid, marker, zk.hosts, log))
-        redis = RedisServer(state_dir / "redis")
-        _start_server(redis, ports["redis"])
-        assert redis.process is not None
-        marker = f"{HOST}:{redis.port}"  # its process title: "redis-server 127.0.0.1:PORT"
-        log = redis.data_dir / "server.log"
-        services.append(_record("redis", redis.process.pid, marker, redis.url, log))
-        services.append(_start_sink(state_dir, ports, logs / "sink.log"))
-        services.append(_start_monitor(state_dir, ports, logs / "monitor.log"))
-    except BaseException:
-        for service in reversed(services):
-            _terminate(service)
+        servers = (
+            (zk, "zookeeper", f"{HOST}:{ports['zookeeper']}"),
+            (redis, "redis", f"redis://{HOST}:{ports['redis']}/0"),
+        )
+        for server, name, address in servers:
+            server.port = ports[name]
+            server.start(START_TIMEOUT)
+            assert server.process is not None
+            # ZooKeeper's command line names its zoo.cfg; redis-server's process title
+            # (it rewrites its command line) is "redis-server 127.0.0.1:PORT"
+            marker = str(zk.data_dir / "zoo.cfg") if server is zk else f"{HOST}:{redis.port}"
+            log = server.data_dir / "server.log"
+            services.append(_record(name, server.process.pid, marker, address, log))
+        services.append(_start_sink(state_dir, ports, logs / "sink.log", children))
+        services.append(_start_monitor(state_dir, ports, logs / "monitor.log", children))
+    except BaseException:  # our own children still: stopped through their Popen, by pid
+        for child in reversed(children):
+            _stop_child(child)
+        redis.stop()
+        zk.stop()
         raise
     _save_state(state_dir, services)
     print(f"netdisco dev: up, state under {state_dir} (`netdisco dev down` stops it)")
@@ -276,23 +286,29 @@ def up(state_dir: Path, base: int) -> int:
     return 0
 
 
-def _start_sink(state_dir: Path, ports: dict[str, int], log: Path) -> Service:
+def _start_sink(
+    state_dir: Path, ports: dict[str, int], log: Path, children: list[subprocess.Popen[bytes]]
+) -> Service:
     argv = [*entry_point("netdisco", "netdisco.cli"), "dev", "sink", "--dir", str(state_dir),
             "--smtp-port", str(ports["smtp"]), "--web-port", str(ports["mails"])]  # fmt: skip
     process = _spawn(argv, log)
+    children.append(process)
     url = f"http://{HOST}:{ports['mails']}/"
     _wait_http(url, process, log)
     address = f"{HOST}:{ports['smtp']}, mails at {url}"
     return _record("smtp-sink", process.pid, f"--dir {state_dir} ", address, log)
 
 
-def _start_monitor(state_dir: Path, ports: dict[str, int], log: Path) -> Service:
+def _start_monitor(
+    state_dir: Path, ports: dict[str, int], log: Path, children: list[subprocess.Popen[bytes]]
+) -> Service:
     config = state_dir / "monitor.toml"
     zk_hosts = f"{HOST}:{ports['zookeeper']}"
     text = monitor_toml(zk_hosts, ports["monitor"], ports["smtp"])
     config.write_text(text.replace("`netdisco demo`", "`netdisco dev up`"))
     argv = [*entry_point("netdisco-monitor", "monitor.cli"), "--config", str(config)]
     process = _spawn(argv, log)
+    children.append(process)
     url = f"http://{HOST}:{ports['monitor']}/"
     _wait_http(url + "netdiscovery/health", process, log)
     return _record("monitor", process.pid, str(config), f"{url} (dashboard)", log)

@@ -208,3 +208,38 @@ def test_a_taken_port_or_a_bad_state_file_is_a_clear_error(tmp_path: Path) -> No
     result = cli("dev", "down", "--dir", str(tmp_path / "b"), timeout=30)
     assert result.returncode == 2, result.stderr
     assert "not a state file" in result.stderr, result.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_up_stops_what_it_had_started(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The monitor failing to start: ZooKeeper, Redis and the sink are stopped again."""
+    spawned: list[int] = []
+    real_spawn = dev._spawn
+
+    def spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+        process = real_spawn(argv, log)
+        spawned.append(process.pid)
+        return process
+
+    def no_monitor(*args: object) -> dev.Service:
+        raise RuntimeError("the monitor did not start (staged)")
+
+    started: list[int] = []
+    real_start = dev.ZooKeeperServer.start
+
+    def start_zk(self: dev.ZooKeeperServer, timeout: float = 30.0) -> None:
+        real_start(self, timeout)
+        assert self.process is not None
+        started.append(self.process.pid)
+
+    monkeypatch.setattr(dev, "_spawn", spawn)
+    monkeypatch.setattr(dev, "_start_monitor", no_monitor)
+    monkeypatch.setattr(dev.ZooKeeperServer, "start", start_zk)
+    with pytest.raises(RuntimeError, match="staged"):
+        dev.up(state_dir, free_base())
+    assert len(spawned) == 1  # the sink
+    assert len(started) == 1  # ZooKeeper
+    assert not [pid for pid in [*spawned, *started] if running(pid)]
+    assert not (state_dir / "state.json").exists()
