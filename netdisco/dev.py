@@ -251,6 +251,17 @@ def up(state_dir: Path, base: int) -> int:
         _print_services(running)
         return 1
     ports = _check_ports(base)
+    services = _start_all(state_dir, ports)
+    _save_state(state_dir, services)
+    print(f"netdisco dev: up, state under {state_dir} (`netdisco dev down` stops it)")
+    _print_services(services)
+    print("\nlines for your engine.toml:\n")
+    print(engine_lines(ports))
+    return 0
+
+
+def _start_all(state_dir: Path, ports: dict[str, int]) -> list[Service]:
+    """ZooKeeper, Redis, the sink, the monitor; on a failure, what started is stopped."""
     logs = state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     services: list[Service] = []
@@ -278,12 +289,7 @@ def up(state_dir: Path, base: int) -> int:
         redis.stop()
         zk.stop()
         raise
-    _save_state(state_dir, services)
-    print(f"netdisco dev: up, state under {state_dir} (`netdisco dev down` stops it)")
-    _print_services(services)
-    print("\nlines for your engine.toml:\n")
-    print(engine_lines(ports))
-    return 0
+    return services
 
 
 def _start_sink(

@@ -22,7 +22,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from netdisco import dev
-from netdisco.testing import free_port, redis_ping
+from netdisco.testing import ZooKeeperServer, free_port, redis_ping
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.redis]
 
@@ -227,16 +227,16 @@ def test_a_failed_up_stops_what_it_had_started(
         raise RuntimeError("the monitor did not start (staged)")
 
     started: list[int] = []
-    real_start = dev.ZooKeeperServer.start
+    real_start = ZooKeeperServer.start
 
-    def start_zk(self: dev.ZooKeeperServer, timeout: float = 30.0) -> None:
+    def start_zk(self: ZooKeeperServer, timeout: float = 30.0) -> None:
         real_start(self, timeout)
         assert self.process is not None
         started.append(self.process.pid)
 
     monkeypatch.setattr(dev, "_spawn", spawn)
     monkeypatch.setattr(dev, "_start_monitor", no_monitor)
-    monkeypatch.setattr(dev.ZooKeeperServer, "start", start_zk)
+    monkeypatch.setattr(ZooKeeperServer, "start", start_zk)
     with pytest.raises(RuntimeError, match="staged"):
         dev.up(state_dir, free_base())
     assert len(spawned) == 1  # the sink
