@@ -1,6 +1,6 @@
 """The ``netdisco`` command: ``crawl`` one spider standalone (``engine`` runs many), ``parse``
 one page with a spider, ``shell`` to try selectors on a page, ``new`` spider from a template,
-``deploy`` a project."""
+``deploy`` a project, ``dev up`` a standing local cluster."""
 
 from __future__ import annotations
 
