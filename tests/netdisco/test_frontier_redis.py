@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import threading
 import uuid
 from collections import Counter
@@ -344,6 +345,45 @@ def test_options_from_url_and_frontier_for(spider: SiteSpider):
     made = frontier_for(Settings(frontier="redis://h:1/0"), spider, "x")
     assert isinstance(made, RedisFrontier)
     assert made.owner == "x"
+
+
+def test_options_keep_the_url_as_written():
+    """redis-py 8.2 refuses ``unix:/x``, which a split-and-join writes for ``unix:///x``."""
+    cases = {
+        "unix:///run/crawl.sock?prefix=p&db=2": "unix:///run/crawl.sock?db=2",
+        "unix:///run/crawl.sock?prefix=p": "unix:///run/crawl.sock",
+        "redis://:p%40ss@h:1/0?socket_timeout=3&seen=bloom": "redis://:p%40ss@h:1/0?socket_timeout=3",
+        "redis+cluster://a:1,b:2/0?prefix=q": "redis+cluster://a:1,b:2/0",
+    }
+    for given, kept in cases.items():
+        assert RedisOptions.from_url(given).url == kept
+    assert redact("unix://:pw@/run/crawl.sock?db=1") == "unix://:***@/run/crawl.sock?db=1"
+
+
+async def test_a_unix_socket_frontier(spider: SiteSpider, tmp_path):
+    """``frontier = "unix:///path?db=N&prefix=..."``: a Redis on a socket, as ``-j N`` uses."""
+    socket = tmp_path / "redis.sock"
+    server = subprocess.Popen(
+        ["redis-server", "--port", "0", "--unixsocket", str(socket), "--save", "",
+         "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        await eventually(socket.exists, timeout=10)
+        url = f"unix://{socket}?db=3&prefix=u{uuid.uuid4().hex[:8]}&prefetch=1"
+        f = RedisFrontier(RedisOptions.from_url(url), spider.name, RequestCodec(spider))
+        await f.add(requests_for(spider, 3))
+        taken = [await f.take() for _ in range(3)]
+        assert sorted(r.url for r in taken if r is not None) == sorted(
+            r.url for r in requests_for(spider, 3)
+        )
+        client = aioredis.Redis.from_url(f"unix://{socket}?db=3")
+        assert await client.dbsize() > 0  # the frontier wrote to database 3
+        await client.aclose()
+        await f.close(hand_back=False)
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 def _fake_engine(zk_hosts: str, name: str, incarnation: str) -> FakeEngine:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from redis import asyncio as aioredis
 from redis import exceptions as rx
@@ -130,7 +130,7 @@ class RedisOptions(Section):
         ours = {k: v for k, v in query if k in names}
         rest = urlencode([(k, v) for k, v in query if k not in names])
         given = {
-            "url": urlunsplit(parts._replace(query=rest)),
+            "url": _with_query(url, rest),
             "shards": _default_shards(url, ours),
             "replicas": 1 if _is_cluster(url) else 0,
         }
@@ -205,7 +205,17 @@ def redact(url: str) -> str:
     if parts.password is None:
         return url
     host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+    return url.replace(parts.netloc, f"{parts.username or ''}:***@{host}", 1)
+
+
+def _with_query(url: str, query: str) -> str:
+    """``url`` with its query string replaced, the rest kept as the user wrote it.
+
+    The URL is never split and joined again: ``urlunsplit`` writes ``unix:///x`` as
+    ``unix:/x``, which redis-py 8.2 refuses.
+    """
+    base = url.partition("?")[0]
+    return f"{base}?{query}" if query else base
 
 
 def bloom_offsets(fingerprint: bytes, bits: int, hashes: int) -> str:
