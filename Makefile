@@ -1,21 +1,53 @@
+SHELL := /bin/bash
 # make test: everything a fresh Debian machine needs, then ruff, mypy and pytest.
+# The virtual environment is installed from requirements.lock (what was tested, exactly);
+# pyproject.toml keeps the lower bounds a library needs. `make lock` renews the lock.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+LOCK   := requirements.lock
 ZK_JAR := /usr/share/java/zookeeper.jar
 APT    := DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 
-.PHONY: test lint typecheck unit demo demo-keep bench compose-check faults memory system-deps clean
+.PHONY: test lint typecheck unit demo demo-keep bench compose-check faults memory system-deps \
+	clean lock test-newest test-lowest
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	@# Debian's python3 needs python3-venv (ensurepip) before it can make a venv
 	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || \
 	  (apt-get update -q && $(APT) python3-venv)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -c $(LOCK) -e '.[test]'
 	touch $(STAMP)
+
+# The lock anew: the newest releases pyproject.toml allows, every extra, for Python 3.11.
+lock: $(STAMP)
+	$(BIN)/uv pip compile pyproject.toml --all-extras --python-version 3.11 --upgrade -q -o $(LOCK)
+
+# The suite on the newest releases pyproject.toml allows (no lock), in a venv of its own,
+# upgraded on every run: a release that breaks users fails here the day it appears.
+NEWEST := .venv-newest
+test-newest: system-deps
+	@[ -x $(NEWEST)/bin/python ] || $(PYTHON) -m venv $(NEWEST)
+	$(NEWEST)/bin/pip install -q --upgrade pip
+	$(NEWEST)/bin/pip install -q --upgrade --upgrade-strategy eager -e '.[test]'
+	$(NEWEST)/bin/pip list --format=freeze > $(NEWEST)/versions.txt
+	@diff -u <(grep -v '^-e\|netdiscovery' $(NEWEST)/versions.txt | sort -f) \
+	  <(grep -E '^[A-Za-z0-9]' $(LOCK) | sort -f) | grep -E '^[-+][A-Za-z]' \
+	  | sed 's/^/newer than the lock: /' || true
+	$(MAKE) --no-print-directory VENV=$(NEWEST) STAMP=$(NEWEST)/.installed lint typecheck unit
+
+# The lowest releases pyproject.toml allows: import, a crawl, an engine (tests/lowest_smoke.py).
+LOWEST := .venv-lowest
+test-lowest: $(STAMP) system-deps
+	@[ -x $(LOWEST)/bin/python ] || $(PYTHON) -m venv $(LOWEST)
+	$(BIN)/uv pip compile pyproject.toml --resolution lowest-direct --python-version 3.11 \
+	  -q -o $(LOWEST)/lowest.txt
+	$(LOWEST)/bin/pip install -q -r $(LOWEST)/lowest.txt
+	$(LOWEST)/bin/pip install -q --no-deps -e .
+	$(LOWEST)/bin/python tests/lowest_smoke.py
 
 # Servers the tests start themselves: ZooKeeper (and a JRE), Redis; Chromium for the dashboard
 # test; Prometheus (promtool checks the metrics, a real server scrapes an engine and the monitor).
@@ -81,7 +113,7 @@ compose-check: $(STAMP)
 	$(BIN)/python compose/check.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(NEWEST) $(LOWEST) .mypy_cache .ruff_cache .pytest_cache
 
 # The fault suite of exact membership (real ZooKeeper, a 3-server ensemble, a delay
 # proxy); prints a table of scenarios. Not part of `make test`: see README for its time.
