@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from croniter import CroniterError, croniter
+from croniter import croniter
 
 from netdisco.exceptions import ConfigError
 from netdisco.values import parse_duration
@@ -66,6 +66,6 @@ def parse_schedule(cron: Any, every: Any, *, key: str) -> Schedule | None:
     schedule = Schedule(cron=cron)
     try:
         schedule.next_run(0.0)
-    except (CroniterError, ValueError, OverflowError):
+    except (ValueError, OverflowError):  # croniter's errors are ValueErrors
         raise ConfigError(cron_key, f"{cron!r} never fires") from None
     return schedule
