@@ -37,6 +37,8 @@ DEFAULT_DIR = ".netdisco-dev"
 #: ZooKeeper, Redis, SMTP, the mail view, the monitor: base + 0 .. 4 (8316, the monitor's
 #: own default, and 8715, the engine's, stay free for a monitor or engines of your own)
 DEFAULT_PORT_BASE = 8320
+#: where ``--port-base`` comes from when it is not given
+PORT_BASE_ENV = "NETDISCO_DEV_PORT_BASE"
 OFFSETS = {"zookeeper": 0, "redis": 1, "smtp": 2, "mails": 3, "monitor": 4}
 HOST = "127.0.0.1"
 START_TIMEOUT = 60.0
@@ -75,9 +77,9 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
             sub.add_argument(
                 "--port-base",
                 type=int,
-                default=DEFAULT_PORT_BASE,
+                default=os.environ.get(PORT_BASE_ENV, str(DEFAULT_PORT_BASE)),
                 help=f"ZooKeeper's port; Redis, SMTP, the mail view and the monitor take the "
-                f"next four ({DEFAULT_PORT_BASE})",
+                f"next four (${PORT_BASE_ENV}, else {DEFAULT_PORT_BASE})",
             )
     sink = actions.add_parser("sink", help="(run by up) the SMTP sink and its web view")
     sink.add_argument("--smtp-port", type=int, required=True)
@@ -311,7 +313,9 @@ def _start_monitor(
     config = state_dir / "monitor.toml"
     zk_hosts = f"{HOST}:{ports['zookeeper']}"
     text = monitor_toml(zk_hosts, ports["monitor"], ports["smtp"])
-    config.write_text(text.replace("`netdisco demo`", "`netdisco dev up`"))
+    text = text.replace("`netdisco demo`", "`netdisco dev up`")
+    # control (pause, jobs, deploys) from loopback: the monitor listens on nothing else
+    config.write_text(text + "\n[control]\n")
     argv = [*entry_point("netdisco-monitor", "monitor.cli"), "--config", str(config)]
     process = _spawn(argv, log)
     children.append(process)

@@ -40,7 +40,10 @@ async def engine(base: str, zk_hosts: str) -> None:
     """An engine registers in ZooKeeper, serves its status and runs a spider."""
     port = free_port()
     settings = EngineSettings(id="lowest", port=port)
-    async with SpiderEngine(settings, zookeeper={"hosts": zk_hosts}) as running, aiohttp.ClientSession() as session:
+    async with (
+        SpiderEngine(settings, zookeeper={"hosts": zk_hosts}) as running,
+        aiohttp.ClientSession() as session,
+    ):
         running.add_spider(Catalogue(start_urls=[base]), Settings(max_pages=5))
         await running.start()
         url = f"http://127.0.0.1:{port}/netdiscovery/health"

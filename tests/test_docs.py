@@ -23,7 +23,10 @@ Addresses: ``127.0.0.1:8000`` is the example site (``examples/local_site.py``, a
 what ``LOCAL_SITE_URL`` names here), ``127.0.0.1:2181`` ZooKeeper, ``127.0.0.1:6379``
 Redis; the ports 8715, 8716 (engines) and 8316 (the monitor) are free ports. The test
 starts its own servers on loopback and writes their addresses in place of these before
-a block runs. Each document's blocks run in order in one temporary directory holding a
+a block runs. ``netdisco dev up``'s ports 8320-8324 are the five from a free base that
+the test gives it (``NETDISCO_DEV_PORT_BASE``), and whatever a document's blocks left
+up is taken down again (``netdisco dev down``) when it ends, passed or failed. Each
+document's blocks run in order in one temporary directory holding a
 link to the checkout's ``examples/``, as if it were the checkout.
 """
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -45,10 +49,12 @@ import pytest
 from kazoo.client import KazooClient
 
 from monitor import config as monitor_config
+from netdisco import dev
 from netdisco.crawl import settings as crawl_settings
 from netdisco.engine.config import parse_config
 from netdisco.engine.hosted import zookeeper_settings
 from netdisco.testing import RedisServer, ZooKeeperServer, free_port, wait_port
+from tests.netdisco.test_dev import free_base
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -57,6 +63,9 @@ BLOCK_TIMEOUT = 40.0
 FENCE = re.compile(r"^```(.*)$")
 NOT_RUN = re.compile(r"^<!--\s*not run\b:?\s*(.*?)\s*-->$")
 ENGINE_PORTS = re.compile(r"\b(8715|8716|8316)\b")
+DEV_PORTS = re.compile(r"\b832([0-4])\b")
+#: items a document's blocks must have written: each product once, across these files
+EXACT = {"README.md": {"cluster-engine-*.jsonl": 30, "job-items.jsonl": 30}}
 #: files a document's blocks must have produced (a crawl that silently fetched nothing fails)
 PRODUCED = {
     "README.md": {
@@ -139,7 +148,10 @@ class Servers:
     zk_hosts: str  # host:port (no chroot)
     redis: str  # host:port
 
+    dev_base: int  # netdisco dev up's first port
+
     def substitute(self, text: str, chroot: str, ports: dict[str, int]) -> str:
+        text = DEV_PORTS.sub(lambda m: str(self.dev_base + int(m.group(1))), text)
         text = text.replace("127.0.0.1:2181", f"{self.zk_hosts}{chroot}")
         text = text.replace("127.0.0.1:6379", self.redis)
         text = re.sub(r"\b8000\b", str(self.site_port), text)
@@ -163,7 +175,7 @@ def servers(
     try:
         redis.start()
         wait_port("127.0.0.1", port)
-        yield Servers(port, zk_server.hosts, f"{redis.host}:{redis.port}")
+        yield Servers(port, zk_server.hosts, f"{redis.host}:{redis.port}", free_base())
     finally:
         redis.close()
         site.terminate()
@@ -189,6 +201,7 @@ def environment(servers: Servers) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NETDISCO_")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["LOCAL_SITE_URL"] = f"http://127.0.0.1:{servers.site_port}/"
+    env[dev.PORT_BASE_ENV] = str(servers.dev_base)
     return env
 
 
@@ -256,19 +269,37 @@ def line_count(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.name)
 def test_every_block_runs(document: Path, servers: Servers, tmp_path: Path) -> None:
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     chroot = make_chroot(servers.zk_hosts)
     ports: dict[str, int] = {}
     env = environment(servers)
-    for block in blocks(document.read_text(), document.name):
-        if block.language == "text" or block.not_run is not None:
-            continue
-        execute(block, servers.substitute(block.text, chroot, ports), tmp_path, env)
+    try:
+        for block in blocks(document.read_text(), document.name):
+            if block.language == "text" or block.not_run is not None:
+                continue
+            execute(block, servers.substitute(block.text, chroot, ports), tmp_path, env)
+    finally:
+        if (tmp_path / dev.DEFAULT_DIR).exists():
+            argv = [sys.executable, "-m", "netdisco.cli", "dev", "down"]
+            subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, timeout=60)
     for name, least in PRODUCED.get(document.name, {}).items():
         assert line_count(tmp_path / name) >= least, f"{document.name}: {name} too short"
+    for pattern, count in EXACT.get(document.name, {}).items():
+        assert distinct_urls(tmp_path, pattern) == count, f"{document.name}: {pattern}"
+
+
+def distinct_urls(directory: Path, pattern: str) -> int:
+    """Items of the files ``pattern`` names, each URL once (a duplicate fails)."""
+    urls = [
+        json.loads(line)["url"]
+        for path in sorted(directory.glob(pattern))
+        for line in path.read_text().splitlines()
+    ]
+    assert len(urls) == len(set(urls)), f"{pattern}: a URL twice in {sorted(urls)}"
+    return len(urls)
 
 
 # -- the conventions themselves ---------------------------------------------------------
