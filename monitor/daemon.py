@@ -87,6 +87,7 @@ class Monitor:
         )
         self._bind_metrics()
         self.started_at = time.time()
+        self._clock: asyncio.Task[None] | None = None
 
     def _bind_metrics(self) -> None:
         """The gauges read from the view when scraped."""
@@ -135,6 +136,14 @@ class Monitor:
                 self.record(Event(type=kind, engine_id=engine_id, engine=event.engine,
                                   detail=detail, time=event.time))  # fmt: skip
         self._tripped(self.rules.engine(engine_id, event.engine, event.time))
+
+    async def _rule_clock(self) -> None:
+        """Lasting conditions are reported while they last, not only when something is
+        read: a stuck loop writes its znode once and answers no poll after it."""
+        answers_within = 2 * self.config.http.poll_status + self.status.timeout
+        while True:
+            await asyncio.sleep(self.config.rules.tick)
+            self._tripped(self.rules.tick(time.time(), answers_within))
 
     def _tripped(self, trips: list[Trip]) -> None:
         """Each rule that tripped, as an event with its figures and a dashboard link."""
@@ -195,11 +204,15 @@ class Monitor:
         self.jobs.start()
         self.schedules.start()
         self.status.start()
+        self._clock = asyncio.create_task(self._rule_clock(), name="rule-clock")
         log.info("monitor_started", version=__version__, zk=self.config.zookeeper.hosts,
                  root=self.config.zookeeper.root, http=self.http.url)  # fmt: skip
 
     async def close(self) -> None:
         """Stop watching, flush alerts, stop serving; then one summary line."""
+        if self._clock is not None:
+            self._clock.cancel()
+            await asyncio.gather(self._clock, return_exceptions=True)
         await self.status.close()
         await self.control.close()
         await self.schedules.close()

@@ -5,13 +5,20 @@ each read of its znode data, with the time; each call returns the :class:`Trip`\
 report, which become events through the usual hooks. Nothing here does I/O, so the
 rules are tested with plain values.
 
-Flap control: a condition that lasts (an error ratio, a low disk, a stalled loop)
-must hold ``grace`` seconds before it is reported (a stalled spider waits
-``stall_after`` instead), and once reported it is armed again only after it has been
-clear for ``rearm`` seconds, so a figure wobbling around its threshold is one event,
-not one a poll. A run that ended (failed, finished with too few items) is reported
-once, keyed by its ``started_at``. Every value read from an engine is checked for
-its type and bounded before it counts; anything else counts as unknown.
+Rules run on a clock as well as on reads: :meth:`Rules.tick` steps every lasting
+condition with the latest observation, so a condition that holds while nothing new
+is read (a loop stuck for good writes its znode once, then nothing) is still reported
+once its time is up. The spider rules tick only while the engine answers its status
+polls; an engine that does not answer is the engine rules' business.
+
+Flap control: a condition that lasts (an error ratio, a low disk) must hold ``grace``
+seconds before it is reported (a stalled loop ``loop_grace``: the engine's own
+``loop_stall`` already waited; a stalled spider waits ``stall_after`` instead), and
+once reported it is armed again only after it has been clear for ``rearm`` seconds,
+so a figure wobbling around its threshold is one event, not one a poll. A run that
+ended (failed, finished with too few items) is reported once, keyed by its
+``started_at``. Every value read from an engine is checked for its type and bounded
+before it counts; anything else counts as unknown.
 """
 
 from __future__ import annotations
@@ -111,15 +118,20 @@ class SpiderWatch:
     window: deque[tuple[float, int, int]] = field(default_factory=deque)  # (at, pages, failed)
     stalled: Latch = field(default_factory=Latch)
     errors: Latch = field(default_factory=Latch)
+    figures: Figures = field(default_factory=dict)  # the latest poll's, for the clock
+    error_figures: Figures | None = None  # the latest window's share, when it is too high
 
 
 @dataclass
 class EngineWatch:
-    """What the rules remember of one engine: its spiders, its loop, its disks."""
+    """What the rules remember of one engine: its spiders, its loop, its disks, and the
+    latest znode data and status answer (the clock steps the rules with them)."""
 
     spiders: dict[str, SpiderWatch] = field(default_factory=dict)
     stalled: Latch = field(default_factory=Latch)
     disks: dict[str, Latch] = field(default_factory=dict)
+    data: Mapping[str, Any] | None = None
+    answered: float | None = None
 
 
 class Rules:
@@ -148,6 +160,7 @@ class Rules:
         if not isinstance(body, list):
             return []
         watch, trips, seen = self._watch(engine_id), [], set()
+        watch.answered = now
         for status in body[:MAX_SPIDERS]:
             spider = name(status.get("name")) if isinstance(status, dict) else None
             if spider is None or spider in seen:
@@ -172,11 +185,18 @@ class Rules:
             "items": count(status.get("items")),
             "queue": count(status.get("queue_size")),
         }
+        track.figures = figures
         out = self._ended(track, status, state, figures) + self._invalid(track, status, figures)
         if pages is not None and failed is not None:
-            out += self._error_ratio(track, pages, failed, now, figures)
-            out += self._stalled(track, state, pages + failed, now, figures)
+            self._count_errors(track, pages, failed, now)
+            if track.progress is None or track.progress[0] != pages + failed or state != "running":
+                track.progress = (pages + failed, now)  # progress, or not running: start again
+            out += self._lasting(track, now)
         return out
+
+    def _lasting(self, track: SpiderWatch, now: float) -> list[tuple[EventType, Figures]]:
+        """The spider's lasting conditions at ``now``: on a poll, and on the clock."""
+        return self._error_ratio(track, now) + self._stalled(track, now)
 
     def _ended(
         self, track: SpiderWatch, status: Mapping[str, Any], state: str | None, figures: Figures
@@ -209,13 +229,9 @@ class Rules:
         counted = {"items_invalid": invalid, "threshold": limit, "started_at": run}
         return [(EventType.SPIDER_ITEMS_INVALID, {**figures, **counted})]
 
-    def _error_ratio(
-        self, track: SpiderWatch, pages: int, failed: int, now: float, figures: Figures
-    ) -> list[tuple[EventType, Figures]]:
-        limit = self.settings.error_ratio
-        if limit <= 0:
-            return []
-        window = track.window
+    def _count_errors(self, track: SpiderWatch, pages: int, failed: int, now: float) -> None:
+        """A poll's counters into the window; the share of failures, when it is too high."""
+        limit, window = self.settings.error_ratio, track.window
         if window and (pages < window[-1][1] or failed < window[-1][2]):
             window.clear()  # counters went back: a new run
         window.append((now, pages, failed))
@@ -224,23 +240,28 @@ class Rules:
         then, pages0, failed0 = window[0]
         requests = (pages - pages0) + (failed - failed0)
         ratio = (failed - failed0) / requests if requests else 0.0
-        holds = requests >= self.settings.error_min_requests and ratio > limit
+        holds = limit > 0 and requests >= self.settings.error_min_requests and ratio > limit
+        track.error_figures = None
+        if holds:
+            track.error_figures = {
+                "ratio": round(ratio, 3),
+                "threshold": limit,
+                "requests": requests,
+                "window": round(now - then, 1),
+            }
+
+    def _error_ratio(self, track: SpiderWatch, now: float) -> list[tuple[EventType, Figures]]:
+        holds = track.error_figures is not None
         if not track.errors.step(holds, now, self.settings.grace, self.settings.rearm):
             return []
-        counted = {"ratio": round(ratio, 3), "threshold": limit, "requests": requests,
-                   "window": round(now - then, 1)}  # fmt: skip
-        return [(EventType.SPIDER_ERROR_RATIO, {**figures, **counted})]
+        return [(EventType.SPIDER_ERROR_RATIO, {**track.figures, **(track.error_figures or {})})]
 
-    def _stalled(
-        self, track: SpiderWatch, state: str | None, done: int, now: float, figures: Figures
-    ) -> list[tuple[EventType, Figures]]:
-        after = self.settings.stall_after
-        if track.progress is None or track.progress[0] != done or state != "running":
-            track.progress = (done, now)  # progress, or not running: the clock starts again
-        queued = figures["queue"]
-        holds = after > 0 and state == "running" and bool(queued)
-        quiet = now - track.progress[1]
-        if not track.stalled.step(holds and quiet >= after, now, 0.0, self.settings.rearm):
+    def _stalled(self, track: SpiderWatch, now: float) -> list[tuple[EventType, Figures]]:
+        after, figures = self.settings.stall_after, track.figures
+        running = figures.get("state") == "running" and bool(figures.get("queue"))
+        quiet = now - track.progress[1] if track.progress is not None else 0.0
+        holds = after > 0 and running and quiet >= after
+        if not track.stalled.step(holds, now, 0.0, self.settings.rearm):
             return []
         return [(EventType.SPIDER_STALLED, {**figures, "quiet_for": round(quiet, 1),
                                             "stall_after": after})]  # fmt: skip
@@ -250,7 +271,29 @@ class Rules:
     def engine(self, engine_id: str, data: Mapping[str, Any], now: float) -> list[Trip]:
         """One read of the engine's znode data: its loop and its disks."""
         watch = self._watch(engine_id)
+        watch.data = data
         return self._loop(watch, engine_id, data, now) + self._disks(watch, engine_id, data, now)
+
+    # -- the clock ----------------------------------------------------------------
+
+    def tick(self, now: float, answers_within: float) -> list[Trip]:
+        """Every lasting condition stepped at ``now`` with the latest observations.
+
+        The spider rules only for an engine whose latest status answer is at most
+        ``answers_within`` seconds old: a spider is not "stalled" because its engine
+        stopped answering (its loop, or its departure, is reported instead).
+        """
+        trips: list[Trip] = []
+        for engine_id, watch in self._engines.items():
+            if watch.data is not None:
+                trips += self._loop(watch, engine_id, watch.data, now)
+                trips += self._disks(watch, engine_id, watch.data, now)
+            if watch.answered is None or now - watch.answered > answers_within:
+                continue
+            for spider, track in watch.spiders.items():
+                trips += [Trip(kind, engine_id, spider, figures)
+                          for kind, figures in self._lasting(track, now)]  # fmt: skip
+        return trips
 
     def _loop(
         self, watch: EngineWatch, engine_id: str, data: Mapping[str, Any], now: float
@@ -259,7 +302,7 @@ class Rules:
         lag = None if lag is None else round(lag, 3)
         was = watch.stalled.fired
         # rearm 0: a recovery is reported as soon as the znode says so, after a stall
-        watch.stalled.step(data.get("stalled") is True, now, self.settings.grace, 0.0)
+        watch.stalled.step(data.get("stalled") is True, now, self.settings.loop_grace, 0.0)
         if watch.stalled.fired and not was:
             return [Trip(EventType.ENGINE_STALLED, engine_id, None, {"loop_lag": lag})]
         if was and not watch.stalled.fired:

@@ -162,8 +162,16 @@ class RuleSettings(Section):
         check=non_negative,
     )  # fmt: skip
     grace: float = _field(
-        "rules", 30.0, "seconds an error ratio, a low disk or a stalled loop must last",
+        "rules", 30.0, "seconds an error ratio or a low disk must last before it is reported",
         check=_at_least_zero,
+    )  # fmt: skip
+    loop_grace: float = _field(
+        "rules", 1.0, "seconds an engine's stalled loop must last (its own loop_stall waited "
+        "already)", check=_at_least_zero,
+    )  # fmt: skip
+    tick: float = _field(
+        "rules", 1.0, "seconds between checks of lasting conditions while nothing is read",
+        check=_above_zero,
     )  # fmt: skip
     rearm: float = _field(
         "rules", 600.0, "seconds a reported condition must be clear before it is reported again",

@@ -89,7 +89,7 @@ def test_error_ratio_needs_enough_requests() -> None:
 
 
 def test_a_stalled_loop_and_its_recovery_each_once() -> None:
-    rules = Rules(RuleSettings(grace=0.0))
+    rules = Rules(RuleSettings(loop_grace=0.0))
     assert kinds(rules.engine("a", {"stalled": True, "loop_lag": 7.25}, 0.0)) == ["engine_stalled"]
     assert rules.engine("a", {"stalled": True}, 1.0) == []
     assert kinds(rules.engine("a", {"stalled": False}, 2.0)) == ["engine_recovered"]
@@ -98,7 +98,7 @@ def test_a_stalled_loop_and_its_recovery_each_once() -> None:
 
 
 def test_a_short_stall_within_grace_is_nothing() -> None:
-    rules = Rules(RuleSettings(grace=5.0))
+    rules = Rules(RuleSettings(loop_grace=5.0))
     assert rules.engine("a", {"stalled": True}, 0.0) == []
     assert rules.engine("a", {"stalled": False}, 2.0) == []
     assert rules.engine("a", {"stalled": True}, 3.0) == []
@@ -153,3 +153,53 @@ def test_items_invalid_once_a_run_when_the_count_reaches_the_rule() -> None:
     ]
     assert rules.spiders("a", spider(items_invalid="9", started_at=3.0), 4.0) == []  # garbage
     assert Rules(RuleSettings(items_invalid=0)).spiders("a", spider(items_invalid=9), 0.0) == []
+
+
+# -- the clock: lasting conditions reported while nothing new is read -------------------
+
+
+def ticks(rules: Rules, start: float, end: float, answers_within: float = 15.0) -> list[str]:
+    """Every trip of a clock ticking once a second from ``start`` to ``end``."""
+    out: list[str] = []
+    for second in range(int(start), int(end) + 1):
+        out += kinds(rules.tick(float(second), answers_within))
+    return out
+
+
+def test_a_loop_stuck_for_good_is_reported_on_the_clock_once() -> None:
+    """One znode read says stalled, then nothing for 40 s: reported within loop_grace."""
+    rules = Rules(RuleSettings(loop_grace=1.0, grace=30.0))
+    assert rules.engine("a", {"stalled": True, "loop_lag": 5.2}, 0.0) == []
+    assert ticks(rules, 0, 0) == []
+    assert ticks(rules, 1, 40) == ["engine_stalled"]  # at 1 s, once in 40
+    assert kinds(rules.engine("a", {"stalled": False}, 41.0)) == ["engine_recovered"]
+    assert ticks(rules, 42, 60) == []
+
+
+def test_an_error_ratio_that_lasts_fires_once_on_the_clock() -> None:
+    rules = Rules(SETTINGS)
+    rules.spiders("a", spider(succeeded=0, failed=0), 0.0)
+    assert rules.spiders("a", spider(succeeded=5, failed=15), 1.0) == []
+    assert ticks(rules, 2, 10) == []  # within grace (10 s)
+    assert ticks(rules, 11, 14) == ["spider_error_ratio"]  # once, at 11 s
+
+
+def test_a_spider_with_no_pages_is_stalled_on_the_clock_while_its_engine_answers() -> None:
+    rules = Rules(SETTINGS)  # stall_after 30 s
+    rules.spiders("a", spider(succeeded=3), 0.0)
+    for second in range(5, 26, 5):  # the engine answers every 5 s, with no new page
+        rules.spiders("a", spider(succeeded=3), float(second))
+    assert ticks(rules, 26, 29) == []
+    assert ticks(rules, 30, 40) == ["spider_stalled"]  # once, at 30 s
+
+
+def test_no_spider_rule_on_the_clock_for_an_engine_that_stopped_answering() -> None:
+    rules = Rules(SETTINGS)
+    rules.spiders("a", spider(succeeded=3), 0.0)  # then no answer at all
+    assert ticks(rules, 1, 100, answers_within=15.0) == []
+
+
+def test_low_disk_that_lasts_fires_once_on_the_clock() -> None:
+    rules = Rules(SETTINGS)  # grace 10 s, disk_free_below 1000
+    assert rules.engine("a", {"facts": {"disk_free": {"/": 10}}}, 0.0) == []
+    assert ticks(rules, 1, 30) == ["disk_free_below"]

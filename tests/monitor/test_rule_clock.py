@@ -1,0 +1,89 @@
+"""Rules on a clock, end to end: a real ``netdisco engine`` process whose spider blocks
+its loop for 40 s, a real ZooKeeper, the real monitor.
+
+The engine's watchdog writes ``stalled`` into its znode once; nothing else is read
+while the loop is stuck (the status polls time out). The monitor must still report
+``engine_stalled`` while the loop is stuck, once, and ``engine_recovered`` once after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from netdisco.testing import eventually, free_port, serve
+from tests.monitor.conftest import monitor_config
+
+BLOCK = 40.0
+SPIDER = """
+import time
+from netdisco import Spider
+
+
+class Blocking(Spider):
+    name = "blocking"
+    start_urls = ["{base}/"]
+
+    def parse(self, response):
+        open("blocking.started", "w").close()
+        time.sleep({block})  # a callback that blocks the engine's loop
+        yield {{"url": response.url}}
+"""
+
+
+async def page(_request: web.Request) -> web.Response:
+    return web.Response(text="<html>ok</html>", content_type="text/html")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+async def test_a_loop_stuck_for_40_s_is_reported_while_stuck(
+    zk_hosts: str, start_monitor, tmp_path: Path
+) -> None:
+    app = web.Application()
+    app.router.add_get("/", page)
+    rules = {"grace": 30.0, "loop_grace": 1.0, "tick": 0.5}  # grace is not the loop's
+    _monitor, rec = await start_monitor(
+        monitor_config(zk_hosts, rules=rules, http={"poll_status": 0.5})
+    )
+    async with serve(app) as base:
+        (tmp_path / "blocking.py").write_text(SPIDER.format(block=BLOCK, base=base))
+        config = tmp_path / "engine.toml"
+        config.write_text(
+            f'[engine]\nid = "stuck"\nport = {free_port()}\nloop_stall = 2.0\n'
+            "loop_stall_drop = 0\n"  # the znode stays, stalled, and says nothing more
+            f'[zookeeper]\nhosts = "{zk_hosts}"\nsession_timeout = 10.0\n'
+            f'[[spiders]]\nspider = "blocking.py:Blocking"\n'
+            "[spiders.settings]\nprogress_interval = 0\n"
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NETDISCO_")}
+        with (tmp_path / "engine.log").open("wb") as log:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "netdisco.cli", "--log-json", "engine", "--config",
+                str(config), cwd=tmp_path, env=env, stdout=log, stderr=log,
+            )  # fmt: skip
+        try:
+            await eventually(lambda: rec.of("engine_joined", "stuck"), "joined", timeout=30)
+            (tmp_path / "go").touch()
+            started = tmp_path / "blocking.started"
+            await eventually(started.exists, "the callback blocks", timeout=30)
+            blocked_at = time.time()
+            await eventually(lambda: rec.of("engine_stalled", "stuck"), "stalled", timeout=20)
+            reported = time.time() - blocked_at
+            assert reported < BLOCK - 10, f"reported {reported:.1f} s into a {BLOCK} s block"
+            await eventually(lambda: rec.of("engine_recovered", "stuck"), timeout=BLOCK + 20)
+            await asyncio.sleep(2.0)  # more ticks and reads: nothing more
+            assert len(rec.of("engine_stalled", "stuck")) == 1
+            assert len(rec.of("engine_recovered", "stuck")) == 1
+            assert rec.of("engine_lost", "stuck") == []
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
