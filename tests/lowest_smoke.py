@@ -18,9 +18,9 @@ import aiohttp
 from aiohttp import web
 
 # this file's own directory would shadow the package with tests/netdisco
-sys.path[0] = str(Path(__file__).resolve().parents[1] / "examples")
+sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from local_site import PAGES, Catalogue, make_app  # noqa: E402
+from examples.local_site import PAGES, Catalogue, make_app  # noqa: E402
 
 from netdisco import Crawler, JsonLinesPipeline, Settings  # noqa: E402
 from netdisco.engine import EngineSettings, SpiderEngine  # noqa: E402
@@ -31,7 +31,8 @@ async def crawl(base: str, out: Path) -> None:
     """Every page of the catalogue, each item once."""
     spider = Catalogue(start_urls=[base])
     stats = await Crawler(spider, Settings(), pipelines=[JsonLinesPipeline(out)]).run()
-    items = [json.loads(line) for line in out.read_text().splitlines()]
+    text = await asyncio.to_thread(out.read_text)
+    items = [json.loads(line) for line in text.splitlines()]
     assert stats.succeeded == PAGES + 1, stats.as_dict()
     assert len({item["sku"] for item in items}) == PAGES == len(items), len(items)
 

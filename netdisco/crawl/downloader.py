@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 import aiohttp
 import structlog
@@ -104,7 +104,8 @@ class HostErrors:
 
 
 def retry_after(headers: Mapping[str, str], cap: float) -> float | None:
-    """Seconds asked for by a Retry-After header (delta or HTTP date), capped."""
+    """Seconds asked for by a Retry-After header (delta or HTTP date), capped at ``cap``
+    (``retry_max_delay``; the cap is logged: the server asked for longer)."""
     value = headers.get("Retry-After")
     if not value:
         return None
@@ -115,7 +116,12 @@ def retry_after(headers: Mapping[str, str], cap: float) -> float | None:
             seconds = parsedate_to_datetime(value).timestamp() - time.time()
         except (TypeError, ValueError):
             return None
-    return min(max(seconds, 0.0), cap)
+    if not math.isfinite(seconds):
+        return None
+    if seconds > cap:
+        log.info("retry_after_capped", asked=round(seconds, 1), cap=cap)
+        return cap
+    return max(seconds, 0.0)
 
 
 class Downloader:
@@ -238,32 +244,34 @@ class Downloader:
                 retryable = not isinstance(exc, TransferFailed) or exc.retryable
                 if request.attempts > s.retries or not retryable:
                     raise DownloadFailed(describe(exc), url=request.url) from exc
-                delay = self._backoff(request)
+                delay, told = self._backoff(request), False
             else:
                 if response.status < 400:
                     return response
                 if response.status not in RETRY_STATUSES or request.attempts > s.retries:
                     if response.status in SLOW_DOWN:  # not retried, but the host was told
-                        self._rest(request, self._told_to_wait(request, response))
+                        self._rest(request, *self._told_to_wait(request, response))
                     raise HttpStatusError(
                         f"HTTP {response.status}", url=response.url, status=response.status
                     )
-                delay = self._told_to_wait(request, response)
+                delay, told = self._told_to_wait(request, response)
             self.stats.retried += 1
-            await self._retry_later(request, delay)
+            await self._retry_later(request, delay, told)
 
-    def _told_to_wait(self, request: Request, response: Response) -> float:
-        """How long to wait before a retry: the Retry-After asked for, else the backoff."""
+    def _told_to_wait(self, request: Request, response: Response) -> tuple[float, bool]:
+        """How long to wait before a retry, and whether the server said so: the
+        Retry-After asked for (capped), else the backoff."""
         asked = retry_after(response.headers, self.settings.retry_max_delay)
-        return self._backoff(request) if asked is None else asked
+        return (self._backoff(request), False) if asked is None else (asked, True)
 
-    def _rest(self, request: Request, delay: float) -> None:
-        """The whole host waits ``delay`` (a 429, a 503, a failure), not only ``request``."""
+    def _rest(self, request: Request, delay: float, told: bool = False) -> None:
+        """The whole host waits ``delay`` (a 429, a 503, a failure), not only ``request``;
+        ``told``: the server said how long, and its word replaces the host's own delay."""
         slot = None if self.hosts is None else self.hosts.peek(request.host_key)
         if slot is not None:
-            slot.rest(delay)
+            slot.rest(delay, told)
 
-    async def _retry_later(self, request: Request, delay: float) -> None:
+    async def _retry_later(self, request: Request, delay: float, told: bool = False) -> None:
         """Sleep ``delay`` then try again, or, with host queues, hand the retry back.
 
         Either way the whole host rests ``delay``, not only this request. A retry here
@@ -271,7 +279,7 @@ class Downloader:
         for every engine and the request waits its turn there.
         """
         if self.reserved_by is None:
-            self._rest(request, delay)
+            self._rest(request, delay, told)
             await asyncio.sleep(delay)
             return
         delay = max(delay, self.throttle.delay(request.host_key))
@@ -434,7 +442,7 @@ class Downloader:
         handler: DownloadHandler = self._http
         if request.render or self.settings.render:
             handler = self._renderer()
-        host = urlsplit(request.url).netloc
+        host = request.host_key  # the one key of politeness, placement and robots.txt
         async with self._turn(host, self._own_session and handler is self._http):
             began = time.monotonic()
             response = await handler.fetch(request)
@@ -442,7 +450,8 @@ class Downloader:
         self.stats.bytes += len(response.body)
         self.stats.responded(response.status, took)
         if self.throttle.enabled:
-            self.throttle.observe(host, took, response.status)
+            told = bool(response.headers.get("Retry-After"))
+            self.throttle.observe(host, took, response.status, told)
         return response
 
 

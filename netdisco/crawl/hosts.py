@@ -104,10 +104,12 @@ class HostSlot:
             return None
         return self.next_start
 
-    def rest(self, seconds: float) -> None:
+    def rest(self, seconds: float, told: bool = False) -> None:
         """Start nothing for ``seconds`` (a 429, a 503, a failure): the whole host waits,
-        not only the request that was told to."""
-        self.next_start = max(self.next_start, time.monotonic() + seconds)
+        not only the request that was told to. ``told``: the server said how long
+        (Retry-After); the next start is then when it said, not later."""
+        until = time.monotonic() + seconds
+        self.next_start = until if told else max(self.next_start, until)
 
     async def wait_turn(self) -> Start | None:
         """Wait until the host's delay has passed since the previous request went out;

@@ -5,8 +5,11 @@ table), its robots.txt ``Crawl-delay`` (capped by ``max_crawl_delay``) and, with
 ``autothrottle``, a delay that follows the host's latency as Scrapy's AutoThrottle
 does: ``latency / autothrottle_target_concurrency``, averaged with the delay before,
 so that about that many requests are in flight at the server; only a 200 may lower
-it, and a 429 or 503 doubles it (up to ``autothrottle_max_delay``), which the next
-answers bring down again.
+it. A 429 or 503 that says how long to wait (``Retry-After``) is taken at its word: the
+host rests that long (``crawl.hosts``, the host queues) and its delay is not touched,
+so the crawl goes on at its pace once the server said it may. One that does not say
+doubles the delay (up to ``autothrottle_max_delay``), again with each one in a row, and
+the next healthy answers bring it back down towards what the latency asks.
 
 This module owns the *length* of a host's delay; *when* the next request may start
 is ``crawl.hosts``' ``HostSlot`` (standalone) or the Redis host queues' (a shared
@@ -149,17 +152,20 @@ class Throttle:
         if pace.crawl_delay != wanted:
             pace.crawl_delay = wanted
 
-    def observe(self, host: str, latency: float, status: int) -> None:
-        """A response came after ``latency`` s: Scrapy's AutoThrottle step."""
+    def observe(self, host: str, latency: float, status: int, told: bool = False) -> None:
+        """A response came after ``latency`` s: Scrapy's AutoThrottle step. ``told``: a
+        429/503 said how long to wait (Retry-After), which the host's rest honours."""
         if not self.enabled or not math.isfinite(latency) or latency < 0:
+            return
+        if status in SLOW_DOWN:
+            if not told:
+                self.slowed(host)
             return
         pace = self._pace(host)
         target = latency / self.target
         new = max(target, (pace.adaptive + target) / 2)
         new = min(max(self._rule_delay(host), new), self.max_delay)
-        if status in SLOW_DOWN:
-            self.slowed(host)
-        elif status == 200 or new > pace.adaptive:  # a quick error page must not speed us up
+        if status == 200 or new > pace.adaptive:  # a quick error page must not speed us up
             pace.adaptive = new
 
     def slowed(self, host: str) -> None:

@@ -83,13 +83,15 @@ def parse(url: str) -> Parsed | None:
 
 def host_key(url: str) -> str:
     """``host[:port]`` as the standard serialises it (IDNA, lower case, default port
-    and credentials left out, IPv6 in brackets): one key per host, so that
+    and credentials left out, IPv6 in brackets, no trailing dot): one key per host, so that
     ``http://Example.test:80/`` and ``http://example.test/x`` share one politeness slot
     and one robots.txt. A URL that does not parse keys on itself (it is never fetched)."""
     parsed = parse(url)
     if parsed is None:
         return url
     host = f"[{parsed.host}]" if parsed.host_type == _IPV6 else parsed.host
+    if host.endswith(".") and host.strip("."):
+        host = host.rstrip(".")  # ``example.test.`` is ``example.test``, as in canonical URLs
     return host if parsed.port is None else f"{host}:{parsed.port}"
 
 

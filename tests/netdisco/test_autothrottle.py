@@ -353,3 +353,54 @@ def test_hosts_table_as_json_and_scrapy_names() -> None:
 def test_autothrottle_settings_are_bounded(bad: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match=next(iter(bad))):
         from_mapping(bad)
+
+
+@dataclass
+class Unavailable:
+    """Its first ``refusals`` page requests get 503 with ``Retry-After: 1``; then pages."""
+
+    refusals: int = 5
+    arrivals: list[tuple[float, int]] = field(default_factory=list)  # (at, status sent)
+
+    async def page(self, request: web.Request) -> web.Response:
+        status = 503 if len(self.arrivals) < self.refusals else 200
+        self.arrivals.append((time.monotonic(), status))
+        if status == 503:
+            return web.Response(status=503, headers={"Retry-After": "1"})
+        return web.Response(text="<html><body>page</body></html>", content_type="text/html")
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/p/{n}", self.page)
+        return app
+
+
+async def test_retry_after_is_taken_at_its_word_and_the_pace_recovers() -> None:
+    """Five 503s saying "retry after 1 s", 20 pages behind them, autothrottle on with its
+    defaults (start delay 5 s): no request inside a Retry-After window, none more than one
+    delay after it, and every page within 20 s of the start (once: 20 minutes)."""
+    site = Unavailable()
+    async with serve(site.app()) as base:
+        began = time.monotonic()
+        crawler = await run(
+            Pages(base, pages=21), autothrottle=True, retries=5, obey_robots=False,
+            per_host_concurrency=1,
+        )  # fmt: skip
+    assert crawler.stats.succeeded == 21
+    assert site.arrivals[-1][0] - began < 20.0, site.arrivals
+    for (told, status), (asked, _) in itertools.pairwise(site.arrivals):
+        if status == 503:
+            assert asked - told >= 1.0 - TOLERANCE, "a request inside the Retry-After window"
+            assert asked - told <= 1.0 + 0.5, "waited longer than the server asked"
+
+
+def test_a_retry_after_leaves_the_delay_alone_a_silent_503_doubles_it() -> None:
+    t = throttle(autothrottle=True, autothrottle_start_delay=1.0)
+    for _ in range(20):
+        t.observe("h", 0.2, 200)
+    settled = t.delay("h")
+    t.observe("h", 0.01, 503, told=True)
+    assert t.delay("h") == settled  # the host rests as told; its pace stays
+    t.observe("h", 0.01, 503)
+    t.observe("h", 0.01, 503)
+    assert t.delay("h") == pytest.approx(2.0)  # no word: doubled, twice (from the start)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import threading
 import uuid
 from collections import Counter
@@ -363,10 +362,9 @@ def test_options_keep_the_url_as_written():
 async def test_a_unix_socket_frontier(spider: SiteSpider, tmp_path):
     """``frontier = "unix:///path?db=N&prefix=..."``: a Redis on a socket, as ``-j N`` uses."""
     socket = tmp_path / "redis.sock"
-    server = subprocess.Popen(
-        ["redis-server", "--port", "0", "--unixsocket", str(socket), "--save", "",
-         "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL,
+    server = await asyncio.create_subprocess_exec(
+        "redis-server", "--port", "0", "--unixsocket", str(socket), "--save", "",
+        "--dir", str(tmp_path), stdout=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:
         await eventually(socket.exists, timeout=10)
@@ -383,7 +381,7 @@ async def test_a_unix_socket_frontier(spider: SiteSpider, tmp_path):
         await f.close(hand_back=False)
     finally:
         server.terminate()
-        server.wait(10)
+        await server.wait()
 
 
 def _fake_engine(zk_hosts: str, name: str, incarnation: str) -> FakeEngine:

@@ -205,3 +205,22 @@ def test_wpt_urltestdata_through_follow(with_base: bool) -> None:
     assert failed == []
     count, applicable = rate(netdisco_follow, with_base=with_base)
     assert count / applicable >= 0.97
+
+
+@pytest.mark.parametrize(
+    ("urls", "key"),
+    [
+        (["http://example.test/", "http://u:p@Example.TEST:80/a", "https://example.test:443/"],
+         "example.test"),  # credentials, case, the default port (scheme not in the key)
+        (["http://example.test./b", "http://EXAMPLE.test.:80/"], "example.test"),  # trailing dot
+        (["http://bücher.example/", "http://xn--bcher-kva.example/", "http://BÜCHER.example/"],
+         "xn--bcher-kva.example"),  # IDNA
+        (["http://127.0.0.1/", "http://2130706433/", "http://0x7f.1/", "http://127.1/",
+          "http://0177.0.0.1/"], "127.0.0.1"),  # IPv4 forms
+        (["http://[::1]:8080/", "http://[0:0::1]:8080/"], "[::1]:8080"),
+        (["http://example.test:8080/"], "example.test:8080"),
+    ],
+)  # fmt: skip
+def test_one_host_key_for_every_spelling_of_a_host(urls: list[str], key: str) -> None:
+    """Politeness, placement, autothrottle, the 429 rest and robots.txt share this key."""
+    assert {Request(url).host_key for url in urls} == {key}
