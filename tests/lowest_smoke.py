@@ -21,7 +21,6 @@ from aiohttp import web
 sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 from examples.local_site import PAGES, Catalogue, make_app  # noqa: E402
-
 from netdisco import Crawler, JsonLinesPipeline, Settings  # noqa: E402
 from netdisco.engine import EngineSettings, SpiderEngine  # noqa: E402
 from netdisco.testing import ZooKeeperServer, eventually, free_port, get_json  # noqa: E402

@@ -6,9 +6,11 @@
   requests for it *wait* (they are neither failed nor denied) while robots.txt
   is fetched again in the background after a backoff that doubles from
   ``robots_backoff`` up to ``robots_max_backoff``, until it answers, or until it
-  failed ``host_error_limit`` times in a row: then the origin is given up, and its
-  waiting and later requests fail with ``HostGivenUp`` (a host that accepts and
-  never answers cannot hold the crawl open for ever).
+  failed ``host_error_limit`` times in a row or has not answered for
+  ``host_give_up_after`` seconds (2 minutes; the last try is timed to end by then):
+  then the origin is given up, and its waiting and later requests fail with
+  ``HostGivenUp``, which says why (a host that accepts and never answers cannot hold
+  the crawl open for long).
 - A connection error (refused, no such host) counts as "no robots.txt": the page
   fetch that follows fails with the real reason, and a dead host cannot hold the
   crawl open for ever.
@@ -79,7 +81,7 @@ class _Origin:
     failures: int = 0
     task: asyncio.Task[None] | None = None  # the fetch (and its retries) under way
     fetched: float = -math.inf  # when our last fetch of it ended (monotonic)
-    given_up: bool = False  # failed host_error_limit times in a row: no more tries
+    given_up: str | None = None  # why no more tries (failed too often, or too long)
 
     def idle(self) -> bool:
         return self.task is None
@@ -104,7 +106,10 @@ class RobotsCache:
         """Whether ``url``'s robots.txt failed and has not answered since: its requests wait."""
         entry = self._origins.peek(_origin(url))
         return (
-            entry is not None and entry.rules is None and entry.failures > 0 and not entry.given_up
+            entry is not None
+            and entry.rules is None
+            and entry.failures > 0
+            and entry.given_up is None
         )
 
     def fetched_at(self, url: str) -> float:
@@ -127,14 +132,13 @@ class RobotsCache:
         entry = self._origins.get(origin)
         if entry is None:
             entry = self._origins.put(origin, _Origin(origin, proxy))
-        if entry.task is None and time.monotonic() >= entry.expires and not entry.given_up:
+        if entry.task is None and time.monotonic() >= entry.expires and entry.given_up is None:
             entry.rules = None
             entry.task = self._fetches.spawn(self._until_answered(entry), name=f"robots:{origin}")
         if entry.rules is None and entry.task is not None:
             await asyncio.shield(entry.task)  # one fetch; a waiter's cancel is not its
-        if entry.given_up:
-            message = f"robots.txt of {origin} failed {entry.failures} times in a row"
-            raise HostGivenUp(message, url=url)
+        if entry.given_up is not None:
+            raise HostGivenUp(entry.given_up, url=url)
         assert entry.rules is not None
         return bool(entry.rules.can_fetch(url, self.agent))
 
@@ -155,21 +159,36 @@ class RobotsCache:
     async def _until_answered(self, entry: _Origin) -> None:
         """Fetch until robots.txt answers, backing off while the site is unreachable."""
         s = self.settings
+        began = time.monotonic()
+        # the last try starts early enough to end (time out) by host_give_up_after
+        last_try = began + s.host_give_up_after - s.timeout if s.host_give_up_after else math.inf
         try:
             while (rules := await self._answer(entry)) is None:
                 entry.failures += 1
-                if s.host_error_limit and entry.failures >= s.host_error_limit:
-                    entry.given_up = True
-                    log.warning("robots_given_up", origin=entry.origin, failures=entry.failures)
+                entry.given_up = self._give_up(entry, began, last_try)
+                if entry.given_up is not None:
+                    log.warning("robots_given_up", origin=entry.origin, reason=entry.given_up)
                     return
                 delay = min(s.robots_backoff * 2 ** (entry.failures - 1), s.robots_max_backoff)
-                log.warning("robots_unreachable", origin=entry.origin, retry_in=delay)
+                delay = max(0.0, min(delay, last_try - time.monotonic()))
+                log.warning("robots_unreachable", origin=entry.origin, retry_in=round(delay, 3))
                 await asyncio.sleep(delay)
             entry.rules, entry.failures = rules, 0
             entry.crawl_delay = rules.crawl_delay(self.agent)
             entry.expires = time.monotonic() + s.robots_max_age
         finally:
             entry.task = None
+
+    def _give_up(self, entry: _Origin, began: float, last_try: float) -> str | None:
+        """Why to try ``entry`` no more, after a failure; None: try again."""
+        limit, tries = self.settings.host_error_limit, entry.failures
+        if limit and tries >= limit:
+            return f"robots.txt of {entry.origin} failed {tries} times in a row (timeout or 5xx)"
+        if time.monotonic() >= last_try:
+            waited = time.monotonic() - began
+            return (f"robots.txt of {entry.origin} did not answer for {waited:.0f} s "
+                    f"({tries} tries; host_give_up_after)")  # fmt: skip
+        return None
 
     async def _answer(self, entry: _Origin) -> Protego | None:
         """The rules, through the frontier: fetched here, or a shared copy."""

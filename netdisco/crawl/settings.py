@@ -310,6 +310,13 @@ class Settings(Section):
         check=positive,
     )
     robots_max_backoff: float = _field(3_600.0, "robots", "longest such wait", check=positive)
+    host_give_up_after: float = _field(
+        120.0,
+        "robots",
+        "seconds a host's robots.txt may go unanswered (timeouts, 5xx) before its requests "
+        "fail as HostGivenUp (0: only host_error_limit decides)",
+        check=non_negative,
+    )
     max_crawl_delay: float = _field(
         10.0,
         "robots",

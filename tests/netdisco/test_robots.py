@@ -5,6 +5,7 @@ is trusted for ``robots_max_age`` only. Backoffs are tiny here; the defaults are
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -160,3 +161,23 @@ async def test_a_host_that_never_answers_is_given_up_and_the_crawl_ends(
     given_up = [e for e in logs if e["event"] in ("robots_given_up", "host_given_up")]
     assert len(given_up) == 1
     assert "in a row" in str(crawler.stats.last_error)  # the later ones: given up
+
+
+async def test_a_host_that_never_answers_is_given_up_in_time_not_by_count(dead_host: str) -> None:
+    """robots.txt backing off as by default (60 s, doubled) would keep the crawl open for
+    many minutes; ``host_give_up_after`` ends it, the last try timed to end by then."""
+    async with serve(_linking(dead_host, 4)) as base:
+        crawler, _ = start(
+            seeds(f"{base}/"), timeout=0.5, robots_backoff=60.0, host_give_up_after=2.0
+        )
+        began = time.monotonic()
+        await asyncio.wait_for(crawler.run(), 20)
+    took = time.monotonic() - began
+    assert crawler.state.value == "finished"
+    assert 1.5 <= took < 4.0, took
+    assert crawler.stats.failed == 4  # every request of the dead host, with the reason
+    assert "did not answer for 2 s" in str(crawler.stats.last_error)
+
+
+def test_a_dead_host_is_given_up_within_two_minutes_by_default() -> None:
+    assert Settings().host_give_up_after == 120.0
