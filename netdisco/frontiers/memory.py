@@ -4,6 +4,14 @@ Its queue spills to disk beyond ``limit`` requests (the ``memory_queue_limit`` s
 the first ones stay in memory (``netdisco.frontiers.head``), the rest wait encoded in a
 temporary SQLite database (``netdisco.frontiers.spill``), so a crawl whose queue
 outgrows memory goes on. The seen set stays in memory (16-byte fingerprints).
+
+Within a priority, requests are taken in rounds over their hosts (a queue per host, as
+Mercator's back queues): a host's n-th queued request is in round n, and a host seen
+for the first time (or again after its queue ran dry) starts at the round being taken
+now. So the queue hands out one request of each host with work in turn, and the hosts
+behind one host's long run of links start at once: the downloader's ready queue
+(``crawl.hosts``) then always has a request of a host that is due. The round and the
+arrival order together are the key's ``order`` (``ROUND``), so the spill keeps it.
 """
 
 from __future__ import annotations
@@ -20,6 +28,12 @@ from netdisco.frontiers.head import Head, Key
 from netdisco.frontiers.spill import Spill
 
 log = structlog.get_logger(__name__)
+#: ``order`` = round x ROUND + arrival: 2**36 arrivals and 2**26 rounds a host fit in 63 bits
+ROUND = 2**36
+MAX_ROUND = 2**26 - 1
+#: hosts whose latest round is remembered; past that all are forgotten, and each starts
+#: again at the current round (its order among the others is lost, never a request)
+HOSTS = 100_000
 
 
 class MemoryFrontier(Frontier[R]):
@@ -37,6 +51,8 @@ class MemoryFrontier(Frontier[R]):
         self._order = itertools.count()
         self._seen: set[bytes] = set()
         self._leased = 0
+        self._rounds: dict[str, int] = {}  # host -> the round of its latest add
+        self._round = 0  # the round of the request taken last
 
     async def add(self, requests: Sequence[R]) -> list[bool]:
         added = []
@@ -65,6 +81,7 @@ class MemoryFrontier(Frontier[R]):
         if entry is None:
             return None
         self._leased += 1
+        self._round = max(self._round, entry[0][1] // ROUND)
         return entry[1]
 
     async def done(self, request: R, *, requeue: bool = False) -> None:
@@ -89,7 +106,12 @@ class MemoryFrontier(Frontier[R]):
     def _place(self, request: R, out: list[tuple[Key, R]]) -> None:
         """Queue ``request`` in memory if the head reaches it; else, or what a full head
         trims, into ``out`` (for ``_write``)."""
-        key = (-request.priority, next(self._order))
+        host = request.host_key
+        turn = max(self._rounds.get(host, -1) + 1, self._round)
+        if len(self._rounds) >= HOSTS and host not in self._rounds:
+            self._rounds.clear()
+        self._rounds[host] = turn
+        key = (-request.priority, min(turn, MAX_ROUND) * ROUND + next(self._order))
         if not self._head.holds(key):
             out.append((key, request))
             return

@@ -50,3 +50,45 @@ async def test_leases_and_requeue() -> None:
     assert await frontier.counts() == (2, 0, 2)
     assert await _drain(frontier) == ["/2", "/1"]
     assert await frontier.counts() == (0, 0, 2)
+
+
+def _at(url: str, priority: int = 0) -> Request:
+    request = Request(url, priority=priority)
+    request.fingerprint = fingerprint(request)
+    return request
+
+
+async def _hosts(frontier: Frontier[Request], count: int) -> list[str]:
+    out = []
+    for _ in range(count):
+        request = await frontier.take()
+        assert request is not None
+        out.append(request.host_key.removesuffix(".test"))
+        await frontier.done(request)
+    return out
+
+
+async def test_hosts_take_rounds_and_a_newcomer_starts_at_the_current_round() -> None:
+    """A queue per host: one request of each host with work in turn, within a priority."""
+    frontier = MemoryFrontier[Request]()
+    await frontier.add([_at(f"http://big.test/{n}") for n in range(6)])
+    await frontier.add([_at(f"http://b.test/{n}") for n in range(2)])
+    assert await _hosts(frontier, 4) == ["big", "b", "big", "b"]
+    await frontier.add([_at("http://new.test/0"), _at("http://new.test/1")])  # mid-crawl
+    await frontier.add([_at("http://top.test/", priority=5)])
+    assert await _hosts(frontier, 5) == ["top", "new", "big", "new", "big"]
+    assert await _drain(frontier) == [
+        "http://big.test/4",
+        "http://big.test/5",
+    ]  # big's last ones, still in order
+
+
+async def test_rounds_survive_the_spill_to_disk() -> None:
+    from netdisco.crawl.codec import RequestCodec
+    from tests.netdisco.redis_support import SiteSpider
+
+    frontier = MemoryFrontier[Request](RequestCodec(SiteSpider()), limit=4)
+    await frontier.add([_at(f"http://big.test/{n}") for n in range(10)])
+    await frontier.add([_at(f"http://b.test/{n}") for n in range(3)])
+    assert await _hosts(frontier, 8) == ["big", "b", "big", "b", "big", "b", "big", "big"]
+    await frontier.close()

@@ -8,6 +8,7 @@ every request arrived: the assertions read the servers' own order of arrivals.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -122,3 +123,43 @@ async def test_urls_robots_forbids_cost_no_turn() -> None:
     assert spider.denied_at == [1] * 30  # only the index had been fetched at each denial
     assert crawler.downloader.hosts is not None
     assert crawler.downloader.hosts.turns == len(host.pages())  # one turn a page sent
+
+
+async def test_hosts_behind_a_long_queue_of_one_host_start_at_once() -> None:
+    """400 links of one host ahead of five small sites in the queue: with a queue per
+    host (fair rounds), every small site starts before the big host's 20th page, not
+    after its queue ahead of them drained (the hosts must not take turns)."""
+    big, small = IndexOnly(latency=0.01), [IndexOnly() for _ in range(5)]
+    async with contextlib.AsyncExitStack() as stack:
+        big_base = await stack.enter_async_context(serve(big.app(), "127.0.0.2"))
+        bases = [
+            await stack.enter_async_context(serve(h.app(), f"127.0.0.{n}"))
+            for n, h in enumerate(small, 3)
+        ]
+        big.links = [f"{big_base}/big-{n}" for n in range(400)] + [f"{b}/index" for b in bases]
+        for host, base in zip(small, bases, strict=True):
+            host.links = [f"{base}/page-{n}" for n in range(20)]
+        settings = Settings(concurrency=16, per_host_concurrency=2, obey_robots=False)
+        crawler = Crawler(Follow(f"{big_base}/index", [big, *small]), settings)
+        log: list[str] = []
+        for n, host in enumerate([big, *small]):
+            host.log = _Tee(log, "big" if n == 0 else f"s{n}")
+        stats = await asyncio.wait_for(crawler.run(), 60)
+    assert stats.succeeded == 1 + 400 + 5 * 21
+    big_starts = [n for n, name in enumerate(log) if name == "big"]
+    for name in ("s1", "s2", "s3", "s4", "s5"):
+        assert log.index(name) < big_starts[20], (name, log.index(name))
+    # and every small site is done while the big one still has most of its pages to go
+    last_small = max(n for n, name in enumerate(log) if name != "big")
+    assert last_small < big_starts[200]
+
+
+class IndexOnly(Host):
+    """Links from ``/index`` only: its other pages link nothing."""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        if request.path == "/index":
+            return await super().handle(request)
+        self.log.append(request.path)
+        await asyncio.sleep(self.latency)
+        return web.Response(text="<html><body>page</body></html>", content_type="text/html")
