@@ -95,9 +95,15 @@ def token_target(payload: EnginePayload, allowed: tuple[str, ...]) -> str | None
 class Control:
     """Sends one spider action to one engine of the view and returns its answer."""
 
-    def __init__(self, settings: ControlSettings | None, members: Callable[[], list[Member]]):
+    def __init__(
+        self,
+        settings: ControlSettings | None,
+        members: Callable[[], list[Member]],
+        proven: Callable[[Member], bool] = lambda member: True,
+    ):
         self.settings = settings
         self.members = members
+        self.proven = proven  # with the engine token: the node proves a cluster member wrote it
         self._session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -118,7 +124,10 @@ class Control:
                 502, "engine_unreachable", f"engine {engine_id!r} advertises no HTTP status URL"
             )
         assert self.settings is not None
-        if why := token_target(member.payload, self.settings.engine_hosts):
+        why = token_target(member.payload, self.settings.engine_hosts)
+        if why is None and self.settings.engine_token and not self.proven(member):
+            why = "its node does not prove that a member of the cluster wrote it (no valid proof)"
+        if why:
             log.warning("control_target_refused", engine_id=engine_id, reason=why)
             raise ControlRefused(
                 502, "engine_untrusted", f"engine {engine_id!r} is not sent the token: {why}"

@@ -36,6 +36,7 @@ from monitor.settings import MonitorConfig
 from monitor.status import StatusPoller
 from monitor.watcher import Watcher
 from netdisco.cluster.membership import Member
+from netdisco.cluster.proof import proof_key
 
 log = structlog.get_logger(__name__)
 
@@ -60,6 +61,7 @@ class Monitor:
             state_file=config.alerts.state_file,
             on_unobserved=self.metrics.unobserved.inc,
             on_dropped=self.dropped,
+            proof_key=proof_key(config.control.engine_token if config.control else None),
         )
         self.alerts = Alerts(
             build_hooks(config),
@@ -69,7 +71,7 @@ class Monitor:
             present=self._present,
             record=self.record,
         )
-        self.control = Control(config.control, self.watcher.members)
+        self.control = Control(config.control, self.watcher.members, self.watcher.proven)
         self.projects = Projects(self.watcher.client, config.zookeeper, config.control, self.record)
         self.jobs = Jobs(config.jobs, self.watcher, self.record)
         self.listeners.append(self.jobs.wake)  # an engine came or went: place, or lose, now

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +30,8 @@ from kazoo.protocol.states import EventType as ZkEventType
 
 from monitor import statefile
 from monitor.events import Event, EventType
-from netdisco.cluster.acl import (
-    cluster_acl,
-    open_root_warning,
-    open_roots,
-    tombstones_trusted,
-)
-from netdisco.cluster.contract import MAX_NODE_DATA
+from netdisco.cluster.acl import cluster_acl, root_warnings, tombstones_trusted
+from netdisco.cluster.contract import MAX_NODE_DATA, PROOF_CONTRACT
 from netdisco.cluster.legacy import LeaveTimes
 from netdisco.cluster.membership import (
     Change,
@@ -47,8 +43,9 @@ from netdisco.cluster.membership import (
     gone,
     member_of,
 )
+from netdisco.cluster.proof import proves_engine
 from netdisco.cluster.settings import ZooKeeperSettings
-from netdisco.cluster.tombstones import Sweeper, ensure_roots, who_left
+from netdisco.cluster.tombstones import Sweeper, ensure_roots, leave_proven, who_left
 from netdisco.cluster.zk import Bridge, wait_result
 
 log = structlog.get_logger(__name__)
@@ -72,8 +69,12 @@ class Watcher:
         state_file: Path | None = None,
         on_unobserved: Callable[[int], None] | None = None,
         on_dropped: Callable[[str], None] | None = None,
+        proof_key: bytes | None = None,
     ) -> None:
         self.settings = settings
+        #: with the engine token's key, only proven leaves are leaves (netdisco.cluster.proof)
+        self.proof_key = proof_key
+        self._unproven_logged = False
         self._credentials = settings.credentials()  # a ConfigError naming the key if missing
         self.client = KazooClient(
             hosts=settings.hosts,
@@ -307,7 +308,27 @@ class Watcher:
                         rule="a 'leaving' write seen just before the deletion")  # fmt: skip
         departing = self._times.departing(prev, view, listed_at)
         members = await self._trusted(members)
-        return await who_left(self.client, self.settings.root, members, departing)
+        self._say_unproven(members)
+        key = self.proof_key
+        return await who_left(self.client, self.settings.root, members, departing, key)
+
+    def _say_unproven(self, members: list[Member]) -> None:
+        """Once: engines of an older contract prove nothing, so their leaves read as lost."""
+        old = [m for m in members if (m.payload.contract or 0) < PROOF_CONTRACT]
+        if self.proof_key is not None and old and not self._unproven_logged:
+            self._unproven_logged = True
+            log.warning("engines_unproven", engine_id=old[0].name,
+                        meaning="an engine older than contract 3 proves no leave: "
+                        "its leaves are reported as engine_lost")  # fmt: skip
+
+    def proven(self, member: Member) -> bool:
+        """Whether ``member``'s node was written by a cluster member (always, with no key)."""
+        if self.proof_key is None:
+            return True
+        payload = member.payload
+        return proves_engine(
+            self.proof_key, payload.proof, member.name, payload.status_url, member.session
+        )
 
     async def _trusted(self, members: list[Member]) -> list[Member]:
         """With a digest, tombstones under an open (or missing) root prove no leave."""
@@ -323,10 +344,11 @@ class Watcher:
     async def _housekeep(self) -> None:
         """On each full resync: tombstones past their age go; an open root is reported."""
         if self._credentials is not None:
-            found = await open_roots(self.client, self.settings.root)
-            warnings = [open_root_warning(found)] if found else []
-            if warnings and warnings != self.warnings:
-                log.warning("zk_root_acl_open", detail=warnings[0])
+            root = self.settings.root
+            warnings = await root_warnings(self.client, root, self._credentials)
+            for warning in warnings:
+                if warning not in self.warnings:
+                    log.warning("zk_root_acl_wrong", detail=warning)
             self.warnings = warnings
         if self._sweep_denied:
             return
@@ -354,7 +376,7 @@ class Watcher:
             log.info("baseline", engines=len(view.members), root=self.settings.root)
             self._schedule_save()
             return
-        result = diff(prev, view, left)
+        result = diff(prev, view, left, partial(leave_proven, self.proof_key))
         for change in result.changes:
             self._emit(_to_event(change, last_seen=last_seen))
         if result.unobserved:
@@ -400,6 +422,11 @@ def _to_event(change: Change, last_seen: float) -> Event:
         return Event(type=change.type, engine=change.member.describe())
     removed = change.type in (EventType.ENGINE_LEFT, EventType.ENGINE_LOST)
     detail: dict[str, Any] = {"last_seen": last_seen} if removed and last_seen else {}
+    if change.type is EventType.ENGINE_LOST and change.member.leaving:
+        detail["reason"] = (
+            "it said it was leaving, but no tombstone proves the leave (a forged or missing "
+            "tombstone, or a tombstone root another client re-created)"
+        )
     if change.type is EventType.ENGINE_RESTARTED:
         detail["previous_left"] = change.left  # the old node left (tombstone), or was lost
     return Event(

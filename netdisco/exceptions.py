@@ -38,6 +38,7 @@ NetdiscoError
 ├── UnknownSpider            no spider of that name in the engine
 ├── DuplicateSpider          a spider of that name already runs in the engine
 ├── RegistrationError        ZooKeeper registration cannot proceed
+│   └── TombstoneRefused     a leave without its tombstone: the tombstone root is not ours
 ├── FrontierUnavailable      the shared frontier (Redis) cannot be reached
 ├── FrontierFailed           the frontier cannot go on; the spider ends ``failed``
 │   ├── CrawlLost            Redis lost a shared crawl (restart without persistence, FLUSHALL)
@@ -188,6 +189,18 @@ class UnknownSpider(NetdiscoError):
 
 class RegistrationError(NetdiscoError):
     """ZooKeeper registration cannot proceed (bad root, ACL refused, ...)."""
+
+
+class TombstoneRefused(RegistrationError):
+    """The tombstone root refused our tombstone (someone re-created it, shut to us): the
+    node was deleted without it, and the monitor reads the leave as a crash."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(
+            f"{root} refused our tombstone: it was re-created by another client; the node "
+            "was deleted without one (the monitor reports engine_lost)"
+        )
+        self.root = root
 
 
 class FrontierUnavailable(NetdiscoError):

@@ -24,7 +24,7 @@ from kazoo.security import ACL, Permissions
 
 from netdisco.cluster.contract import tombstone_root
 from netdisco.cluster.settings import DigestCredentials, ZooKeeperSettings
-from netdisco.cluster.tombstones import Sweeper
+from netdisco.cluster.tombstones import Sweeper, ensure_roots
 from netdisco.cluster.zk import wait_result
 
 log = structlog.get_logger(__name__)
@@ -43,6 +43,51 @@ def world_may_change(acls: Iterable[Any]) -> bool:
     return any(
         acl.id.scheme == "world" and acl.id.id == "anyone" and acl.perms & _CHANGE for acl in acls
     )
+
+
+def shut_to(acls: Iterable[Any], credentials: DigestCredentials) -> bool:
+    """Whether the cluster's digest identity may not create under these ACLs."""
+    ours = {(a.id.scheme, a.id.id) for a in credentials.node_acl() if a.id.scheme == "digest"}
+    return not any(
+        acl.perms & Permissions.CREATE
+        and ((acl.id.scheme, acl.id.id) in ours or acl.id.scheme == "world")
+        for acl in acls
+    )
+
+
+async def shut_roots(client: KazooClient, root: str, credentials: DigestCredentials) -> list[str]:
+    """The roots where the cluster's identity may not create (re-created by another)."""
+    found = []
+    for path in (root, tombstone_root(root)):
+        try:
+            acls, _ = await wait_result(client.get_acls_async(path))
+        except NoNodeError:
+            continue
+        if shut_to(acls, credentials):
+            found.append(path)
+    return found
+
+
+def shut_root_warning(paths: Iterable[str]) -> str:
+    """The one sentence for a root the cluster cannot write under."""
+    return (
+        f"ZooKeeper ACL of {', '.join(paths)} does not let the digest identity create: "
+        "another client re-created it, so engines cannot register or leave a tombstone "
+        "(every leave reads as a crash); delete it with that client's rights, or setAcl it "
+        "to world:anyone:r plus the digest identity"
+    )
+
+
+async def root_warnings(
+    client: KazooClient, root: str, credentials: DigestCredentials
+) -> list[str]:
+    """What is wrong with the roots' ACLs, with a digest: open to all, or shut to us."""
+    warnings = []
+    if found := await open_roots(client, root):
+        warnings.append(open_root_warning(found))
+    if found := await shut_roots(client, root, credentials):
+        warnings.append(shut_root_warning(found))
+    return warnings
 
 
 async def open_roots(client: KazooClient, root: str) -> list[str]:
@@ -86,12 +131,13 @@ async def acl_warnings(
     client: KazooClient, settings: ZooKeeperSettings, engine_id: str, previous: list[str]
 ) -> list[str]:
     """An engine's audit of the roots' ACLs (with a digest); logs when the finding changes."""
-    if not (settings.digest_env or settings.digest_file):
+    credentials = settings.credentials()
+    if credentials is None:
         return []
-    found = await open_roots(client, settings.root)
-    warnings = [open_root_warning(found)] if found else []
-    if warnings and warnings != previous:
-        log.warning("zk root acl open", engine_id=engine_id, detail=warnings[0])
+    warnings = await root_warnings(client, settings.root, credentials)
+    for warning in warnings:
+        if warning not in previous:
+            log.warning("zk root acl wrong", engine_id=engine_id, detail=warning)
     return warnings
 
 
@@ -101,6 +147,10 @@ async def housekeep(client: KazooClient, settings: ZooKeeperSettings, engine_id:
     Returns the warnings (for the engine's status); never raises a ZooKeeper error.
     """
     warnings: list[str] = []
+    try:  # roots made by an older version have no ``keep`` yet
+        await ensure_roots(client, settings.root, cluster_acl(settings.credentials()))
+    except KazooException as exc:  # a root shut to us: acl_warnings names it
+        log.warning("zk roots not ensured", engine_id=engine_id, error=type(exc).__name__)
     try:
         warnings = await acl_warnings(client, settings, engine_id, [])
         sweeper = Sweeper(settings.root, settings.tombstone_max_age, engine_id)

@@ -33,9 +33,12 @@ from netdisco.exceptions import ConfigError
 DEFAULT_ROOT = "/netdiscovery"
 
 #: The contract an engine writes (``contract`` in its payload). 2: leaves leave a
-#: tombstone. A payload without the key is contract 1 (no tombstones).
-CONTRACT = 2
+#: tombstone; 3: with an engine token, the node and the tombstone carry proofs
+#: (netdisco.cluster.proof). A payload without the key is contract 1 (no tombstones).
+CONTRACT = 3
 TOMBSTONE_CONTRACT = 2
+#: from this contract on, an engine of a cluster with a token proves its node and tombstone
+PROOF_CONTRACT = 3
 
 #: How long tombstones are kept (their ``ctime``) before the monitor, or the
 #: engine that wrote them at its next start, deletes them.
@@ -232,6 +235,8 @@ class EnginePayload:
     stalled: bool | None = None
     loop_lag: float | None = None  # seconds: the last measured lag of the engine's loop
     facts: Mapping[str, Any] = field(default_factory=dict)  # see FACT_NUMBERS, parse_facts
+    proof: str | None = None  # a cluster member wrote this node (netdisco.cluster.proof)
+    left_proof: str | None = None  # ... and, in a tombstone, this leave
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys of newer writers, kept
     garbage: bool = False  # the data was not a UTF-8 JSON object
 
@@ -288,7 +293,9 @@ def _unset(value: Any) -> bool:
     return value is None or (isinstance(value, Mapping | tuple) and not value)
 
 
-_OPTIONAL = frozenset({"stalled", "loop_lag", "facts", "max_jobs", "labels", "jobs"})
+_OPTIONAL = frozenset(
+    {"stalled", "loop_lag", "facts", "max_jobs", "labels", "jobs", "proof", "left_proof"}
+)
 _KNOWN = frozenset(f.name for f in fields(EnginePayload)) - {"extra", "garbage"}
 
 
@@ -313,6 +320,8 @@ def payload_from_dict(data: Mapping[str, Any]) -> EnginePayload:
         stalled=_bool(data.get("stalled")),
         loop_lag=_fact_number(data.get("loop_lag")),
         facts=parse_facts(data.get("facts")),
+        proof=_short(data.get("proof"), 128),
+        left_proof=_short(data.get("left_proof"), 128),
         extra={k: v for k, v in data.items() if k not in _KNOWN},
     )
 

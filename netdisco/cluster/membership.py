@@ -14,7 +14,7 @@ node that is gone left or was lost is a fact the caller reads from ZooKeeper
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -166,41 +166,55 @@ def gone(prev: View, cur: View) -> list[Member]:
     ]
 
 
-def has_left(member: Member, left: Collection[tuple[str, int]]) -> bool:
-    """A gone node left if its tombstone was found, or its last data said ``leaving``."""
-    return member.leaving or (member.name, member.czxid) in left
+def _believed(member: Member) -> bool:
+    return True
 
 
-def _common_change(old: Member, new: Member, left: Collection[tuple[str, int]]) -> Change | None:
+def has_left(
+    member: Member, left: Collection[tuple[str, int]], proven: Callable[[Member], bool] = _believed
+) -> bool:
+    """A gone node left if its tombstone was found, or its last data said ``leaving``
+    (and ``proven`` accepts that data: netdisco.cluster.proof)."""
+    return (member.leaving and proven(member)) or (member.name, member.czxid) in left
+
+
+def _common_change(
+    old: Member, new: Member, left: Collection[tuple[str, int]], proven: Callable[[Member], bool]
+) -> Change | None:
     if old.czxid != new.czxid:
         return Change(
             type=EventType.ENGINE_RESTARTED,
             name=new.name,
             member=new,
             previous=old,
-            left=has_left(old, left),
+            left=has_left(old, left, proven),
         )
     if old.mzxid != new.mzxid and not new.leaving:
         return Change(type=EventType.ENGINE_UPDATED, name=new.name, member=new, previous=old)
     return None
 
 
-def diff(prev: View, cur: View, left: Collection[tuple[str, int]] = frozenset()) -> Diff:
+def diff(
+    prev: View,
+    cur: View,
+    left: Collection[tuple[str, int]] = frozenset(),
+    proven: Callable[[Member], bool] = _believed,
+) -> Diff:
     """Every change from ``prev`` to ``cur``, in the order users expect to read them.
 
     ``left`` holds the gone nodes ``(name, czxid)`` known to have left gracefully
     (their tombstone exists); any other gone node was lost, unless its last data
-    said ``leaving``.
+    said ``leaving`` and ``proven`` accepts it.
     """
     changes: list[Change] = []
     for name in sorted(prev.members.keys() - cur.members.keys()):
         member = prev.members[name]
-        graceful = has_left(member, left)
+        graceful = has_left(member, left, proven)
         kind = EventType.ENGINE_LEFT if graceful else EventType.ENGINE_LOST
         changes.append(Change(type=kind, name=name, member=member, left=graceful))
     restarted = 0
     for name in sorted(prev.members.keys() & cur.members.keys()):
-        change = _common_change(prev.members[name], cur.members[name], left)
+        change = _common_change(prev.members[name], cur.members[name], left, proven)
         if change is not None:
             restarted += change.type is EventType.ENGINE_RESTARTED
             changes.append(change)

@@ -53,10 +53,11 @@ from netdisco.cluster.contract import (
     engine_path,
     parse_payload,
 )
+from netdisco.cluster.proof import engine_proof, tombstone_proof
 from netdisco.cluster.settings import DigestCredentials, ZooKeeperSettings
 from netdisco.cluster.tombstones import Leaver, ensure_roots
 from netdisco.cluster.zk import Bridge, close_client, wait_result
-from netdisco.exceptions import RegistrationError
+from netdisco.exceptions import RegistrationError, TombstoneRefused
 
 __all__ = ["Registration", "RegistryState", "ZooKeeperSettings"]
 
@@ -94,9 +95,11 @@ class Registration:
         describe: Callable[[], EnginePayload],
         *,
         client_factory: ClientFactory = KazooClient,
+        proof_key: bytes | None = None,
     ) -> None:
         self.settings = settings
         self.engine_id = engine_id
+        self._key = proof_key  # signs the node and the tombstone (netdisco.cluster.proof)
         self.path = engine_path(settings.root, engine_id)
         self._describe = describe
         self._credentials: DigestCredentials | None = settings.credentials()
@@ -397,8 +400,10 @@ class Registration:
         leaver = Leaver(self.settings.root, self.engine_id, cluster_acl(self._credentials))
         try:
             async with asyncio.timeout(self._bound):
-                await leaver.leave(client, node, self._session_id, self._payload(NodeState.LEAVING))
+                await leaver.leave(client, node, self._session_id, self._leaving)
             self._log("info", "zk deregistered")
+        except TombstoneRefused as exc:
+            self._log("error", "zk leave without tombstone", detail=str(exc))
         except Exception as exc:
             self._log(
                 "warning",
@@ -406,8 +411,20 @@ class Registration:
                 error=type(exc).__name__,
             )
 
-    def _payload(self, node_state: NodeState) -> bytes:
-        return replace(self._describe().with_state(node_state), contract=CONTRACT).to_json()
+    def _payload(self, node_state: NodeState, left: int | None = None) -> bytes:
+        """The node's data; with a key, proven for our session (and ``left``: the
+        tombstone of node czxid ``left``)."""
+        payload = replace(self._describe().with_state(node_state), contract=CONTRACT)
+        if self._key is not None and self._session_id is not None:
+            url = payload.status_url or ""
+            proof = engine_proof(self._key, self.engine_id, url, self._session_id)
+            payload = replace(payload, proof=proof)
+        if self._key is not None and left is not None:
+            payload = replace(payload, left_proof=tombstone_proof(self._key, self.engine_id, left))
+        return payload.to_json()
+
+    def _leaving(self, czxid: int) -> bytes:
+        return self._payload(NodeState.LEAVING, left=czxid)
 
     def _registered(self, how: str) -> None:
         self._waiting_for = None

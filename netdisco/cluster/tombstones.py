@@ -14,20 +14,26 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
+import structlog
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NoAuthError, NodeExistsError, NoNodeError
 
 from netdisco.cluster.contract import (
     engine_path,
+    parse_payload,
     tombstone_owner,
     tombstone_path,
     tombstone_root,
 )
 from netdisco.cluster.membership import Member
+from netdisco.cluster.proof import proves_tombstone
 from netdisco.cluster.zk import wait_result
+from netdisco.exceptions import TombstoneRefused
+
+log = structlog.get_logger(__name__)
 
 
 def leave_transaction(
@@ -65,13 +71,14 @@ class Leaver:
         client: KazooClient,
         node: tuple[int, int] | None,
         session_id: int | None,
-        leaving: bytes,
+        leaving: Callable[[int], bytes],
     ) -> None:
-        """Leave node ``(czxid, version)`` (None: read it); three tries, then raise."""
+        """Leave node ``(czxid, version)`` (None: read it) with the data ``leaving(czxid)``
+        gives; three tries, then raise. ``TombstoneRefused``: the node went without one."""
         for _ in range(3):
             if node is None:
                 node = await self._own_node(client, session_id)
-            if await self._commit(client, node, leaving):
+            if await self._commit(client, node, leaving(node[0])):
                 return
             node = None
         raise BadVersionError("our node kept changing while we left")
@@ -90,12 +97,28 @@ class Leaver:
         if isinstance(results[1], NoNodeError):  # someone deleted the tombstone root
             await ensure_roots(client, self.root, self.acl)
             return False
+        if isinstance(results[1], NoAuthError):  # re-created by someone, shut to us
+            await self._without_tombstone(client, node, leaving)
+            raise TombstoneRefused(tombstone_root(self.root))
         if any(isinstance(r, BadVersionError) for r in results):
             return False
         for result in results:
             if isinstance(result, Exception):
                 raise result
         return True
+
+    async def _without_tombstone(
+        self, client: KazooClient, node: tuple[int, int], leaving: bytes
+    ) -> None:
+        """The leave rolled back: deregister all the same (it will read as a crash)."""
+        version = node[1]
+        path = engine_path(self.root, self.engine_id)
+        transaction = client.transaction()
+        transaction.set_data(path, leaving, version=version)
+        transaction.delete(path, version=version + 1)
+        for result in await wait_result(transaction.commit_async()):
+            if isinstance(result, Exception):
+                raise result
 
 
 async def ensure_path(client: KazooClient, path: str, acl: Any = None) -> None:
@@ -111,37 +134,75 @@ async def ensure_path(client: KazooClient, path: str, acl: Any = None) -> None:
             continue
 
 
+#: a child that keeps the tombstone root from ever being empty: ZooKeeper deletes only
+#: empty nodes, so no client without the cluster's identity can delete and re-create it
+#: (its parent is often ``/``, open to all). Not a tombstone name (no ``@``).
+KEEP = "keep"
+
+
 async def ensure_roots(client: KazooClient, root: str, acl: Any = None) -> None:
-    """The engines' root and the tombstone root, created with the cluster's ACL."""
+    """The engines' root and the tombstone root (never empty: ``KEEP``), with the
+    cluster's ACL."""
     await ensure_path(client, root, acl)
-    await ensure_path(client, tombstone_root(root), acl)
+    await ensure_path(client, f"{tombstone_root(root)}/{KEEP}", acl)
 
 
 async def left_nodes(
-    client: KazooClient, root: str, nodes: Iterable[tuple[str, int]]
+    client: KazooClient, root: str, nodes: Iterable[tuple[str, int]], key: bytes | None = None
 ) -> set[tuple[str, int]]:
-    """Those of ``(engine id, czxid)`` whose tombstone exists: they left gracefully.
+    """Those of ``(engine id, czxid)`` whose tombstone exists: they left gracefully. With
+    ``key``, only those whose tombstone proves it (netdisco.cluster.proof).
 
     Call it after the listing that lacks the nodes (see the module docstring).
     """
     wanted = list(nodes)
-    stats = await asyncio.gather(
-        *(wait_result(client.exists_async(tombstone_path(root, n, c))) for n, c in wanted)
+    if key is None:
+        stats = await asyncio.gather(
+            *(wait_result(client.exists_async(tombstone_path(root, n, c))) for n, c in wanted)
+        )
+        return {node for node, stat in zip(wanted, stats, strict=True) if stat is not None}
+    read = await asyncio.gather(
+        *(wait_result(client.get_async(tombstone_path(root, n, c))) for n, c in wanted),
+        return_exceptions=True,
     )
-    return {node for node, stat in zip(wanted, stats, strict=True) if stat is not None}
+    proven = set()
+    for (name, czxid), result in zip(wanted, read, strict=True):
+        if isinstance(result, NoNodeError):
+            continue
+        if isinstance(result, BaseException):
+            raise result
+        data = parse_payload(result[0])
+        if proves_tombstone(key, data.left_proof, name, czxid):
+            proven.add((name, czxid))
+        else:
+            meaning = "a forged or foreign tombstone: the leave reads as a crash"
+            log.warning("tombstone_unproven", engine_id=name, czxid=f"{czxid:x}", meaning=meaning)
+    return proven
+
+
+def leave_proven(key: bytes | None, member: Member) -> bool:
+    """Whether a gone node's last ``leaving`` data proves its leave (always, with no key)."""
+    if key is None:
+        return True
+    return proves_tombstone(key, member.payload.left_proof, member.name, member.czxid)
 
 
 async def who_left(
-    client: KazooClient, root: str, members: Iterable[Member], departing: Collection[str]
+    client: KazooClient,
+    root: str,
+    members: Iterable[Member],
+    departing: Collection[str],
+    key: bytes | None = None,
 ) -> set[tuple[str, int]]:
     """The gone ``members`` (see ``membership.gone``) that left gracefully.
 
-    Engines of contract 2 by their tombstone (exact); older ones by the names
-    ``departing`` that the caller's ``netdisco.cluster.legacy`` times give.
+    Engines of contract 2 by their tombstone (exact; with ``key``, a proven one: an
+    engine of contract 2 has none); older ones by the names ``departing`` that the
+    caller's ``netdisco.cluster.legacy`` times give.
     """
     members = list(members)
     modern = [(m.name, m.czxid) for m in members if m.payload.tombstones]
-    left = await left_nodes(client, root, modern) if modern else set()
+    left = await left_nodes(client, root, modern, key) if modern else set()
     legacy = {(m.name, m.czxid) for m in members if not m.payload.tombstones}
     return left | {node for node in legacy if node[0] in departing}
 

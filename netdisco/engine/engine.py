@@ -81,7 +81,7 @@ class SpiderEngine:
         self.settings = settings or EngineSettings()
         self._zookeeper = zookeeper_settings(zookeeper) if zookeeper is not None else None
         if registry_factory is None and self._zookeeper is not None:
-            registry_factory = zookeeper_registry(self._zookeeper)
+            registry_factory = zookeeper_registry(self._zookeeper, self.settings.token)
         self._registry_factory = registry_factory
         self.registry: Registry | None = None
         self.state = EngineState.CREATED

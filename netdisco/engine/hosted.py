@@ -62,12 +62,14 @@ def zookeeper_settings(table: Mapping[str, Any]) -> ZooKeeperSettings:
     return ZooKeeperSettings.from_mapping(table, environ=os.environ)
 
 
-def zookeeper_registry(settings: ZooKeeperSettings) -> RegistryFactory:
-    """A factory for the engine's ZooKeeper registration."""
+def zookeeper_registry(settings: ZooKeeperSettings, token: str | None = None) -> RegistryFactory:
+    """A factory for the engine's ZooKeeper registration; with the engine ``token`` its
+    node and tombstone carry proofs (netdisco.cluster.proof)."""
+    from netdisco.cluster.proof import proof_key
     from netdisco.cluster.registry import Registration  # kazoo only when configured
 
     def build(engine_id: str, describe: Callable[[], EnginePayload]) -> Registry:
-        return Registration(settings, engine_id, describe)
+        return Registration(settings, engine_id, describe, proof_key=proof_key(token))
 
     return build
 

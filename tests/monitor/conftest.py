@@ -22,7 +22,7 @@ from monitor.daemon import Monitor
 from monitor.events import Event
 from monitor.settings import MonitorConfig
 from netdisco.testing import free_port
-from tests.monitor.fake_engines import FakeEngine
+from tests.monitor.fake_engines import ENGINE_TOKEN, FakeEngine
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -138,7 +138,7 @@ def engines(zk_hosts: str) -> Iterator[Callable[..., FakeEngine]]:
     def make(
         engine_id: str, root: str = "/netdiscovery", timeout: float = 1.0, *, legacy: bool = False
     ) -> FakeEngine:
-        engine = FakeEngine(zk_hosts, root, engine_id, timeout, legacy=legacy)
+        engine = FakeEngine(zk_hosts, root, engine_id, timeout, legacy=legacy, token=ENGINE_TOKEN)
         made.append(engine)
         return engine
 

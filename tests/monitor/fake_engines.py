@@ -36,16 +36,25 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError
 
 from netdisco.cluster.contract import CONTRACT, tombstone_root
+from netdisco.cluster.proof import engine_proof, proof_key, tombstone_proof
 from netdisco.cluster.tombstones import leave_transaction
 
 _TALLY_LOCK = threading.Lock()
+#: the engine token of the tests' clusters: monitors send it, fake engines prove with it
+ENGINE_TOKEN = "engine-tok-0123456789"
 
 
 def engine_data(
-    engine_id: str, state: str = "running", *, legacy: bool = False, **extra: Any
+    engine_id: str,
+    state: str = "running",
+    *,
+    legacy: bool = False,
+    signer: tuple[bytes, int] | None = None,
+    **extra: Any,
 ) -> bytes:
-    """The znode data of an engine, as the registration contract fixes it."""
-    data = {
+    """The znode data of an engine, as the registration contract fixes it; ``signer``
+    (key, session) proves it as an engine of a cluster with a token does."""
+    data: dict[str, Any] = {
         "id": engine_id,
         "incarnation": uuid.uuid4().hex,
         "host": "127.0.0.1",
@@ -59,6 +68,9 @@ def engine_data(
         **({} if legacy else {"contract": CONTRACT}),
         **extra,
     }
+    if signer is not None:
+        key, session = signer
+        data["proof"] = engine_proof(key, engine_id, data["status_url"], session)
     return json.dumps(data).encode()
 
 
@@ -74,8 +86,11 @@ class FakeEngine:
         client: KazooClient | None = None,
         *,
         legacy: bool = False,
+        token: str | None = None,
     ) -> None:
-        """``client``: share a session with other fake engines (the churn benchmark)."""
+        """``client``: share a session with other fake engines (the churn benchmark);
+        ``token``: the cluster's engine token, whose proofs it writes."""
+        self.key = None if legacy else proof_key(token)
         self.root = root
         self.path = f"{root.rstrip('/')}/{engine_id}"
         self.engine_id = engine_id
@@ -89,7 +104,7 @@ class FakeEngine:
 
     def join(self, **extra: Any) -> int:
         """Create the node (and the tombstone root, as the registry does); return its czxid."""
-        self.data = engine_data(self.engine_id, legacy=self.legacy, **extra)
+        self.data = engine_data(self.engine_id, legacy=self.legacy, signer=self._signer(), **extra)
         if not self.legacy:
             self.client.retry(self.client.ensure_path, tombstone_root(self.root))
         # a 1 s session on a loaded machine may lose its connection mid-call: retried, and a
@@ -107,8 +122,12 @@ class FakeEngine:
             _, stat = self.client.get(self.path)
         return stat
 
+    def _signer(self) -> tuple[bytes, int] | None:
+        session = self.client.client_id
+        return None if self.key is None or session is None else (self.key, session[0])
+
     def update(self, **extra: Any) -> None:
-        self.data = engine_data(self.engine_id, legacy=self.legacy, **extra)
+        self.data = engine_data(self.engine_id, legacy=self.legacy, signer=self._signer(), **extra)
         stat = self.client.set(self.path, self.data)
         self.node = (self.node[0], stat.version)
 
@@ -116,6 +135,8 @@ class FakeEngine:
         """Graceful, as the registry leaves (contract 1: ``leaving`` write and delete only)."""
         data = json.loads(self.data)
         data["state"] = "leaving"
+        if self.key is not None:
+            data["left_proof"] = tombstone_proof(self.key, self.engine_id, self.node[0])
         leaving = json.dumps(data).encode()
         self.client.retry(self._commit_leave, leaving)
 

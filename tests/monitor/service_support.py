@@ -17,9 +17,9 @@ from netdisco.engine import SpiderEngine
 from netdisco.engine.config import EngineSettings
 from netdisco.engine.schedules import Schedule
 from tests.monitor.conftest import monitor_config
+from tests.monitor.fake_engines import ENGINE_TOKEN
 from tests.netdisco.engine_site import site_spider
 
-ENGINE_TOKEN = "engine-tok-0123456789"
 MONITOR_TOKEN = "monitor-tok-9876543210"
 #: one page at a time, 0.25 s apart, on the slow pages: the 200-page tree takes a minute
 #: and more, so it still runs when a slow browser gets to its buttons

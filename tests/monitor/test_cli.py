@@ -204,9 +204,12 @@ async def test_an_engine_whose_loop_is_blocked_is_reported_stalled_then_recovere
     settings = EngineSettings(id="stuck", port=0, loop_stall=1.0, loop_stall_drop=60.0)
     try:
         await eventually(lambda: daemon.named("baseline"), what="baseline")
-        async with serve(app) as base, SpiderEngine(
-            settings, zookeeper={"hosts": zk_hosts, "session_timeout": 10.0}
-        ) as engine:
+        async with (
+            serve(app) as base,
+            SpiderEngine(
+                settings, zookeeper={"hosts": zk_hosts, "session_timeout": 10.0}
+            ) as engine,
+        ):
             spider = Blocking(start_urls=[base + "/"])
             engine.add_spider(spider, Settings(progress_interval=0))
             await engine.start()

@@ -84,7 +84,33 @@ async def test_a_forged_status_url_never_gets_the_engine_token(
         assert (status, body["error"]["code"]) == (502, "engine_untrusted"), body
         assert "not sent the token" in body["error"]["message"]
     assert listener.seen == []
-    # the same listener as the node's registered host and port is an engine: it is asked
-    status, _ = await post(control_url(monitor.http.url, "genuine", "quotes", "pause"))
+    # the same listener as the node's registered host and port, but the node proves no
+    # cluster member wrote it (anyone can write a znode without a digest): not sent
+    status, body = await post(control_url(monitor.http.url, "genuine", "quotes", "pause"))
+    assert (status, body["error"]["code"]) == (502, "engine_untrusted"), body
+    assert "no valid proof" in body["error"]["message"]
+    assert listener.seen == []
+
+
+async def test_a_proven_engine_gets_the_token_a_copied_proof_does_not(
+    zk_hosts, start_monitor, listener, engines
+) -> None:
+    """An engine of the cluster proves its node (its id, status_url and session under
+    the engine token); a stranger's node that copies that proof is owned by another
+    session, so the proof is worthless there."""
+    monitor, _ = await start_monitor(steering(zk_hosts, token=None))
+    engine = await asyncio.to_thread(engines, "real")
+    url = listener.status_url
+    await asyncio.to_thread(engine.join, host="127.0.0.1", port=listener.port, status_url=url)
+    proof = json.loads(engine.data)["proof"]
+    await asyncio.to_thread(
+        _forge, zk_hosts, "copy", host="127.0.0.1", port=listener.port, status_url=url,
+        proof=proof, contract=3,
+    )  # fmt: skip
+    await eventually(lambda: len(monitor.watcher.members()) == 2, what="the nodes seen")
+    status, body = await post(control_url(monitor.http.url, "copy", "quotes", "pause"))
+    assert (status, body["error"]["code"]) == (502, "engine_untrusted"), body
+    assert listener.seen == []
+    status, _ = await post(control_url(monitor.http.url, "real", "quotes", "pause"))
     assert status == 200
     assert [h.get("Authorization") for h in listener.seen] == ["Bearer engine-tok-0123456789"]

@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import AsyncIterator
 from functools import partial
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError
+from kazoo.exceptions import NoAuthError, NotEmptyError
+from kazoo.security import make_acl
 from structlog.testing import capture_logs
 
 from monitor.daemon import Monitor
-from netdisco.cluster.contract import tombstone_root
+from netdisco.cluster.contract import tombstone_name, tombstone_root
 from netdisco.exceptions import ConfigError
 from netdisco.testing import eventually
 from tests.monitor.conftest import REPO, Recorder, monitor_config
 from tests.monitor.fake_engines import FakeEngine
+from tests.monitor.service_support import steering
 
 SECRET = "engines:t0mb-Secret"
 TOMBS = tombstone_root("/netdiscovery")
@@ -78,7 +81,7 @@ async def test_tombstones_past_their_age_are_deleted_on_resync(zk_hosts, start_m
     await eventually(lambda: rec.of("engine_left", "brief"))
     admin = await asyncio.to_thread(_client, zk_hosts)
     try:
-        await eventually(lambda: admin.get_children(TOMBS) == [], "the tombstone swept")
+        await eventually(lambda: admin.get_children(TOMBS) == ["keep"], "the tombstone swept")
     finally:
         await asyncio.to_thread(_close, admin)
 
@@ -132,16 +135,61 @@ def test_a_missing_digest_secret_is_a_config_error(zk_hosts, monkeypatch):
         Monitor(config)
 
 
-async def test_tombstones_under_a_root_taken_over_are_not_trusted(
+async def test_the_tombstone_root_cannot_be_taken_and_a_leave_stays_a_leave(
     zk_hosts, digest_env, start_monitor
 ):
-    """An anonymous client re-creates the tombstone root open: a leave there proves nothing."""
+    """The attack: an anonymous client deletes the empty tombstone root (its parent is
+    open) and re-creates it read-only, so a SIGTERM'd engine's leave rolls back and reads
+    as a crash. The root is never empty (``keep``): the delete is refused."""
     config = monitor_config(zk_hosts, zookeeper={"digest_env": digest_env, "resync_interval": 0.5})
     monitor, rec = await start_monitor(config)
     stranger = await asyncio.to_thread(_client, zk_hosts)
     owner = await asyncio.to_thread(_client, zk_hosts, SECRET)
     try:
-        await asyncio.to_thread(stranger.delete, TOMBS)  # empty; its parent is open
+        with pytest.raises(NotEmptyError):
+            await asyncio.to_thread(stranger.delete, TOMBS)
+        with pytest.raises(NoAuthError):
+            await asyncio.to_thread(stranger.delete, f"{TOMBS}/keep")
+        engine = FakeEngine(zk_hosts, "/netdiscovery", "kept", client=owner)
+        await asyncio.to_thread(engine.join)
+        await eventually(lambda: rec.of("engine_joined", "kept"))
+        await asyncio.to_thread(engine.leave)
+        await eventually(partial(_events_of, rec, "kept", 2))
+    finally:
+        await asyncio.to_thread(_close, stranger)
+        await asyncio.to_thread(_close, owner)
+    assert rec.types("kept") == ["engine_joined", "engine_left"]
+    assert monitor.health()[1]["warnings"] == []
+
+
+async def test_a_tombstone_root_shut_to_the_cluster_is_named(zk_hosts, digest_env, start_monitor):
+    """A squatter made the tombstone root before the cluster did, read-only for all: the
+    engines cannot leave a tombstone. The monitor's health (what check reads) says so."""
+    stranger = await asyncio.to_thread(_client, zk_hosts)
+    try:
+        read_only = [make_acl("world", "anyone", read=True)]
+        await asyncio.to_thread(stranger.create, TOMBS, b"", acl=read_only, makepath=True)
+    finally:
+        await asyncio.to_thread(_close, stranger)
+    config = monitor_config(zk_hosts, zookeeper={"digest_env": digest_env, "resync_interval": 0.5})
+    monitor, _ = await start_monitor(config)
+    await eventually(lambda: monitor.health()[1]["warnings"], "the shut root reported")
+    (warning,) = monitor.health()[1]["warnings"]
+    assert TOMBS in warning
+    assert "does not let the digest identity create" in warning
+
+
+async def test_tombstones_under_a_root_taken_over_are_not_trusted(
+    zk_hosts, digest_env, start_monitor
+):
+    """With the owner's rights the root was deleted, and a stranger re-created it open: a
+    leave there proves nothing."""
+    config = monitor_config(zk_hosts, zookeeper={"digest_env": digest_env, "resync_interval": 0.5})
+    monitor, rec = await start_monitor(config)
+    stranger = await asyncio.to_thread(_client, zk_hosts)
+    owner = await asyncio.to_thread(_client, zk_hosts, SECRET)
+    try:
+        await asyncio.to_thread(owner.delete, TOMBS, recursive=True)
         await asyncio.to_thread(stranger.create, TOMBS, b"")  # world: cdrwa
         engine = FakeEngine(zk_hosts, "/netdiscovery", "taken", client=owner)
         await asyncio.to_thread(engine.join)
@@ -159,3 +207,50 @@ async def test_tombstones_under_a_root_taken_over_are_not_trusted(
     untrusted = [x for x in logs if x["event"] == "tombstones_untrusted"]
     assert untrusted
     assert "not the digest's" in untrusted[0]["reason"]
+
+
+async def test_a_forged_tombstone_does_not_hide_a_crash(zk_hosts, start_monitor, engines):
+    """The attack, without a digest: a SIGKILLed engine's tombstone forged by anyone (the
+    name is the engine's id and czxid, both readable) would make the crash read as a
+    leave, and no alert would go. With the engine token the monitor trusts only a
+    tombstone whose proof binds that node's czxid."""
+    monitor, rec = await start_monitor(steering(zk_hosts))
+    engine = await asyncio.to_thread(engines, "victim")
+    czxid = await asyncio.to_thread(engine.join)
+    await eventually(lambda: rec.of("engine_joined", "victim"))
+    stranger = await asyncio.to_thread(_client, zk_hosts)
+    try:
+        forged = json.dumps({"id": "victim", "state": "leaving", "contract": 3,
+                             "left_proof": "0" * 64}).encode()  # fmt: skip
+        name = f"{TOMBS}/{tombstone_name('victim', czxid)}"
+        await asyncio.to_thread(stranger.create, name, forged, makepath=True)
+    finally:
+        await asyncio.to_thread(_close, stranger)
+    with capture_logs() as logs:
+        await asyncio.to_thread(engine.vanish)  # its session's end, as after a kill -9
+        await eventually(partial(_events_of, rec, "victim", 2))
+    assert rec.types("victim") == ["engine_joined", "engine_lost"]
+    assert [x["event"] for x in logs if x["event"] == "tombstone_unproven"] == [
+        "tombstone_unproven"
+    ]
+    assert monitor.watcher.members() == []
+
+
+async def test_a_proven_leave_is_a_leave_and_an_old_engine_is_said_unproven_once(
+    zk_hosts, start_monitor, engines
+):
+    monitor, rec = await start_monitor(steering(zk_hosts))
+    proven = await asyncio.to_thread(engines, "proven")
+    old = FakeEngine(zk_hosts, "/netdiscovery", "old", 1.0)  # contract 3, no token: no proof
+    try:
+        await asyncio.to_thread(proven.join)
+        await asyncio.to_thread(old.join, contract=2)
+        await eventually(lambda: len(monitor.watcher.members()) == 2)
+        with capture_logs() as logs:
+            await asyncio.to_thread(proven.leave)
+            await asyncio.to_thread(old.leave)
+            await eventually(lambda: rec.of("engine_left", "proven") and rec.of("engine_lost"))
+    finally:
+        await asyncio.to_thread(old.close)
+    assert rec.types("old") == ["engine_joined", "engine_lost"]
+    assert [x["event"] for x in logs].count("engines_unproven") == 1

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import structlog
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError
-from kazoo.security import Permissions
+from kazoo.exceptions import NoAuthError, NotEmptyError
+from kazoo.security import Permissions, make_acl
 
 from netdisco.cluster.contract import CONTRACT, tombstone_path, tombstone_root
 from netdisco.cluster.registry import Registration, ZooKeeperSettings
@@ -460,7 +460,7 @@ async def test_an_open_root_is_reported_when_a_digest_is_configured(
         await _registered(registration)
         await eventually(lambda: registration.status()["warnings"], "warning in the status")
     assert "/netdiscovery" in registration.status()["warnings"][0]
-    assert any(entry["event"] == "zk root acl open" for entry in logs)
+    assert any(entry["event"] == "zk root acl wrong" for entry in logs)
 
 
 async def test_stop_while_the_node_is_being_created_still_leaves(
@@ -495,7 +495,7 @@ async def test_own_tombstones_past_their_age_are_deleted_at_start(
 
     async def swept() -> bool:
         children = await wait_result(observer.get_children_async(base))
-        return bool(children == ["engine-2@c"])
+        return bool(sorted(children) == ["engine-2@c", "keep"])
 
     await eventually(swept, "engine-1's old tombstones deleted, engine-2's kept")
 
@@ -538,12 +538,42 @@ def test_guard_flags_calls_from_kazoo_threads_only() -> None:
 async def test_a_tombstone_root_re_created_open_is_reported_at_the_next_audit(
     zk_hosts: str, digest: str, observer: KazooClient, make: Make
 ) -> None:
-    """The chroot is open: anyone may delete the empty tombstone root and re-create it open."""
+    """The chroot is open, but the tombstone root is never empty (``keep``): an anonymous
+    client cannot delete it. Deleted with the owner's rights and re-created open by the
+    stranger, it is reported at the next audit."""
     registration = await make(zk_hosts, digest_env=digest)
     await _registered(registration)
     assert registration.status()["warnings"] == []
     tombs = tombstone_root("/netdiscovery")
-    await wait_result(observer.delete_async(tombs))
+    with pytest.raises(NotEmptyError):
+        await wait_result(observer.delete_async(tombs))
+    owner = await _client(zk_hosts, auth_data=[("digest", f"engines:{SECRET}")])
+    try:
+        await asyncio.to_thread(owner.delete, tombs, recursive=True)
+    finally:
+        await _close(owner)
     await wait_result(observer.create_async(tombs, b""))  # world: cdrwa
     await eventually(lambda: registration.status()["warnings"], what="the open root reported")
     assert tombs in registration.status()["warnings"][0]
+
+
+async def test_a_tombstone_root_shut_to_the_cluster_is_named_and_the_leave_still_deregisters(
+    zk_hosts: str, digest: str, observer: KazooClient, make: Make
+) -> None:
+    """A squatter made the tombstone root read-only before the cluster: the engine names
+    it at start, and its leave, which cannot leave a tombstone, logs an error and still
+    deletes its node (the monitor then reports engine_lost)."""
+    tombs = tombstone_root("/netdiscovery")
+    read_only = [make_acl("world", "anyone", read=True)]
+    await wait_result(observer.create_async(tombs, b"", acl=read_only, makepath=True))
+    registration = await make(zk_hosts, digest_env=digest)  # the digest fixture cleans up
+    await _registered(registration)
+    await eventually(lambda: registration.status()["warnings"], what="the shut root named")
+    assert "does not let the digest identity create" in registration.status()["warnings"][0]
+    with structlog.testing.capture_logs() as logs:
+        await registration.stop()
+    assert await wait_result(observer.exists_async(registration.path)) is None
+    errors = [x for x in logs if x["event"] == "zk leave without tombstone"]
+    assert errors, logs
+    assert errors[0]["log_level"] == "error"
+    assert tombs in errors[0]["detail"]
