@@ -17,7 +17,7 @@ from netdisco.engine import SpiderEngine
 from netdisco.engine.config import EngineSettings
 from netdisco.engine.schedules import Schedule
 from tests.monitor.conftest import monitor_config
-from tests.monitor.fake_engines import ENGINE_TOKEN
+from tests.monitor.fake_engines import ENGINE_TOKEN as ENGINE_TOKEN
 from tests.netdisco.engine_site import site_spider
 
 MONITOR_TOKEN = "monitor-tok-9876543210"
