@@ -42,6 +42,7 @@ from netdisco.cluster.jobs import (
     job_request,
     new_id,
     place,
+    transition,
 )
 from netdisco.exceptions import ControlRefused
 
@@ -235,29 +236,29 @@ def _lost(job: Job, gone: tuple[str | None, str | None]) -> Job | None:
     if not job.placed or (job.engine, job.incarnation) != gone:
         return None
     error = f"engine {job.engine} was lost while the job was {job.state}"
-    return replace(job, state=JobState.LOST, ended_at=time.time(), error=error)
+    return transition(job, JobState.LOST, ended_at=time.time(), error=error)
 
 
 def _requeued(job: Job) -> Job | None:
-    if job.state is not JobState.LOST or job.cancel:
+    if job.cancel:
         return None
-    return replace(job, state=JobState.PENDING, engine=None, incarnation=None, ended_at=None)
+    return transition(job, JobState.PENDING, engine=None, incarnation=None, ended_at=None)
 
 
 def _placed(job: Job, target: Slots) -> Job | None:
     if job.state is not JobState.PENDING or job.engine is not None or job.cancel:
-        return None
+        return None  # placement sets where a waiting job runs, not its state
     return replace(
         job, engine=target.engine, incarnation=target.incarnation, attempts=job.attempts + 1
     )
 
 
 def _cancelled(job: Job) -> Job | None:
-    if job.state is JobState.PENDING:
-        return replace(job, state=JobState.CANCELLED, cancel=True, ended_at=time.time())
+    """A waiting job ends now; a running one is flagged (its engine stops it, and its end
+    is the engine's transition)."""
     if job.state is JobState.RUNNING:
         return replace(job, cancel=True)
-    return None
+    return transition(job, JobState.CANCELLED, cancel=True, ended_at=time.time())
 
 
 def _abandoned(job: Job, jobs: Jobs) -> bool:
