@@ -45,6 +45,7 @@ from netdisco.cluster.jobs import (
     transition,
 )
 from netdisco.exceptions import ControlRefused
+from netdisco.projects.store import ProjectStore, check_spider
 
 log = structlog.get_logger(__name__)
 
@@ -68,6 +69,7 @@ class Jobs:
         self._record = record
         creds = watcher.settings.credentials()
         self.store = JobStore(watcher.client, watcher.settings.root, cluster_acl(creds))
+        self.projects = ProjectStore(watcher.client, watcher.settings.root)
         self.jobs: dict[str, Job] = {}  # the last listing (and what this monitor wrote since)
         self._seen: dict[str, JobState] | None = None  # None until the baseline listing
         self._tasks = Tasks()
@@ -190,6 +192,10 @@ class Jobs:
     async def create(self, body: Any) -> list[Job]:
         """New jobs from a request body (one, or one per engine for ``on = "all"``)."""
         job = job_request(body)
+        if job.project is not None:  # a spider the project does not have: refused now
+            await check_spider(
+                self.projects, job.project, {"spider": job.spider, "version": job.version}
+            )
         made = fan_out(job, self.slots()) if job.on == "all" else [job]
         for each in made:
             await self.store.create(each)

@@ -30,8 +30,9 @@ from netdisco._tasks import Tasks
 from netdisco.crawl.arguments import make_spider
 from netdisco.crawl.crawler import Crawler, SpiderState
 from netdisco.engine.config import EngineSettings
-from netdisco.engine.launch import from_body
+from netdisco.engine.launch import from_body, module_spiders
 from netdisco.exceptions import NetdiscoError
+from netdisco.projects.store import project_spider
 
 log = structlog.get_logger(__name__)
 
@@ -78,10 +79,21 @@ def build(spec: dict[str, Any]) -> Crawler:
     return Crawler(spider, settings, owner=spec.get("owner"), engine=spec["engine_id"])
 
 
-def report(crawler: Crawler, final: bool = False) -> dict[str, Any]:
-    """The status line: the crawler's status, its feeds and their item counts."""
+def resolve(spec: dict[str, Any]) -> str:
+    """The job's ``module:Class``: as asked, or the spider of ``spider_modules`` that has
+    the ``name`` asked (a job of no project)."""
+    spider = str(spec["job"]["spider"])
+    if ":" in spider:
+        return spider
+    names = module_spiders(tuple(spec.get("spider_modules", ())))
+    return project_spider(spider, names, "engine.spider_modules")
+
+
+def report(crawler: Crawler, ref: str, final: bool = False) -> dict[str, Any]:
+    """The status line: the crawler's status, its spider class, its feeds and their item
+    counts."""
     feeds = [{"path": f.target, "items": f.written} for f in crawler.feeds if f.target]
-    return {**crawler.status(), "feeds": feeds, "final": final}
+    return {**crawler.status(), "spider_class": ref, "feeds": feeds, "final": final}
 
 
 async def _watch_stdin(stop: asyncio.Event) -> None:
@@ -100,6 +112,7 @@ async def _watch_stdin(stop: asyncio.Event) -> None:
 async def run(spec: dict[str, Any]) -> int:
     """Run the job's crawl to its end; 0 when it finished, 1 when it failed or was stopped."""
     try:
+        spec["job"]["spider"] = resolve(spec)
         crawler = build(spec)
     except NetdiscoError as exc:
         _emit({"state": "failed", "error": str(exc), "final": True})
@@ -117,13 +130,13 @@ async def run(spec: dict[str, Any]) -> int:
     waiting = tasks.spawn(crawler.wait())
     stopping = tasks.spawn(stop.wait())
     while not waiting.done():
-        _emit(report(crawler))
+        _emit(report(crawler, spec["job"]["spider"]))
         await asyncio.wait({waiting, stopping}, timeout=interval, return_when="FIRST_COMPLETED")
         if stopping.done() and crawler.state in (SpiderState.RUNNING, SpiderState.PAUSED):
             _orphaned(parent)
             log.info("job_stopping")
             await crawler.stop()
-    _emit(report(crawler, final=True))
+    _emit(report(crawler, spec["job"]["spider"], final=True))
     await tasks.cancel_all(timeout=0.1)
     return 0 if crawler.state is SpiderState.FINISHED else 1
 

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -45,6 +46,9 @@ log = structlog.get_logger(__name__)
 #: seconds a stopped child has past its ``stop_deadline`` to flush before SIGKILL
 FLUSH_GRACE = 2.0
 _DEFAULT_DEADLINE = Settings().stop_deadline
+#: what a child's status line holds besides its counters
+_NOT_STATS = frozenset({"feeds", "final", "error", "spider_class"})
+_SPIDER_CLASS = re.compile(r"[A-Za-z_][\w.]{0,199}:[A-Za-z_]\w{0,99}")
 
 
 def jobs_dir(settings: EngineSettings, engine_id: str) -> Path:
@@ -187,12 +191,14 @@ class JobProcess:
             error = "its engine stopped"
         elif state is JobState.FAILED and error is None:
             error = f"the job's process exited with status {code}"
-        stats = {k: v for k, v in status.items() if k not in ("feeds", "final", "error")}
+        stats = {k: v for k, v in status.items() if k not in _NOT_STATS}
         feeds = tuple(f for f in status.get("feeds") or () if isinstance(f, dict))
+        ref = status.get("spider_class")
+        spider = ref if isinstance(ref, str) and _SPIDER_CLASS.fullmatch(ref) else self.job.spider
         return (
             state,
             {
-                "spider": self.job.spider,  # as resolved at the start (a project's module:Class)
+                "spider": spider,  # as resolved: a name becomes its module:Class
                 "version": self.job.version,
                 "ended_at": time.time(),
                 "exit_status": code,
@@ -371,7 +377,7 @@ class JobRunner:
         got = await install(
             self._client, self.zookeeper.root, job.project, job.version, self.directory / "projects"
         )
-        spider = project_spider(job.spider, got.spiders)
+        spider = project_spider(job.spider, got.names)
         modules = sorted({ref.partition(":")[0] for ref in got.spiders})
         return replace(job, spider=spider, version=got.version), str(got.python), got.path, modules
 
