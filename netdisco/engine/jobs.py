@@ -258,14 +258,24 @@ class JobRunner:
             for p in self.running.values()
         ]
 
-    def feeds(self, job_id: str) -> list[str]:
-        """The feed files a job (running, or ended on this engine) reported."""
+    def last_status(self, job_id: str) -> dict[str, Any]:
+        """The last status line of a job running, or ended on this engine ({}: none)."""
         process = self.running.get(job_id)
         status: Any = process.status if process is not None else {}
         if process is None:
-            with contextlib.suppress(OSError, ValueError):
+            with contextlib.suppress(OSError, ValueError, RecursionError):
                 status = json.loads((job_dir(self.directory, job_id) / "status.json").read_text())
-        feeds = status.get("feeds") if isinstance(status, dict) else None
+        return status if isinstance(status, dict) else {}
+
+    def kept(self, job_id: str) -> dict[str, int]:
+        """How many items the job kept in its directory, and dropped past the bound."""
+        status = self.last_status(job_id)
+        counts = {k: status.get(k) for k in ("items_kept", "items_dropped")}
+        return {k: v if isinstance(v, int) else 0 for k, v in counts.items()}
+
+    def feeds(self, job_id: str) -> list[str]:
+        """The feed files a job (running, or ended on this engine) reported."""
+        feeds = self.last_status(job_id).get("feeds")
         paths = [f.get("path") for f in feeds or () if isinstance(f, dict)]
         return [p for p in paths if isinstance(p, str)]
 
@@ -336,6 +346,8 @@ class JobRunner:
     def _spec(self, job: Job, modules: list[str]) -> dict[str, Any]:
         return {
             "job": job.to_dict(),
+            "directory": str(job_dir(self.directory, job.id).absolute()),
+            "items_max": self.settings.job_items_max,
             "engine_id": self._engine_id(),
             "owner": self.incarnation,
             "spider_modules": modules,

@@ -184,18 +184,8 @@ def parse_version(path: str, name: str, raw: bytes, czxid: int) -> Version:
         raise _bad(path, "spider names out of bounds")
     stamp = body.get("created")
     created = float(stamp) if isinstance(stamp, int | float) and math.isfinite(stamp) else 0.0
-    return Version(
-        name,
-        size,
-        chunks,
-        str(kind),
-        tuple(spiders),
-        label,
-        filename,
-        created,
-        czxid,
-        names,
-    )
+    meta = (str(kind), tuple(spiders), label, filename, created, czxid, names)
+    return Version(name, size, chunks, *meta)
 
 
 class ProjectStore:
@@ -285,17 +275,8 @@ class ProjectStore:
         digest = content_hash(data)
         chunks = -(-len(data) // CHUNK)
         names = manifest.names or default_names(manifest.spiders)
-        version = Version(
-            digest,
-            len(data),
-            chunks,
-            manifest.kind,
-            manifest.spiders,
-            label,
-            filename,
-            time.time(),
-            names=names,
-        )
+        meta = (manifest.kind, manifest.spiders, label, filename, time.time())
+        version = Version(digest, len(data), chunks, *meta, names=names)
         existing = {v.id: v for v in await self.versions(project)}
         if digest in existing:
             return existing[digest], False

@@ -44,7 +44,7 @@ async def spawn_engine(tmp_path: Path, zk_hosts: str) -> AsyncIterator[Spawn]:
     procs: list[asyncio.subprocess.Process] = []
 
     async def spawn(engine_id: str, labels: str = "", **more: Any) -> asyncio.subprocess.Process:
-        extra = "".join(f'{k} = "{v}"\n' for k, v in more.items())
+        extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in more.items())
         (tmp_path / "feeds").mkdir(exist_ok=True)
         config = tmp_path / f"{engine_id}.toml"
         config.write_text(
