@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 from aiohttp import web
 
 from monitor.control import Control, check_caller
@@ -27,7 +28,9 @@ CONTROL_KEY: web.AppKey[Control] = web.AppKey("jobs_control")
 MAX_BODY = 64 * 1024
 #: the most bytes of items one page may bring back from the engine
 MAX_ITEMS_ANSWER = 8 * 1024 * 1024
-_QUERY = ("tail", "follow", "offset", "limit", "feed")
+_QUERY = ("tail", "follow", "offset", "limit", "feed", "format")
+#: what a download passes on from the engine's answer
+_PASSED = ("Content-Type", "Content-Disposition")
 
 
 def caller(request: web.Request) -> None:
@@ -107,12 +110,21 @@ async def _engine_of(request: web.Request) -> tuple[str, str]:
 
 async def job_log(request: web.Request) -> web.StreamResponse:
     """``GET .../jobs/{id}/log?tail=N&follow=1``: the engine's stream, passed on as it comes."""
+    return await _passed_on(request, "log", {"Content-Type": "text/plain; charset=utf-8"})
+
+
+async def _passed_on(
+    request: web.Request, what: str, headers: dict[str, str] | None = None
+) -> web.StreamResponse:
+    """The engine's answer to ``jobs/{id}/<what>``, streamed through as it comes (its
+    type and file name kept, unless ``headers`` says)."""
     job_id, engine = await _engine_of(request)
     params = {k: v[:20] for k, v in request.query.items() if k in _QUERY}
-    async with request.app[CONTROL_KEY].stream(engine, f"jobs/{job_id}/log", params) as resp:
+    async with request.app[CONTROL_KEY].stream(engine, f"jobs/{job_id}/{what}", params) as resp:
         if resp.status != 200:
-            raise ControlRefused(502, "engine_refused", f"engine {engine!r} answered {resp.status}")
-        out = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
+            raise await _refused(engine, resp)
+        kept = {k: resp.headers[k] for k in _PASSED if k in resp.headers}
+        out = web.StreamResponse(headers=headers or kept)
         out.enable_chunked_encoding()
         await out.prepare(request)
         async for chunk in resp.content.iter_any():
@@ -121,8 +133,23 @@ async def job_log(request: web.Request) -> web.StreamResponse:
         return out
 
 
-async def job_items(request: web.Request) -> web.Response:
-    """``GET .../jobs/{id}/items?offset=&limit=``: a page of the job's JSON-lines feed."""
+async def _refused(engine: str, resp: aiohttp.ClientResponse) -> ControlRefused:
+    """The engine's refusal passed on: its status and reason for a bad request or an
+    unknown job or file (4xx), else 502."""
+    try:
+        reason = json.loads(await resp.content.read(4096))["error"]
+        code, message = str(reason["code"])[:40], str(reason["message"])[:500]
+    except (ValueError, RecursionError, KeyError, TypeError):
+        code, message = "engine_refused", f"engine {engine!r} answered {resp.status}"
+    status = resp.status if resp.status in (400, 404) else 502
+    return ControlRefused(status, code, message)
+
+
+async def job_items(request: web.Request) -> web.StreamResponse:
+    """``GET .../jobs/{id}/items?offset=&limit=``: a page of the job's kept items (``feed=N``:
+    of its JSON-lines feed); ``format=jsonl|csv``: a download, streamed from the engine."""
+    if "format" in request.query:
+        return await _passed_on(request, "items")
     job_id, engine = await _engine_of(request)
     params = {k: v[:20] for k, v in request.query.items() if k in _QUERY}
     async with request.app[CONTROL_KEY].stream(engine, f"jobs/{job_id}/items", params) as resp:

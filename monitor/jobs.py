@@ -42,8 +42,10 @@ from netdisco.cluster.jobs import (
     job_request,
     new_id,
     place,
+    transition,
 )
 from netdisco.exceptions import ControlRefused
+from netdisco.projects.store import ProjectStore, check_spider
 
 log = structlog.get_logger(__name__)
 
@@ -67,6 +69,7 @@ class Jobs:
         self._record = record
         creds = watcher.settings.credentials()
         self.store = JobStore(watcher.client, watcher.settings.root, cluster_acl(creds))
+        self.projects = ProjectStore(watcher.client, watcher.settings.root)
         self.jobs: dict[str, Job] = {}  # the last listing (and what this monitor wrote since)
         self._seen: dict[str, JobState] | None = None  # None until the baseline listing
         self._tasks = Tasks()
@@ -189,6 +192,10 @@ class Jobs:
     async def create(self, body: Any) -> list[Job]:
         """New jobs from a request body (one, or one per engine for ``on = "all"``)."""
         job = job_request(body)
+        if job.project is not None:  # a spider the project does not have: refused now
+            await check_spider(
+                self.projects, job.project, {"spider": job.spider, "version": job.version}
+            )
         made = fan_out(job, self.slots()) if job.on == "all" else [job]
         for each in made:
             await self.store.create(each)
@@ -235,29 +242,29 @@ def _lost(job: Job, gone: tuple[str | None, str | None]) -> Job | None:
     if not job.placed or (job.engine, job.incarnation) != gone:
         return None
     error = f"engine {job.engine} was lost while the job was {job.state}"
-    return replace(job, state=JobState.LOST, ended_at=time.time(), error=error)
+    return transition(job, JobState.LOST, ended_at=time.time(), error=error)
 
 
 def _requeued(job: Job) -> Job | None:
-    if job.state is not JobState.LOST or job.cancel:
+    if job.cancel:
         return None
-    return replace(job, state=JobState.PENDING, engine=None, incarnation=None, ended_at=None)
+    return transition(job, JobState.PENDING, engine=None, incarnation=None, ended_at=None)
 
 
 def _placed(job: Job, target: Slots) -> Job | None:
     if job.state is not JobState.PENDING or job.engine is not None or job.cancel:
-        return None
+        return None  # placement sets where a waiting job runs, not its state
     return replace(
         job, engine=target.engine, incarnation=target.incarnation, attempts=job.attempts + 1
     )
 
 
 def _cancelled(job: Job) -> Job | None:
-    if job.state is JobState.PENDING:
-        return replace(job, state=JobState.CANCELLED, cancel=True, ended_at=time.time())
+    """A waiting job ends now; a running one is flagged (its engine stops it, and its end
+    is the engine's transition)."""
     if job.state is JobState.RUNNING:
         return replace(job, cancel=True)
-    return None
+    return transition(job, JobState.CANCELLED, cancel=True, ended_at=time.time())
 
 
 def _abandoned(job: Job, jobs: Jobs) -> bool:

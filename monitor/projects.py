@@ -92,6 +92,17 @@ class Projects:
         project = check_project_name(request.match_info["name"])
         return web.json_response(await self.store.describe(project))
 
+    async def spiders(self, request: web.Request) -> web.Response:
+        """A version's spiders (``?version=``, else the default): each name and class."""
+        project = check_project_name(request.match_info["name"])
+        wanted = request.query.get("version") or None
+        if wanted is not None and len(wanted) > 64:
+            raise ProjectRefused(400, "bad_request", "a version is at most 64 characters")
+        version = await self.store.resolve(project, wanted)
+        rows = [{"name": n, "spider": r} for r, n in version.names.items()]
+        body = {"project": project, "version": version.id, "label": version.label}
+        return web.json_response({**body, "spiders": sorted(rows, key=lambda r: r["name"])})
+
     async def delete(self, request: web.Request) -> web.Response:
         self.check(request)
         project = check_project_name(request.match_info["name"])
@@ -114,6 +125,7 @@ class Projects:
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get(PREFIX, self.listing)
         app.router.add_get(PREFIX + "/{name}", self.show)
+        app.router.add_get(PREFIX + "/{name}/spiders", self.spiders)
         app.router.add_post(PREFIX + "/{name}", self.upload)
         app.router.add_put(PREFIX + "/{name}/default", self.set_default)
         app.router.add_delete(PREFIX + "/{name}/versions/{version}", self.delete)

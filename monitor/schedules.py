@@ -27,9 +27,8 @@ from netdisco._tasks import Tasks
 from netdisco.cluster.acl import cluster_acl
 from netdisco.cluster.jobs import ACTIVE
 from netdisco.cluster.schedules import JobSchedule, ScheduleStore, schedule_request
-from netdisco.exceptions import ConfigError, ControlRefused, ProjectRefused, SpiderNotAllowed
-from netdisco.projects.archive import check_project_name
-from netdisco.projects.store import ProjectStore, project_spider
+from netdisco.exceptions import ControlRefused
+from netdisco.projects.store import check_spider
 
 log = structlog.get_logger(__name__)
 
@@ -42,7 +41,7 @@ class Schedules:
         watcher = jobs.watcher
         acl = cluster_acl(watcher.settings.credentials())
         self.store = ScheduleStore(watcher.client, watcher.settings.root, acl)
-        self.projects = ProjectStore(watcher.client, watcher.settings.root)
+        self.projects = jobs.projects
         self._record = record
         self._tasks = Tasks()
 
@@ -103,27 +102,10 @@ class Schedules:
         made = schedule_request(body)
         project = made.request.get("project")
         if project is not None:
-            await self._check_project(project, made.request)
+            await check_spider(self.projects, project, made.request)
         await self.store.create(made)
         log.info("schedule_created", schedule=made.id, cron=made.cron, every=made.every)
         return made
-
-    async def _check_project(self, project: str, request: Any) -> None:
-        """A schedule of a project that is not deployed would fail at every tick: 400 now."""
-        try:
-            check_project_name(project)
-        except ProjectRefused as exc:
-            raise ConfigError("project", exc.message) from None
-        if not await self.projects.versions(project):
-            raise ConfigError("project", f"no project {project!r} is deployed")
-        try:
-            version = await self.projects.resolve(project, request.get("version"))
-        except ProjectRefused as exc:
-            raise ConfigError("version", exc.message) from None
-        try:
-            project_spider(str(request["spider"]), version.spiders)
-        except SpiderNotAllowed as exc:
-            raise ConfigError("spider", str(exc)) from None
 
     async def listing(self, now: float | None = None) -> list[dict[str, Any]]:
         """Every schedule as the HTTP API shows it, with when it ticks next."""

@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -47,13 +48,26 @@ def add_jobs_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     log.add_argument("-f", "--follow", action="store_true", help="until the job ends")
     log.add_argument("--tail", type=int, default=100, help="lines from the end (100)")
     _add_schedule_parser(sub)
+    _add_data_parsers(sub)
     jobs.set_defaults(func=run_jobs)
+
+
+def _add_data_parsers(sub: Any) -> None:
+    """``spiders`` (a project's spiders by name) and ``items`` (a job's kept items)."""
+    spiders = sub.add_parser("spiders", help="a deployed project's spiders: name and class")
+    spiders.add_argument("project")
+    spiders.add_argument("--version", dest="project_version", help="a version (the default)")
+    items = sub.add_parser("items", help="a job's kept items: a page, or all of them")
+    items.add_argument("id")
+    items.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
+    items.add_argument("--offset", type=int, default=0, help="items to skip (0)")
+    items.add_argument("--limit", type=int, help="items to print (default: all)")
 
 
 def _add_request(parser: argparse.ArgumentParser) -> None:
     """The arguments of a job request (``start``, ``schedule add``)."""
     parser.add_argument("project", help="a deployed project, or - for the engines' spider_modules")
-    parser.add_argument("spider", help="the spider (module:Class with -)")
+    parser.add_argument("spider", help="the spider's name, or module:Class")
     parser.add_argument("-a", dest="args", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("-s", dest="settings", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument(
@@ -147,6 +161,28 @@ async def _log(session: aiohttp.ClientSession, url: str, args: argparse.Namespac
             sys.stdout.flush()
 
 
+async def _data(session: aiohttp.ClientSession, args: argparse.Namespace) -> None:
+    """``jobs spiders`` as a table; ``jobs items`` as the monitor sends them, streamed."""
+    monitor = args.monitor.rstrip("/") + "/netdiscovery/monitor"
+    if args.jobs_command == "spiders":
+        query = f"?version={quote(args.project_version)}" if args.project_version else ""
+        data = await _call(
+            session, "GET", f"{monitor}/projects/{quote(args.project)}/spiders{query}"
+        )
+        rows = [("NAME", "SPIDER")] + [(r["name"], r["spider"]) for r in data["spiders"]]
+        print(_columns(rows))
+        return
+    params = {"format": args.format, "offset": str(args.offset)}
+    if args.limit is not None:
+        params["limit"] = str(args.limit)
+    async with session.get(f"{monitor}/jobs/{args.id}/items", params=params) as resp:
+        if resp.status >= 400:
+            raise ConfigError("monitor", f"{resp.status} {(await resp.text())[:500]}")
+        async for chunk in resp.content.iter_any():
+            sys.stdout.buffer.write(chunk)
+    sys.stdout.flush()
+
+
 def _schedule_table(schedules: list[dict[str, Any]]) -> str:
     rows = [("ID", "ENABLED", "WHEN", "SPIDER", "NEXT", "FIRED", "SKIPPED", "LAST JOB")]
     for item in schedules:
@@ -193,6 +229,9 @@ async def run_jobs(args: argparse.Namespace) -> int:
         command = args.jobs_command
         if command == "log":
             await _log(session, f"{base}/{args.id}", args)
+            return 0
+        if command in ("spiders", "items"):
+            await _data(session, args)
             return 0
         if command == "schedule":
             await _schedule(session, args)

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+import structlog
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -36,6 +37,7 @@ MAX_JOBS = 5000
 _ID = re.compile(r"[0-9a-f]{12}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _SPIDER = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+log = structlog.get_logger(__name__)
 _BODY_KEYS = frozenset({"project", "version", "spider", "args", "settings", "on", "on_lost"})
 
 
@@ -54,6 +56,20 @@ class JobState(StrEnum):
 TERMINAL = frozenset({JobState.FINISHED, JobState.FAILED, JobState.CANCELLED})
 #: states that hold a slot on the engine the job is placed on
 ACTIVE = frozenset({JobState.PENDING, JobState.RUNNING})
+#: a state -> the states a job may move to from it: the one place (monitor and engine
+#: alike) that decides a job's transitions, through :func:`transition`
+TRANSITIONS: Mapping[JobState, frozenset[JobState]] = {
+    # taken by its engine; cancelled while waiting; its engine lost before it started
+    JobState.PENDING: frozenset({JobState.RUNNING, JobState.CANCELLED, JobState.LOST}),
+    # its child's end (or its start failed); its engine lost while it ran
+    JobState.RUNNING: frozenset(
+        {JobState.FINISHED, JobState.FAILED, JobState.CANCELLED, JobState.LOST}
+    ),
+    JobState.LOST: frozenset({JobState.PENDING}),  # requeued (``on_lost = "requeue"``)
+    JobState.FINISHED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +115,20 @@ class Job:
         if len(raw) > MAX_JOB_DATA:
             raise ConfigError("job", f"{len(raw)} bytes is over the {MAX_JOB_DATA} a job may hold")
         return raw
+
+
+def allowed(current: JobState, to: JobState) -> bool:
+    """Whether :data:`TRANSITIONS` lets a job in ``current`` move to ``to`` (pure)."""
+    return to in TRANSITIONS[current]
+
+
+def transition(job: Job, to: JobState, **changes: Any) -> Job | None:
+    """``job`` moved to ``to`` with ``changes``; None when the table refuses the move,
+    which is logged with both states and leaves the job as it is."""
+    if not allowed(job.state, to):
+        log.warning("job_transition_refused", job=job.id, state=str(job.state), to=str(to))
+        return None
+    return replace(job, state=to, **changes)
 
 
 def new_id() -> str:

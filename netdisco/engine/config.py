@@ -112,6 +112,10 @@ class EngineSettings(Section):
         10 * 1024 * 1024, "bytes of a job's log before it is rotated (two old ones kept)",
         check=positive,
     )  # fmt: skip
+    job_items_max: int = _engine(
+        1_000_000, "items a job keeps in its directory, feed or not (0: none; more are counted)",
+        check=non_negative,
+    )  # fmt: skip
     job_frontier: str | None = _engine(
         None, "frontier every job crawls on (a shared redis:// one lets a lost job resume)"
     )

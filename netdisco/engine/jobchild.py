@@ -1,12 +1,14 @@
 """One job's crawl, in a child process of its engine (``python -m netdisco.engine.jobchild SPEC``).
 
-The engine writes the spec (the job, its own ``spider_modules`` and ``feeds_dir``)
+The engine writes the spec (the job, its directory, its own ``spider_modules``,
+``feeds_dir`` and ``job_items_max``)
 and starts this module in the job's environment, so a spider that crashes, leaks
 or blocks takes down only this process. The body goes through the same checks as
 ``POST /netdiscovery/spiders`` (:func:`netdisco.engine.launch.from_body`: the
 allow-list, the refused settings, feeds under ``feeds_dir``). Status goes to the
 engine as one JSON object a line on stdout; logs go to stderr, which the engine
-writes to the job's log file. SIGTERM, or the engine's end (stdin closes; the
+writes to the job's log file; the items are kept in the job's directory
+(:mod:`netdisco.engine.jobitems`), feed or not. SIGTERM, or the engine's end (stdin closes; the
 kernel's parent-death signal covers a SIGKILLed engine), stops the crawl
 gracefully: items are flushed and leases handed back.
 """
@@ -30,8 +32,10 @@ from netdisco._tasks import Tasks
 from netdisco.crawl.arguments import make_spider
 from netdisco.crawl.crawler import Crawler, SpiderState
 from netdisco.engine.config import EngineSettings
-from netdisco.engine.launch import from_body
+from netdisco.engine.jobitems import ITEMS_FILE, KeptItems
+from netdisco.engine.launch import from_body, module_spiders
 from netdisco.exceptions import NetdiscoError
+from netdisco.projects.store import project_spider
 
 log = structlog.get_logger(__name__)
 
@@ -59,8 +63,9 @@ def _emit(data: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def build(spec: dict[str, Any]) -> Crawler:
-    """The job's crawler, checked as ``POST /netdiscovery/spiders`` checks a body."""
+def build(spec: dict[str, Any]) -> tuple[Crawler, KeptItems]:
+    """The job's crawler, checked as ``POST /netdiscovery/spiders`` checks a body, and the
+    pipeline that keeps its items in the job's directory."""
     job = spec["job"]
     engine = EngineSettings(
         spider_modules=tuple(spec.get("spider_modules", ())), feeds_dir=spec.get("feeds_dir")
@@ -75,13 +80,29 @@ def build(spec: dict[str, Any]) -> Crawler:
     if spec.get("frontier"):
         settings = settings.replace(frontier=spec["frontier"])
     spider = make_spider(launch.spider(), launch.args)
-    return Crawler(spider, settings, owner=spec.get("owner"), engine=spec["engine_id"])
+    kept = KeptItems(Path(spec["directory"]) / ITEMS_FILE, int(spec.get("items_max", 0)))
+    crawler = Crawler(
+        spider, settings, owner=spec.get("owner"), engine=spec["engine_id"], pipelines=[kept]
+    )
+    return crawler, kept
 
 
-def report(crawler: Crawler, final: bool = False) -> dict[str, Any]:
-    """The status line: the crawler's status, its feeds and their item counts."""
+def resolve(spec: dict[str, Any]) -> str:
+    """The job's ``module:Class``: as asked, or the spider of ``spider_modules`` that has
+    the ``name`` asked (a job of no project)."""
+    spider = str(spec["job"]["spider"])
+    if ":" in spider:
+        return spider
+    names = module_spiders(tuple(spec.get("spider_modules", ())))
+    return project_spider(spider, names, "engine.spider_modules")
+
+
+def report(crawler: Crawler, kept: KeptItems, ref: str, final: bool = False) -> dict[str, Any]:
+    """The status line: the crawler's status, its spider class, its kept items, its feeds
+    and their item counts."""
     feeds = [{"path": f.target, "items": f.written} for f in crawler.feeds if f.target]
-    return {**crawler.status(), "feeds": feeds, "final": final}
+    status = {**crawler.status(), **kept.counts(), "spider_class": ref}
+    return {**status, "feeds": feeds, "final": final}
 
 
 async def _watch_stdin(stop: asyncio.Event) -> None:
@@ -100,7 +121,8 @@ async def _watch_stdin(stop: asyncio.Event) -> None:
 async def run(spec: dict[str, Any]) -> int:
     """Run the job's crawl to its end; 0 when it finished, 1 when it failed or was stopped."""
     try:
-        crawler = build(spec)
+        spec["job"]["spider"] = resolve(spec)
+        crawler, kept = build(spec)
     except NetdiscoError as exc:
         _emit({"state": "failed", "error": str(exc), "final": True})
         return REFUSED
@@ -117,13 +139,13 @@ async def run(spec: dict[str, Any]) -> int:
     waiting = tasks.spawn(crawler.wait())
     stopping = tasks.spawn(stop.wait())
     while not waiting.done():
-        _emit(report(crawler))
+        _emit(report(crawler, kept, spec["job"]["spider"]))
         await asyncio.wait({waiting, stopping}, timeout=interval, return_when="FIRST_COMPLETED")
         if stopping.done() and crawler.state in (SpiderState.RUNNING, SpiderState.PAUSED):
             _orphaned(parent)
             log.info("job_stopping")
             await crawler.stop()
-    _emit(report(crawler, final=True))
+    _emit(report(crawler, kept, spec["job"]["spider"], final=True))
     await tasks.cancel_all(timeout=0.1)
     return 0 if crawler.state is SpiderState.FINISHED else 1
 

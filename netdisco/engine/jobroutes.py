@@ -1,7 +1,8 @@
-"""The engine's job routes: a job's log (tail, follow) and its JSON-lines items, in pages.
+"""The engine's job routes: a job's log (tail, follow) and its items: the ones it kept,
+in pages or as a download (JSON lines, CSV), or a JSON-lines feed it declared, in pages.
 
-Both need the control token (a log or an item can say more than a counter), and
-both read only inside the job's own directory under ``jobs_dir`` or, for items, a
+All need the control token (a log or an item can say more than a counter), and
+all read only inside the job's own directory under ``jobs_dir`` or, for a feed, a
 feed file the job's child reported that lies under ``feeds_dir``: a path from the
 request never names a file.
 """
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from netdisco.engine.jobitems import csv_rows, items_path, jsonl, page
 from netdisco.engine.joblog import MAX_LINE, MAX_TAIL, follow, job_dir, tail
 from netdisco.engine.replies import json_response
 from netdisco.exceptions import ApiError
@@ -83,10 +85,56 @@ def _feed(engine: SpiderEngine, job_id: str, index: int) -> Path:
     return path
 
 
-async def job_items(request: web.Request, engine: SpiderEngine) -> web.Response:
-    """``GET /netdiscovery/jobs/{id}/items?feed=0&offset=&limit=``: items as written."""
+async def job_items(request: web.Request, engine: SpiderEngine) -> web.StreamResponse:
+    """``GET /netdiscovery/jobs/{id}/items?offset=&limit=``: a page of the kept items with
+    their count; ``&format=jsonl|csv``: them all (or ``offset``/``limit``) as a download;
+    ``?feed=N``: a page of the job's JSON-lines feed N instead."""
     job_id = request.match_info["id"]
-    _directory(engine, job_id)
+    directory = _directory(engine, job_id)
+    if "feed" in request.query:
+        return _feed_page(request, engine, job_id)
+    path = items_path(directory)
+    if path is None:
+        raise ApiError(404, "no_items", f"job {job_id} kept no items file")
+    offset = _query_int(request, "offset", 0, 10**9)
+    form = request.query.get("format")
+    if form is None:
+        limit = _query_int(request, "limit", 100, MAX_ITEMS)
+        assert engine.jobs is not None
+        body = {"job": job_id, "offset": offset, "limit": limit, **engine.jobs.kept(job_id)}
+        return json_response({**body, "items": page(path, offset, limit)})
+    if form not in DOWNLOADS:
+        raise ApiError(400, "invalid_query", "format must be jsonl or csv")
+    most = _query_int(request, "limit", 0, 10**9) if "limit" in request.query else None
+    return await _download(request, path, job_id, form, (offset, most))
+
+
+#: download format -> (content type, the lines of the kept items it writes)
+DOWNLOADS = {
+    "jsonl": ("application/x-ndjson", jsonl),
+    "csv": ("text/csv; charset=utf-8", csv_rows),
+}
+
+
+async def _download(
+    request: web.Request, path: Path, job_id: str, form: str, span: tuple[int, int | None]
+) -> web.StreamResponse:
+    kind, lines = DOWNLOADS[form]
+    headers = {
+        "Content-Type": kind,
+        "Content-Disposition": f'attachment; filename="job-{job_id}.{form}"',
+    }
+    response = web.StreamResponse(headers=headers)
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    async for chunk in lines(path, *span):
+        await response.write(chunk)
+    await response.write_eof()
+    return response
+
+
+def _feed_page(request: web.Request, engine: SpiderEngine, job_id: str) -> web.Response:
+    """A page of a JSON-lines feed the job declared, lines as written."""
     path = _feed(engine, job_id, _query_int(request, "feed", 0, 99))
     offset = _query_int(request, "offset", 0, 10**9)
     limit = _query_int(request, "limit", 100, MAX_ITEMS)

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -32,7 +33,7 @@ from kazoo.retry import KazooRetry
 
 from netdisco._tasks import Tasks
 from netdisco.cluster.acl import cluster_acl
-from netdisco.cluster.jobs import Job, JobState, JobStore
+from netdisco.cluster.jobs import Job, JobState, JobStore, transition
 from netdisco.cluster.settings import ZooKeeperSettings
 from netdisco.cluster.zk import close_client
 from netdisco.crawl.settings import Settings
@@ -45,6 +46,9 @@ log = structlog.get_logger(__name__)
 #: seconds a stopped child has past its ``stop_deadline`` to flush before SIGKILL
 FLUSH_GRACE = 2.0
 _DEFAULT_DEADLINE = Settings().stop_deadline
+#: what a child's status line holds besides its counters
+_NOT_STATS = frozenset({"feeds", "final", "error", "spider_class"})
+_SPIDER_CLASS = re.compile(r"[A-Za-z_][\w.]{0,199}:[A-Za-z_]\w{0,99}")
 
 
 def jobs_dir(settings: EngineSettings, engine_id: str) -> Path:
@@ -159,8 +163,8 @@ class JobProcess:
             log.warning("job_killed", job=self.job.id, after=seconds)
             self.proc.kill()
 
-    async def wait(self) -> Job:
-        """Until the child ends; the job as it ended (state, counters, feeds, exit status)."""
+    async def wait(self) -> tuple[JobState, dict[str, Any]]:
+        """Until the child ends; the state it ended in and what the job's node records."""
         assert self.proc is not None
         code = await self.proc.wait()
         await asyncio.gather(*self._readers, return_exceptions=True)
@@ -169,8 +173,9 @@ class JobProcess:
             (self.directory / "status.json").write_text(json.dumps(self.status), "utf-8")
         return self.ended(code)
 
-    def ended(self, code: int) -> Job:
-        """The job's end from the last status line and the exit status."""
+    def ended(self, code: int) -> tuple[JobState, dict[str, Any]]:
+        """The job's end from the last status line and the exit status: the state it ends
+        in (written through the transition table) and the fields that go with it."""
         status = self.status
         said = status.get("state") if status.get("final") else None
         if self.abandoned:
@@ -186,16 +191,21 @@ class JobProcess:
             error = "its engine stopped"
         elif state is JobState.FAILED and error is None:
             error = f"the job's process exited with status {code}"
-        stats = {k: v for k, v in status.items() if k not in ("feeds", "final", "error")}
+        stats = {k: v for k, v in status.items() if k not in _NOT_STATS}
         feeds = tuple(f for f in status.get("feeds") or () if isinstance(f, dict))
-        return replace(
-            self.job,
-            state=state,
-            ended_at=time.time(),
-            exit_status=code,
-            stats=stats,
-            feeds=feeds[:100],
-            error=error,
+        ref = status.get("spider_class")
+        spider = ref if isinstance(ref, str) and _SPIDER_CLASS.fullmatch(ref) else self.job.spider
+        return (
+            state,
+            {
+                "spider": spider,  # as resolved: a name becomes its module:Class
+                "version": self.job.version,
+                "ended_at": time.time(),
+                "exit_status": code,
+                "stats": stats,
+                "feeds": feeds[:100],
+                "error": error,
+            },
         )
 
 
@@ -248,14 +258,24 @@ class JobRunner:
             for p in self.running.values()
         ]
 
-    def feeds(self, job_id: str) -> list[str]:
-        """The feed files a job (running, or ended on this engine) reported."""
+    def last_status(self, job_id: str) -> dict[str, Any]:
+        """The last status line of a job running, or ended on this engine ({}: none)."""
         process = self.running.get(job_id)
         status: Any = process.status if process is not None else {}
         if process is None:
-            with contextlib.suppress(OSError, ValueError):
+            with contextlib.suppress(OSError, ValueError, RecursionError):
                 status = json.loads((job_dir(self.directory, job_id) / "status.json").read_text())
-        feeds = status.get("feeds") if isinstance(status, dict) else None
+        return status if isinstance(status, dict) else {}
+
+    def kept(self, job_id: str) -> dict[str, int]:
+        """How many items the job kept in its directory, and dropped past the bound."""
+        status = self.last_status(job_id)
+        counts = {k: status.get(k) for k in ("items_kept", "items_dropped")}
+        return {k: v if isinstance(v, int) else 0 for k, v in counts.items()}
+
+    def feeds(self, job_id: str) -> list[str]:
+        """The feed files a job (running, or ended on this engine) reported."""
+        feeds = self.last_status(job_id).get("feeds")
         paths = [f.get("path") for f in feeds or () if isinstance(f, dict)]
         return [p for p in paths if isinstance(p, str)]
 
@@ -300,20 +320,24 @@ class JobRunner:
         me, incarnation = self._engine_id(), self.incarnation
 
         def still_ours(j: Job) -> bool:
-            return j.state is JobState.PENDING and j.engine == me and j.incarnation == incarnation
+            return j.engine == me and j.incarnation == incarnation
 
         if (
             len(self.running) + len(self._starting) >= self.settings.max_jobs
         ):  # a stale monitor over-placed: give back
             await self._store.update(
                 job.id,
-                lambda j: replace(j, engine=None, incarnation=None) if still_ours(j) else None,
+                lambda j: (
+                    replace(j, engine=None, incarnation=None)
+                    if still_ours(j) and j.state is JobState.PENDING
+                    else None
+                ),
             )
             return
         now = time.time()
         taken = await self._store.update(
             job.id,
-            lambda j: replace(j, state=JobState.RUNNING, started_at=now) if still_ours(j) else None,
+            lambda j: transition(j, JobState.RUNNING, started_at=now) if still_ours(j) else None,
         )
         if taken is not None:
             self._starting.add(taken.id)
@@ -322,6 +346,8 @@ class JobRunner:
     def _spec(self, job: Job, modules: list[str]) -> dict[str, Any]:
         return {
             "job": job.to_dict(),
+            "directory": str(job_dir(self.directory, job.id).absolute()),
+            "items_max": self.settings.job_items_max,
             "engine_id": self._engine_id(),
             "owner": self.incarnation,
             "spider_modules": modules,
@@ -341,9 +367,7 @@ class JobRunner:
         except (OSError, NetdiscoError) as exc:
             log.error("job_start_failed", job=job.id, error=str(exc))
             error = f"cannot start the job: {exc}"
-            await self._write_end(
-                replace(job, state=JobState.FAILED, ended_at=time.time(), error=error)
-            )
+            await self._write_end(job, JobState.FAILED, ended_at=time.time(), error=error)
             return
         finally:
             self._starting.discard(job.id)
@@ -365,34 +389,38 @@ class JobRunner:
         got = await install(
             self._client, self.zookeeper.root, job.project, job.version, self.directory / "projects"
         )
-        spider = project_spider(job.spider, got.spiders)
+        spider = project_spider(job.spider, got.names)
         modules = sorted({ref.partition(":")[0] for ref in got.spiders})
         return replace(job, spider=spider, version=got.version), str(got.python), got.path, modules
 
     async def _finish(self, process: JobProcess) -> None:
-        ended = await process.wait()
-        log.info("job_ended", job=ended.id, state=str(ended.state), exit_status=ended.exit_status)
+        state, changes = await process.wait()
+        job_id = process.job.id
+        log.info("job_ended", job=job_id, state=str(state), exit_status=changes["exit_status"])
         try:
-            await self._write_end(ended)
+            await self._write_end(process.job, state, **changes)
         finally:
-            self.running.pop(ended.id, None)
+            self.running.pop(job_id, None)
             self._on_change()
 
-    async def _write_end(self, ended: Job) -> None:
-        """The end, written unless the job was taken from us meanwhile (lost, requeued)."""
+    async def _write_end(self, taken: Job, state: JobState, **changes: Any) -> None:
+        """The end of the placement we took, written unless it was taken from us meanwhile
+        (requeued elsewhere); the transition table refuses ending a job no longer running
+        (lost meanwhile)."""
         assert self._store is not None
-        me = (self._engine_id(), self.incarnation)
+        job_id = taken.id
+        me = (self._engine_id(), self.incarnation, taken.attempts)
 
         def end(j: Job) -> Job | None:
-            ours = (j.engine, j.incarnation) == me and j.state is JobState.RUNNING
-            return replace(ended, cancel=j.cancel, attempts=j.attempts) if ours else None
+            ours = (j.engine, j.incarnation, j.attempts) == me
+            return transition(j, state, **changes) if ours else None
 
         for attempt in range(10):
             try:
-                await self._store.update(ended.id, end)
+                await self._store.update(job_id, end)
                 return
             except KazooException as exc:
-                log.warning("job_end_not_written", job=ended.id, error=type(exc).__name__)
+                log.warning("job_end_not_written", job=job_id, error=type(exc).__name__)
                 await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
 
     async def stop(self) -> None:

@@ -13,6 +13,8 @@ settings ``HTTP_SETTINGS`` names may be set, ``middlewares`` only from
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -106,6 +108,29 @@ def check_allowed(ref: str, allowed: Sequence[str]) -> None:
         raise SpiderNotAllowed("this engine starts no spider over HTTP (set engine.spider_modules)")
     if not any(module == name or module.startswith(name + ".") for name in allowed):
         raise SpiderNotAllowed(f"module {module!r} is not in engine.spider_modules")
+
+
+def module_spiders(modules: Sequence[str]) -> dict[str, str]:
+    """``module:Class`` -> ``name`` of every spider class defined in ``modules`` (the
+    engine's ``spider_modules``: each module and, for a package, its submodules), so a
+    job of no project can name its spider as ``scrapy crawl`` does."""
+    found: dict[str, str] = {}
+    for name in modules:
+        try:
+            top = importlib.import_module(name)
+        except ImportError as exc:
+            raise SpiderLoadError(f"spider_modules: {name!r} cannot be imported: {exc}") from None
+        inside = getattr(top, "__path__", None)
+        subs = pkgutil.walk_packages(inside, prefix=f"{name}.") if inside is not None else ()
+        for module in (top, *(importlib.import_module(sub.name) for sub in subs)):
+            found |= {
+                f"{module.__name__}:{cls.__name__}": cls.name or cls.__name__.lower()
+                for cls in vars(module).values()
+                if isinstance(cls, type)
+                and issubclass(cls, Spider)
+                and cls.__module__ == module.__name__
+            }
+    return found
 
 
 def spider_settings(spider_class: type[Spider], table: Mapping[str, Any], key: str) -> Settings:

@@ -17,13 +17,14 @@ import re
 import stat
 import tomllib
 import zipfile
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from packaging.requirements import InvalidRequirement, Requirement
 
 from netdisco.exceptions import ProjectRefused
+from netdisco.values import NAME
 
 #: one strict pattern for project names: they are znode names and directory names
 PROJECT_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
@@ -70,6 +71,7 @@ class Manifest:
     spiders: tuple[str, ...]  # "module:Class"
     unpacked_size: int
     members: int
+    names: Mapping[str, str] = field(default_factory=dict)  # "module:Class" -> its ``name``
 
 
 def refuse(status: int, code: str, message: str) -> ProjectRefused:
@@ -252,7 +254,8 @@ def inspect(data: bytes, max_size: int) -> Manifest:
             "no spider found: no class derives from Spider, CrawlSpider or SitemapSpider, "
             "and pyproject.toml declares no [tool.netdisco] spiders",
         )
-    return Manifest(kind, spiders, sum(i.file_size for i in infos), len(infos))
+    names = unique_names(spider_names(sources, spiders))
+    return Manifest(kind, spiders, sum(i.file_size for i in infos), len(infos), names)
 
 
 # --- spiders, statically --------------------------------------------------------------------
@@ -337,10 +340,10 @@ def _base_names(node: ast.ClassDef) -> Iterable[str]:
             yield base.attr
 
 
-def find_spiders(sources: dict[str, bytes]) -> tuple[str, ...]:
-    """Every top-level class deriving (through the project's own classes too) from a
-    netdisco spider base, as ``module:Class``; files that do not parse are skipped."""
-    classes: list[tuple[str, str, set[str]]] = []
+def _classes(sources: dict[str, bytes]) -> dict[tuple[str, str], ast.ClassDef]:
+    """Every top-level class of the project's modules by (module, class); files that do
+    not parse are skipped."""
+    found: dict[tuple[str, str], ast.ClassDef] = {}
     for member, source in sorted(sources.items()):
         module = module_name(member) if member.endswith(".py") else None
         if module is None or member.startswith("wheels/"):
@@ -349,11 +352,16 @@ def find_spiders(sources: dict[str, bytes]) -> tuple[str, ...]:
             tree = ast.parse(source)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
-        classes += [
-            (module, node.name, set(_base_names(node)))
-            for node in tree.body
-            if isinstance(node, ast.ClassDef)
-        ]
+        found.update(
+            ((module, node.name), node) for node in tree.body if isinstance(node, ast.ClassDef)
+        )
+    return found
+
+
+def find_spiders(sources: dict[str, bytes]) -> tuple[str, ...]:
+    """Every top-level class deriving (through the project's own classes too) from a
+    netdisco spider base, as ``module:Class``; files that do not parse are skipped."""
+    classes = [(m, c, set(_base_names(node))) for (m, c), node in _classes(sources).items()]
     spider_names = set(SPIDER_BASES)
     found: set[tuple[str, str]] = set()
     while True:
@@ -363,6 +371,61 @@ def find_spiders(sources: dict[str, bytes]) -> tuple[str, ...]:
         found |= new
         spider_names |= {c for _, c in new}
     return tuple(sorted(f"{m}:{c}" for m, c in found))
+
+
+def _own_name(node: ast.ClassDef) -> str | None:
+    """The string a class body assigns to ``name`` (``name = "x"``, ``name: str = "x"``)."""
+    for stmt in node.body:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else []
+        if isinstance(stmt, ast.AnnAssign):
+            targets = [stmt.target]
+        value = getattr(stmt, "value", None)
+        named = any(isinstance(t, ast.Name) and t.id == "name" for t in targets)
+        if named and isinstance(value, ast.Constant) and isinstance(value.value, str):
+            return value.value or None
+    return None
+
+
+def spider_names(sources: dict[str, bytes], spiders: Iterable[str]) -> dict[str, str]:
+    """Each spider's ``name``, read from the source as the class would have it: its own
+    ``name``, else the nearest of the project's base classes that sets one, else its
+    class name in lower case (what :class:`netdisco.Spider` falls back to)."""
+    classes = _classes(sources)
+    by_class = {c: node for (_, c), node in classes.items()}
+
+    def name_of(node: ast.ClassDef | None, depth: int) -> str | None:
+        if node is None or depth > 20:
+            return None
+        own = _own_name(node)
+        bases = (by_class.get(b) for b in _base_names(node))
+        return own or next((n for b in bases if (n := name_of(b, depth + 1))), None)
+
+    names = {}
+    for ref in spiders:
+        module, _, cls = ref.partition(":")
+        names[ref] = name_of(classes.get((module, cls)), 0) or cls.lower()
+    return names
+
+
+def unique_names(names: Mapping[str, str]) -> dict[str, str]:
+    """``names`` when no two spiders share one; else refused, naming both."""
+    seen: dict[str, str] = {}
+    for ref, name in sorted(names.items()):
+        if not NAME.fullmatch(name) or ".." in name:
+            raise refuse(
+                422,
+                "bad_spider_name",
+                f"spider {ref} is named {name!r}: a name is letters, digits, '_', '.', '-'",
+            )
+        if name in seen:
+            raise refuse(
+                422,
+                "duplicate_spider_name",
+                f"spiders {seen[name]} and {ref} are both named {name!r}: "
+                "a job names its spider, so each name must be one spider",
+            )
+        seen[name] = ref
+    return dict(names)
 
 
 # --- unpacking ------------------------------------------------------------------------------

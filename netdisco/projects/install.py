@@ -25,8 +25,8 @@ import shutil
 import sys
 import time
 import zipfile
-from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -52,6 +52,8 @@ class InstalledProject:
     python: Path  # the venv's interpreter
     path: Path  # the unpacked project root: first on a job's sys.path
     spiders: tuple[str, ...]  # "module:Class"
+    #: "module:Class" -> the spider's ``name``, as the version node holds them
+    names: Mapping[str, str] = field(default_factory=dict)
 
 
 async def install(
@@ -79,7 +81,7 @@ async def install(
                 _, data = await store.read(project, chosen.id)
                 found = await _build(home, project, chosen, data, offline, timeout)
     (home / "used").touch()
-    return found
+    return replace(found, names=dict(chosen.names))
 
 
 def _installed(home: Path) -> InstalledProject | None:
@@ -155,6 +157,7 @@ def _write_marker(home: Path, found: InstalledProject) -> None:
         "python": str(found.python),
         "path": str(found.path),
         "spiders": list(found.spiders),
+        "names": dict(found.names),
         "installed_at": time.time(),
     }
     partial = home / f"{MARKER}.partial"

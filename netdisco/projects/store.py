@@ -23,7 +23,8 @@ import json
 import math
 import re
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any, TypeAlias
 
 from kazoo.client import KazooClient
@@ -31,8 +32,9 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.security import ACL
 
 from netdisco.cluster.zk import Bridge, wait_result
-from netdisco.exceptions import ProjectRefused, ProjectUnavailable, SpiderNotAllowed
-from netdisco.projects.archive import LABEL, PROJECT_NAME, Manifest
+from netdisco.exceptions import ConfigError, ProjectRefused, ProjectUnavailable, SpiderNotAllowed
+from netdisco.projects.archive import LABEL, PROJECT_NAME, Manifest, check_project_name
+from netdisco.values import NAME
 
 #: bytes per chunk znode: well under ZooKeeper's default 1 MB ``jute.maxbuffer``
 CHUNK = 256 * 1024
@@ -77,23 +79,74 @@ class Version:
     filename: str | None = None  # a wheel's file name (uv needs it)
     created: float = 0.0
     czxid: int = 0  # ZooKeeper's creation order: the newest is the default
+    #: "module:Class" -> the spider's ``name``, for every spider (read from the source)
+    names: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
         body.pop("czxid")
         body["spiders"] = list(self.spiders)
+        body["names"] = dict(self.names)
         return body
 
 
-def project_spider(spider: str, spiders: tuple[str, ...]) -> str:
-    """A project's spider named by ``module:Class`` or by its class name alone (the
-    engine runs it; the monitor checks a schedule's with it)."""
-    if spider in spiders:
-        return spider
-    named = [ref for ref in spiders if ref.rpartition(":")[2] == spider]
-    if len(named) == 1:
-        return named[0]
-    raise SpiderNotAllowed(f"the project has no spider {spider!r}; it has {', '.join(spiders)}")
+def default_names(spiders: tuple[str, ...]) -> dict[str, str]:
+    """What a version stored before names were read holds: each class name in lower case
+    (:class:`netdisco.Spider`'s fallback)."""
+    return {ref: ref.rpartition(":")[2].lower() for ref in spiders}
+
+
+def listing(names: Mapping[str, str]) -> str:
+    """``name (module:Class), ...``: a project's spiders as an error lists them."""
+    return ", ".join(f"{name} ({ref})" for ref, name in sorted(names.items(), key=lambda x: x[1]))
+
+
+def project_spider(spider: str, names: Mapping[str, str], where: str = "the project") -> str:
+    """The ``module:Class`` of a project's spider named by ``module:Class`` (a value with a
+    colon) or by its ``name`` (or, as before names, its class name alone); the engine runs
+    it, the monitor checks a job's or a schedule's with it."""
+    if ":" in spider:
+        found = [spider] if spider in names else []
+    else:
+        found = [ref for ref, name in names.items() if name == spider]
+        found = found or [ref for ref in names if ref.rpartition(":")[2] == spider]
+    if len(found) == 1:
+        return found[0]
+    raise SpiderNotAllowed(
+        f"{where} has no spider {spider!r}; its spiders: {listing(names)}"
+        if not found
+        else f"{where} has several spiders named {spider!r}: {', '.join(sorted(found))}"
+    )
+
+
+def _names(raw: Any, spiders: tuple[str, ...]) -> dict[str, str] | None:
+    """A version node's ``names``, checked (one per spider, each a name); None if wrong."""
+    if raw is None:
+        return default_names(spiders)
+    if not isinstance(raw, dict) or set(raw) != set(spiders):
+        return None
+    good = all(isinstance(v, str) and NAME.fullmatch(v) and ".." not in v for v in raw.values())
+    return dict(raw) if good else None
+
+
+async def check_spider(store: ProjectStore, project: str, request: Mapping[str, Any]) -> str:
+    """The ``module:Class`` a job request's ``spider`` names in its project's version (the
+    one asked, or the default), so a request that would fail is refused when made; else a
+    ``ConfigError`` naming the field."""
+    try:
+        check_project_name(project)
+    except ProjectRefused as exc:
+        raise ConfigError("project", exc.message) from None
+    if not await store.versions(project):
+        raise ConfigError("project", f"no project {project!r} is deployed")
+    try:
+        version = await store.resolve(project, request.get("version"))
+    except ProjectRefused as exc:
+        raise ConfigError("version", exc.message) from None
+    try:
+        return project_spider(str(request.get("spider")), version.names)
+    except SpiderNotAllowed as exc:
+        raise ConfigError("spider", str(exc)) from None
 
 
 def _bad(path: str, why: str) -> ProjectUnavailable:
@@ -126,19 +179,13 @@ def parse_version(path: str, name: str, raw: bytes, czxid: int) -> Version:
         and (kind != "wheel" or filename is not None)
     ):
         raise _bad(path, "version metadata out of bounds")
+    names = _names(body.get("names"), tuple(spiders))
+    if names is None:
+        raise _bad(path, "spider names out of bounds")
     stamp = body.get("created")
     created = float(stamp) if isinstance(stamp, int | float) and math.isfinite(stamp) else 0.0
-    return Version(
-        name,
-        size,
-        chunks,
-        str(kind),
-        tuple(spiders),
-        label,
-        filename,
-        created,
-        czxid,
-    )
+    meta = (str(kind), tuple(spiders), label, filename, created, czxid, names)
+    return Version(name, size, chunks, *meta)
 
 
 class ProjectStore:
@@ -227,9 +274,9 @@ class ProjectStore:
         version node last, so that no reader ever sees half a version."""
         digest = content_hash(data)
         chunks = -(-len(data) // CHUNK)
-        version = Version(
-            digest, len(data), chunks, manifest.kind, manifest.spiders, label, filename, time.time()
-        )
+        names = manifest.names or default_names(manifest.spiders)
+        meta = (manifest.kind, manifest.spiders, label, filename, time.time())
+        version = Version(digest, len(data), chunks, *meta, names=names)
         existing = {v.id: v for v in await self.versions(project)}
         if digest in existing:
             return existing[digest], False

@@ -44,7 +44,7 @@ async def spawn_engine(tmp_path: Path, zk_hosts: str) -> AsyncIterator[Spawn]:
     procs: list[asyncio.subprocess.Process] = []
 
     async def spawn(engine_id: str, labels: str = "", **more: Any) -> asyncio.subprocess.Process:
-        extra = "".join(f'{k} = "{v}"\n' for k, v in more.items())
+        extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in more.items())
         (tmp_path / "feeds").mkdir(exist_ok=True)
         config = tmp_path / f"{engine_id}.toml"
         config.write_text(
@@ -294,14 +294,16 @@ async def test_a_job_of_a_deployed_project_runs_in_its_venv(
     await spawn_engine("e1")
     await eventually(lambda: monitor.jobs.slots(), "an engine with slots", timeout=30)
     client = Client(monitor)
-    (job,) = await client.start(project="shop", spider="Titles", args={"site": site})
+    (job,) = await client.start(project="shop", spider="titles", args={"site": site})
     done = await state_of(client, job["id"], "finished", "failed", timeout=180)
     assert done["state"] == "finished", done["error"]
     assert (done["spider"], done["version"]) == ("shop_spiders:Titles", version.id)
     assert done["stats"]["items"] == 200
-    (missing,) = await client.start(project="shop", spider="Nope", args={"site": site})
-    refused = await state_of(client, missing["id"], "failed", timeout=60)
-    assert "no spider 'Nope'" in refused["error"]
+    status, refused = await client.call("POST", "", {"project": "shop", "spider": "nope"})
+    assert status == 400
+    assert refused["error"]["message"].endswith(
+        "no spider 'nope'; its spiders: titles (shop_spiders:Titles)"
+    )
 
 
 async def test_job_history_keeps_the_newest_ended_jobs_and_none_too_old(zk_hosts, start_monitor):

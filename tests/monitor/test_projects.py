@@ -70,7 +70,9 @@ async def test_deploy_list_default_delete_then_install_with_the_monitor_down(
     project = write_project(tmp_path / "docsproj")
     deploy = ["deploy", str(project), "--monitor", url, "--version", "1.0"]
     assert await asyncio.to_thread(main, deploy) == 0
-    (project / "docsproj" / "more.py").write_text(SPIDER.replace("Docs", "More"))
+    (project / "docsproj" / "more.py").write_text(
+        SPIDER.replace("Docs", "More").replace('"docs"', '"more"')
+    )
     assert await asyncio.to_thread(main, [*deploy[:-1], "2.0"]) == 0
     status, body = await _call("GET", f"{url}/netdiscovery/monitor/projects")
     assert status == 200
