@@ -99,7 +99,7 @@ def _host_rows(rows: Sequence[Row]) -> list[tuple[str, str, int, int]]:
 def frame(title: str, rows: Sequence[Row]) -> RenderableType:
     """One picture of the spiders: a table of their counters, the busiest hosts (in
     flight, and set aside waiting for their turn), the latest error."""
-    spiders = Table(*SPIDER_COLUMNS, title=_text(title, 2 * WIDTH), title_justify="left",
+    spiders = Table(*SPIDER_COLUMNS, title=_text(title, 3 * WIDTH), title_justify="left",
                     box=None, header_style="bold", pad_edge=False)  # fmt: skip
     for row in rows[:MAX_SPIDERS]:
         spiders.add_row(*_spider_cells(row))
@@ -199,9 +199,7 @@ def engine_display(
     """``netdisco engine``'s display: one row per spider; the last picture stays."""
 
     def title() -> str:
-        healthy = engine.registry_healthy
-        registry = "standalone" if healthy is None else ("registered" if healthy else "lost")
-        return f"engine {engine.id}  {engine.status_url}  zookeeper: {registry}"
+        return f"engine {engine.id}  {engine.status_url}  zookeeper: {engine.registry_said}"
 
     def rows() -> list[Row]:
         return [Row(c.name, c.state.value, c.stats) for c in engine.crawlers()]
