@@ -20,6 +20,9 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c $(LOCK) -e '.[test]'
+	@# mypy cannot follow setuptools' editable import hook: a plain .pth names the checkout
+	@# too, so that files outside it (netdisco new's spiders) type-check against this install
+	$(BIN)/python -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "netdisco-checkout.pth").write_text("$(CURDIR)\n")'
 	touch $(STAMP)
 
 # The lock anew: the newest releases pyproject.toml allows, every extra, for Python 3.11.

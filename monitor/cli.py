@@ -2,10 +2,14 @@
 
     netdisco-monitor --zk HOSTS [--root /netdiscovery] [--config monitor.toml] [--port 8316] ...
     netdisco-monitor check [--url URL | --config monitor.toml] [--timeout S]
+    netdisco-monitor check monitor.toml [--timeout S]
 
 ``check`` exits 0 when the monitor's health route answers 200 without warnings
 and 1 otherwise, for container health probes: a warning (a ZooKeeper root whose
 ACL is open to the world although a digest is configured) fails it too.
+``check CONFIG`` checks a configuration before a start instead, with the code of
+``netdisco check`` (``netdisco.cluster.check``): ZooKeeper with its ACLs, the HTTP
+port free, the state file's directory writable; 1 naming each problem.
 Logging is configured here and only here: JSON lines when stderr is not a TTY
 (or with ``--log-json``), readable otherwise.
 """
@@ -13,18 +17,21 @@ Logging is configured here and only here: JSON lines when stderr is not a TTY
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 from monitor import __version__
 from monitor.config import load_config
 from monitor.settings import MonitorConfig
 from netdisco import logs
+from netdisco.cluster import check as shared
 from netdisco.exceptions import ConfigError
 from netdisco.values import read_toml
 
@@ -52,8 +59,11 @@ def _run_parser() -> argparse.ArgumentParser:
 def _check_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="netdisco-monitor check",
-        description="Exit 0 if a running monitor is healthy, 1 if not (container probe).",
+        description="Exit 0 if a running monitor is healthy, 1 if not (container probe). "
+        "With CONFIG: check that configuration before a start (ZooKeeper and its ACLs, the "
+        "HTTP port, the state file's directory), one line per check, 1 naming each problem.",
     )
+    p.add_argument("file", nargs="?", metavar="CONFIG", type=Path, help="check this TOML")
     p.add_argument("--url", help="monitor base URL (default from --config, or 127.0.0.1:8316)")
     p.add_argument("--config", type=Path, help="read [http] host and port from this TOML")
     p.add_argument("--timeout", type=float, default=3.0, help="seconds (3)")
@@ -112,9 +122,29 @@ def _check_url(args: argparse.Namespace) -> str:
     return f"http://{host}:{port}"
 
 
+def preflight(path: Path, timeout: float) -> int:
+    """``check CONFIG``: 0 when the monitor can start and be reached, 1 naming each problem
+    (2: the file is not a valid configuration)."""
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        print(f"netdisco-monitor: configuration error: {exc}", file=sys.stderr)
+        return 2
+    checks: list[shared.Check] = [
+        partial(shared.zookeeper, config.zookeeper, prefix="zookeeper", timeout=timeout),
+        partial(shared.port_free, "monitor port", config.http.host, config.http.port),
+    ]
+    state = config.alerts.state_file
+    if state is not None:
+        checks.append(shared.settled(shared.writable_dir("state_file directory", state.parent)))
+    return shared.report(asyncio.run(shared.run(checks)), sys.stdout)
+
+
 def check(argv: Sequence[str]) -> int:
     """Exit code 0 when healthy, 1 otherwise; one line on stdout saying why."""
     args = _check_parser().parse_args(argv)
+    if args.file is not None:
+        return preflight(args.file, max(args.timeout, 0.1))
     try:
         url = _check_url(args) + "/netdiscovery/health"
     except ConfigError as exc:

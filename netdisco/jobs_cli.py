@@ -20,24 +20,41 @@ from urllib.parse import quote
 import aiohttp
 
 from netdisco.crawl.settings import parse_pairs
-from netdisco.exceptions import ConfigError
+from netdisco.exceptions import ConfigError, ControlRefused
 
 DEFAULT_MONITOR = "http://127.0.0.1:8316"
+
+
+def _monitor_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """``--monitor`` and ``--token-env``; a sub-command's copy has no defaults, so that it
+    only overrides what was given (before the sub-command or after it)."""
+    unset = argparse.SUPPRESS
+    parser.add_argument(
+        "--monitor",
+        default=os.environ.get("NETDISCO_MONITOR", DEFAULT_MONITOR) if defaults else unset,
+        help=f"the monitor's URL ($NETDISCO_MONITOR, else {DEFAULT_MONITOR})",
+    )
+    parser.add_argument(
+        "--token-env",
+        default="NETDISCO_MONITOR_TOKEN" if defaults else unset,
+        help="variable holding the monitor's control token ($NETDISCO_MONITOR_TOKEN)",
+    )
+
+
+def _share_options(parser: argparse.ArgumentParser) -> None:
+    """Give every sub-command below ``parser`` (at any depth) the monitor options: a
+    sub-command added later gets them without a line of its own."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in set(action.choices.values()):
+                _monitor_options(child, defaults=False)
+                _share_options(child)
 
 
 def add_jobs_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     """The ``jobs`` command and its sub-commands."""
     jobs = commands.add_parser("jobs", parents=[common], help="run spiders as jobs on a cluster")
-    jobs.add_argument(
-        "--monitor",
-        default=os.environ.get("NETDISCO_MONITOR", DEFAULT_MONITOR),
-        help=f"the monitor's URL ($NETDISCO_MONITOR, else {DEFAULT_MONITOR})",
-    )
-    jobs.add_argument(
-        "--token-env",
-        default="NETDISCO_MONITOR_TOKEN",
-        help="variable holding the monitor's control token",
-    )
+    _monitor_options(jobs, defaults=True)
     sub = jobs.add_subparsers(dest="jobs_command", required=True)
     _add_request(sub.add_parser("start", help="start a job"))
     sub.add_parser("list", help="every job, newest first")
@@ -49,6 +66,7 @@ def add_jobs_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     log.add_argument("--tail", type=int, default=100, help="lines from the end (100)")
     _add_schedule_parser(sub)
     _add_data_parsers(sub)
+    _share_options(jobs)
     jobs.set_defaults(func=run_jobs)
 
 
@@ -117,13 +135,28 @@ def _headers(args: argparse.Namespace) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
+def _refused(status: int, text: str) -> ControlRefused:
+    """The monitor's error answer as one line: its JSON message, else the start of the body."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    error = data.get("error", {}) if isinstance(data, dict) else {}
+    message = error.get("message") if isinstance(error, dict) else None
+    said = str(message or " ".join(text.split())[:200] or "no reason given")
+    code = str(error.get("code", "refused")) if isinstance(error, dict) else "refused"
+    return ControlRefused(status, code, f"the monitor answered {status}: {said}")
+
+
 async def _call(session: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> Any:
     async with session.request(method, url, json=body) as resp:
-        data = await resp.json(content_type=None)
+        text = await resp.text()
         if resp.status >= 400:
-            error = data.get("error", {}) if isinstance(data, dict) else {}
-            raise ConfigError("monitor", f"{resp.status} {error.get('message', data)}")
-        return data
+            raise _refused(resp.status, text)
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise _refused(resp.status, f"not JSON: {text}") from None
 
 
 def _table(jobs: list[dict[str, Any]]) -> str:
@@ -155,7 +188,7 @@ async def _log(session: aiohttp.ClientSession, url: str, args: argparse.Namespac
     params = {"tail": str(args.tail), "follow": "1" if args.follow else "0"}
     async with session.get(url + "/log", params=params) as resp:
         if resp.status >= 400:
-            raise ConfigError("monitor", f"{resp.status} {await resp.text()}")
+            raise _refused(resp.status, await resp.text())
         async for chunk in resp.content.iter_any():
             sys.stdout.buffer.write(chunk)
             sys.stdout.flush()
@@ -222,7 +255,26 @@ async def _schedule(session: aiohttp.ClientSession, args: argparse.Namespace) ->
 
 
 async def run_jobs(args: argparse.Namespace) -> int:
-    """Do one ``netdisco jobs`` sub-command; 0, or 2 with the monitor's reason."""
+    """Do one ``netdisco jobs`` sub-command: 0; 1 with one line on stderr when the monitor
+    cannot be reached or refuses (bad usage is 2, as for every ``netdisco`` command)."""
+    try:
+        return await _run(args)
+    except ControlRefused as exc:
+        reason = str(exc)
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        reason = f"cannot reach the monitor at {args.monitor}: {_plain(exc)}"
+    print(f"netdisco jobs: error: {reason}", file=sys.stderr)
+    return 1
+
+
+def _plain(exc: BaseException) -> str:
+    """An exception as one line: its words, else its class name."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+async def _run(args: argparse.Namespace) -> int:
+    if not args.monitor.startswith(("http://", "https://")):
+        raise ConfigError("--monitor", f"expected http://HOST:PORT, got {args.monitor!r}")
     base = args.monitor.rstrip("/") + "/netdiscovery/monitor/jobs"
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
     async with aiohttp.ClientSession(headers=_headers(args), timeout=timeout) as session:

@@ -8,7 +8,7 @@ stderr of the moment) are printed above it, never through it. It is off when std
 is not a terminal, with ``--log-json`` or ``--no-progress``: then the ``progress``
 log lines come every ``progress_interval`` as before. Spider names, hosts and errors
 come from spiders and servers: they are shown as plain text (no markup), without
-control characters, cut to a width.
+control characters, cut to a width (an error is shown whole, up to ``ERROR_WIDTH``).
 """
 
 from __future__ import annotations
@@ -39,8 +39,10 @@ FRAMES = 4
 #: spider rows and host rows shown; the rest is counted in one line
 MAX_SPIDERS = 20
 MAX_HOSTS = 5
-#: the longest name, host or error shown (characters)
+#: the longest name or host shown (characters)
 WIDTH = 60
+#: the longest error shown: whole in practice (rich wraps it), bounded against a hostile one
+ERROR_WIDTH = 1000
 
 SPIDER_COLUMNS = ("spider", "state", "pages", "pages/s", "items", "queue", "in flight",
                   "errors", "elapsed")  # fmt: skip
@@ -99,7 +101,7 @@ def _host_rows(rows: Sequence[Row]) -> list[tuple[str, str, int, int]]:
 def frame(title: str, rows: Sequence[Row]) -> RenderableType:
     """One picture of the spiders: a table of their counters, the busiest hosts (in
     flight, and set aside waiting for their turn), the latest error."""
-    spiders = Table(*SPIDER_COLUMNS, title=_text(title, 2 * WIDTH), title_justify="left",
+    spiders = Table(*SPIDER_COLUMNS, title=_text(title, 3 * WIDTH), title_justify="left",
                     box=None, header_style="bold", pad_edge=False)  # fmt: skip
     for row in rows[:MAX_SPIDERS]:
         spiders.add_row(*_spider_cells(row))
@@ -113,10 +115,18 @@ def frame(title: str, rows: Sequence[Row]) -> RenderableType:
             shown = host.rpartition("@")[2]  # never a URL's user name or password
             table.add_row(_text(shown), _text(name), Text(str(flying)), Text(str(parked)))
         parts.append(table)
-    errors = [row for row in rows[:MAX_SPIDERS] if row.stats.last_error][:3]
-    parts += [_text(f"last error ({row.name}): {row.stats.last_error}", 2 * WIDTH)
-              for row in errors]  # fmt: skip
-    return Group(*parts)
+    return Group(*parts, *_errors(rows))
+
+
+def _errors(rows: Sequence[Row]) -> list[Text]:
+    """The latest error of up to three spiders, each shown whole (wrapped, bounded by
+    ``ERROR_WIDTH``) and once, however many spiders share it."""
+    shown: dict[str, list[str]] = {}
+    for row in rows[:MAX_SPIDERS]:
+        if row.stats.last_error and (row.stats.last_error in shown or len(shown) < 3):
+            shown.setdefault(row.stats.last_error, []).append(row.name)
+    return [_text(f"last error ({', '.join(names)}): {error}", ERROR_WIDTH)
+            for error, names in shown.items()]  # fmt: skip
 
 
 class Display:
@@ -199,9 +209,7 @@ def engine_display(
     """``netdisco engine``'s display: one row per spider; the last picture stays."""
 
     def title() -> str:
-        healthy = engine.registry_healthy
-        registry = "standalone" if healthy is None else ("registered" if healthy else "lost")
-        return f"engine {engine.id}  {engine.status_url}  zookeeper: {registry}"
+        return f"engine {engine.id}  {engine.status_url}  zookeeper: {engine.registry_said}"
 
     def rows() -> list[Row]:
         return [Row(c.name, c.state.value, c.stats) for c in engine.crawlers()]

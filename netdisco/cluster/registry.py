@@ -125,6 +125,7 @@ class Registration:
         self._registrations = 0
         self._stopping = False
         self._bound = min(2.0, settings.session_timeout)  # a create or leave may take this
+        self._silent_since = self._since  # ZooKeeper's last answer (start, or a suspension)
 
     @property
     def healthy(self) -> bool:
@@ -168,6 +169,7 @@ class Registration:
         client.add_listener(self._listener)
         self._set_state(RegistryState.CONNECTING, "waiting for ZooKeeper to answer")
         self._connection = "connecting"
+        self._silent_since = time.time()
         self._timer = loop.call_later(self.settings.session_timeout, self._on_timeout)
         self._task = asyncio.create_task(self._run(), name=f"zk-registration:{self.path}")
         client.start_async()  # the returned Event is ignored: the listener says CONNECTED
@@ -246,6 +248,7 @@ class Registration:
             self._wake.set()
         elif state == KazooState.SUSPENDED:
             self._connection = "suspended"
+            self._silent_since = time.time()
             self._log("warning", "zk connection suspended; our node stays until the session ends")
             if self._timer is None:  # kazoo noticed after up to 2/3 of the session timeout
                 loop = asyncio.get_running_loop()
@@ -259,14 +262,27 @@ class Registration:
         del event  # every event on our node means the same: look again
         self._wake.set()
 
+    @property
+    def address(self) -> str:
+        """The ZooKeeper servers as ``HOST:PORT,...`` (``zookeeper.hosts`` without a chroot)."""
+        return self.settings.hosts.partition("/")[0]
+
     def _on_timeout(self) -> None:
-        """A session timeout passed without a connection: say so, Curator-style."""
+        """A session timeout passed without a connection: say so, Curator-style, naming
+        the servers and since when they have been silent."""
         self._timer = None
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._silent_since))
+        detail = f"unregistered: ZooKeeper {self.address} unreachable since {since}"
         if self._state is RegistryState.CONNECTING:
-            self._log("warning", "zk unreachable; engine runs unregistered until it answers")
-            self._detail = "ZooKeeper unreachable; will register as soon as it answers"
+            self._log(
+                "warning",
+                "zk unreachable; engine runs unregistered until it answers",
+                hosts=self.address,
+                since=since,
+            )
+            self._detail = detail
         else:
-            self._unregister("no ZooKeeper answer for a session timeout: our node is probably gone")
+            self._unregister(detail)
 
     async def _run(self) -> None:
         while not self._stopping:

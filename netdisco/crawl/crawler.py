@@ -101,6 +101,10 @@ class Crawler:
         self.recrawl = Recrawl.wanted(ctx, self.downloader, self.scraper)
         self.acks = Acker(ctx, self.stream)
         self.run_id: str | None = None  # a schedule's tick: a finished crawl begins it anew
+        #: set when this run found the stored (or shared) crawl finished before it and
+        #: fetched nothing: how to crawl again (the frontier's ``start_over``)
+        self.already_finished: str | None = None
+        self._ended_before = False  # the crawl had run to its end when this run began
         self._pipelines = [*pipelines, *spider.pipelines(), *self.feeds]
         self._listeners: list[Callable[[Crawler], None]] = []
         self._unpaused = asyncio.Event()
@@ -160,6 +164,7 @@ class Crawler:
         try:
             await self.frontier.open()  # an unreachable Redis fails here, clearly
             await self._begin_run()
+            self._ended_before = not self.frontier.finished and await self.frontier.ran_to_end()
             for feed in self.feeds:
                 feed.prepare()  # an unwritable feed fails here, naming its path
             if self.settings.render:
@@ -199,10 +204,12 @@ class Crawler:
 
     def _resume(self) -> bool:
         """Carry on from a stored crawl; True when it already finished (nothing to do)."""
-        stored = self.frontier.stored_stats()
-        if stored:  # none kept (a new crawl, or a frontier that keeps none): counted from here
-            self.stats.restore(stored)
-        if not self.frontier.finished:
+        if self.frontier.finished:  # counters left as they are: this run fetches nothing
+            self.already_finished = self.frontier.start_over()
+        else:
+            stored = self.frontier.stored_stats()
+            if stored:  # none kept (a new crawl, or a frontier that keeps none): from here
+                self.stats.restore(stored)
             return False
         self._main = asyncio.create_task(self._close(SpiderState.FINISHED), context=self._context)
         return True
@@ -323,11 +330,21 @@ class Crawler:
         if end is SpiderState.FINISHED and self.ctx.failure is not None:
             self._report_failure(self.ctx.failure)
             end = SpiderState.FAILED
-        if not await self._persist(end is SpiderState.FINISHED):
+        self._finished_before(end)
+        if not self.frontier.finished and not await self._persist(end is SpiderState.FINISHED):
             end = SpiderState.FAILED
         self._set_state(end)
-        log.info("spider_closed", state=end.value, **self.stats.as_dict())
+        log.info("spider_closed", state=end.value, **self.stats.closing())
         await self._close_frontier()
+
+    def _finished_before(self, end: SpiderState) -> None:
+        """A shared crawl that had run to its end before this run, which fetched nothing
+        again: say so, and how to crawl again (a ``state_dir`` says it at its opening)."""
+        s = self.stats
+        fetched = s.succeeded + s.failed + s.not_modified + s.age_skipped
+        if end is SpiderState.FINISHED and self._ended_before and not fetched:
+            self.already_finished = self.frontier.start_over()
+            log.warning("crawl_already_finished", to_crawl_again=self.already_finished)
 
     async def _persist(self, finished: bool) -> bool:
         """Store the frontier's totals and whether the crawl finished; False when the

@@ -323,6 +323,13 @@ class Stats:
             "last_error": self.last_error,
         }
 
+    def closing(self) -> dict[str, Any]:
+        """The counters of the ``spider_closed`` line: not the last error, which was
+        logged whole when it happened (once is enough)."""
+        fields = self.as_dict()
+        del fields["last_error"]
+        return fields
+
 
 def error_kind(exc: BaseException) -> str:
     """What went wrong, in a few words a summary can count: ``HTTP 404``, ``timeout``,

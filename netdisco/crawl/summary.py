@@ -32,13 +32,19 @@ class Outcome(Protocol):
     def stats(self) -> Stats: ...
     @property
     def feeds(self) -> Sequence[FeedPipeline]: ...
+    @property
+    def already_finished(self) -> str | None:
+        """Set when the crawl had run to its end before: how to crawl it again."""
 
 
 def exit_code(crawl: Outcome, signals: Sequence[int]) -> int:
     """128 + the signal that stopped the crawl (130: Ctrl-C); 1 when the spider failed
-    or no page came to anything (a site that is down); 0 otherwise."""
+    or no page came to anything (a site that is down), unless the crawl had finished
+    before; 0 otherwise."""
     if signals:
         return 128 + signals[0]
+    if crawl.already_finished is not None:  # nothing to fetch is the expected outcome
+        return 0
     s = crawl.stats
     if crawl.state is SpiderState.FAILED or s.succeeded + s.not_modified + s.age_skipped == 0:
         return 1
@@ -51,7 +57,7 @@ def summary(crawler: Outcome) -> dict[str, Any]:
     elapsed = max(time.monotonic() - s.started, 1e-9)
     top = sorted(s.error_kinds.items(), key=lambda pair: (-pair[1], pair[0]))[:TOP_ERRORS]
     feeds = [
-        {"format": feed.spec.format, "path": feed.target or "stdout", "items": feed.written}
+        {"format": feed.spec.format, "path": feed.target or "stdout", **feed.counts()}
         for feed in crawler.feeds
     ]
     return {
@@ -78,6 +84,7 @@ def summary(crawler: Outcome) -> dict[str, Any]:
         "seen": s.seen,
         "errors": dict(top),
         "last_error": s.last_error,
+        "already_finished": crawler.already_finished,
     }
 
 
@@ -126,6 +133,8 @@ def broken_thresholds(data: dict[str, Any], thresholds: Mapping[str, float]) -> 
 
 def render(data: dict[str, Any]) -> str:
     """``summary``'s mapping as a few readable lines (no line longer than it must be)."""
+    if data.get("already_finished"):
+        return "\n".join(_finished_before(data))
     pages = data["pages"]
     counted = ", ".join(f"{value} {name.replace('_', ' ')}" for name, value in pages.items()
                         if value or name in ("ok", "failed"))  # fmt: skip
@@ -141,11 +150,28 @@ def render(data: dict[str, Any]) -> str:
         lines.append(f"  errors   {kinds}")
     if data.get("failed_checks"):
         lines.append(f"  fail-on  {'; '.join(data['failed_checks'])}")
-    lines += [
-        f"Stored {feed['format']} feed ({feed['items']} items) in {feed['path']}"
-        for feed in data["feeds"]
+    return "\n".join(lines + _stored(data))
+
+
+def _finished_before(data: dict[str, Any]) -> list[str]:
+    """A crawl that had run to its end before: no pages claimed, how to crawl again."""
+    return [
+        f"Spider {data['spider']} had already finished: nothing fetched in {data['seconds']:.1f} s",
+        f"  again    {data['already_finished']}",
+        f"  queue    {data['queue_size']} left, {data['seen']} seen",
+        *_stored(data),
     ]
-    return "\n".join(lines)
+
+
+def _stored(data: dict[str, Any]) -> list[str]:
+    return [f"Stored {feed['format']} feed ({_held(feed)}) in {feed['path']}"
+            for feed in data["feeds"]]  # fmt: skip
+
+
+def _held(feed: Mapping[str, Any]) -> str:
+    """What a feed holds: ``526 items``, or ``62 records, 31 responses`` for a WARC file."""
+    counts = [(key, value) for key, value in feed.items() if key not in ("format", "path")]
+    return ", ".join(f"{value} {key}" for key, value in counts)
 
 
 def _items_lost(data: dict[str, Any]) -> str:

@@ -112,6 +112,7 @@ def health_body(engine: SpiderEngine) -> tuple[int, dict[str, Any]]:
         "id": engine.id,
         "incarnation": engine.incarnation,
         "registry": _registry_state(engine),
+        "registry_detail": engine.registry_said,
         "spiders": counts,
     }
     return (200 if ok else 503), body

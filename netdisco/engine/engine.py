@@ -136,6 +136,16 @@ class SpiderEngine:
         """None when standalone, else whether the registration is healthy."""
         return None if self.registry is None else self.registry.healthy
 
+    @property
+    def registry_said(self) -> str:
+        """The registration in a few words: ``standalone``, ``registered``, or why not
+        (``unregistered: ZooKeeper HOST:PORT unreachable since ...``)."""
+        if self.registry is None:
+            return "standalone"
+        if self.registry.healthy:
+            return "registered"
+        return str(self.registry.status().get("detail") or "unregistered")
+
     def describe(self) -> EnginePayload:
         """The identity data written into the engine's znode (never a secret)."""
         return EnginePayload(

@@ -19,7 +19,8 @@ resume                 ``finished``,               nothing stored: a rerun start
                        ``stored_stats``,           afresh, the counters from zero
                        ``store_stats``,
                        ``mark_finished``,
-                       ``ran_to_end``
+                       ``ran_to_end``,
+                       ``start_over``
 page store             ``pages``                   None: no re-crawls (refused
                                                    at start by ``check_recrawl``)
 host reservation       ``reserves_hosts``,         False: the crawl keeps
@@ -41,7 +42,9 @@ queues) is tabled in ``docs/architecture.md``.
 from __future__ import annotations
 
 import abc
+import shlex
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import ClassVar, Generic, Protocol, TypeVar
 
 from netdisco.frontiers.failed import FailedPage, FailedRecord, MemoryFailed
@@ -170,6 +173,11 @@ class Frontier(abc.ABC, Generic[R]):
     async def mark_finished(self) -> None:
         """Record, durably, that the crawl ran to its end. Default: not recorded."""
 
+    def start_over(self) -> str:
+        """How to crawl again what ran to its end here (said when a rerun fetches
+        nothing). Default: a new crawl needs nothing (nothing is kept)."""
+        return "run it again"
+
     async def ran_to_end(self) -> bool:
         """Whether the stored crawl is over, so a new run (re-crawl) may begin on it.
         Default: nothing queued or leased, and something seen."""
@@ -248,3 +256,11 @@ class Frontier(abc.ABC, Generic[R]):
         if store is None:
             store = self.__dict__["_failed_in_memory"] = MemoryFailed()
         return store
+
+
+def start_over_state_dir(directory: Path) -> str:
+    """How to crawl again a ``state_dir`` crawl that ran to its end (SQLite, ``-j N``)."""
+    return (
+        "set recrawl or age for a new run, or crawl from scratch: delete the state_dir "
+        f"(rm -r {shlex.quote(str(directory))}) or use another"
+    )

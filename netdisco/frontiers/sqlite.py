@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 import structlog
 
 from netdisco.exceptions import RequestNotShareable, StateDirError
-from netdisco.frontiers.base import Codec, Frontier, PageStore, Queued, R
+from netdisco.frontiers.base import Codec, Frontier, PageStore, Queued, R, start_over_state_dir
 from netdisco.frontiers.failed import (
     FailedPage,
     FailedRecord,
@@ -127,7 +127,7 @@ class SqliteFrontier(Frontier[R]):
             log.warning(
                 "crawl_already_finished",
                 state_dir=str(self.directory),
-                to_crawl_again="set recrawl or age (a new run), or delete the state_dir",
+                to_crawl_again=self.start_over(),
             )
 
     async def close(self) -> None:
@@ -258,6 +258,9 @@ class SqliteFrontier(Frontier[R]):
     @property
     def finished(self) -> bool:
         return self._meta.get("finished") == "1"
+
+    def start_over(self) -> str:
+        return start_over_state_dir(self.directory)
 
     def stored_stats(self) -> dict[str, int]:
         stats = json.loads(self._meta.get("stats", "{}"))

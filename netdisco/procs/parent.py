@@ -35,6 +35,7 @@ from netdisco.crawl.settings import Settings
 from netdisco.crawl.stats import Rate, Stats
 from netdisco.exceptions import ConfigError, StateDirError
 from netdisco.frontiers import is_shared
+from netdisco.frontiers.base import start_over_state_dir
 from netdisco.frontiers.redis.leases import Client, Keys, recover_owner
 from netdisco.frontiers.redis.options import RedisOptions, connect
 from netdisco.frontiers.sqlite_store import DB_NAME, lock_directory
@@ -70,6 +71,7 @@ class ProcessCrawl:
         self._owners: dict[str, Worker] = {}
         self._closed: dict[str, asyncio.Event] = {}
         self._stored: dict[str, Any] = {}  # counters of earlier runs of this state_dir
+        self.already_finished: str | None = None  # how to crawl again a finished state_dir
         self._rate, self._counted = Rate(), 0
         self._stopping = False
         self._failed = False
@@ -102,7 +104,7 @@ class ProcessCrawl:
             await self._close()
             shutil.rmtree(run_dir, ignore_errors=True)
         log.info("spider_closed", state=self.state.value, processes=self.count,
-                 duplicate_pages=self.sink.duplicates, **self.stats.as_dict())  # fmt: skip
+                 duplicate_pages=self.sink.duplicates, **self.stats.closing())  # fmt: skip
 
     async def _open(self, run_dir: Path) -> str:
         """The frontier URL the workers share: the private server's, or the setting's."""
@@ -137,10 +139,13 @@ class ProcessCrawl:
             return
         raw = await self._client.get(self._totals_key())
         self._stored = json.loads(raw) if raw else {}
-        if self._stored.get("finished"):
+        if self._stored.get("finished"):  # counters left at zero: this run fetches nothing
             self.state = SpiderState.FINISHED
-            log.info("crawl_already_finished", state_dir=str(self.state_dir))
-        self.stats.merge([self._stored.get("stats", {})])
+            self.already_finished = start_over_state_dir(self.state_dir)
+            log.warning("crawl_already_finished", state_dir=str(self.state_dir),
+                        to_crawl_again=self.already_finished)  # fmt: skip
+        else:
+            self.stats.merge([self._stored.get("stats", {})])
         owned = Keys(options.prefix, self.name).owned_prefix
         async for key in self._client.scan_iter(match=f"{owned}*"):
             owner = (key.decode() if isinstance(key, bytes) else str(key))[len(owned) :]

@@ -242,11 +242,11 @@ async def test_the_cli_adds_lists_pauses_and_deletes_schedules(zk_hosts, start_m
     assert (await Schedules(monitor).listed())[schedule_id]["enabled"] is False
     assert f"{schedule_id} enabled" in (await cli("enable", schedule_id))[1]
     code, _, err = await cli("add", "-", WALK, "--cron", "not cron")
-    assert code == 2
-    assert "400 cron: not a cron expression" in err
+    assert code == 1
+    assert "the monitor answered 400: cron: not a cron expression" in err
     assert f"{schedule_id} deleted" in (await cli("delete", schedule_id))[1]
     code, _, err = await cli("delete", schedule_id)
-    assert (code, "404" in err) == (2, True)
+    assert (code, "answered 404" in err) == (1, True)
     assert await Schedules(monitor).listed() == {}
 
 

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import calendar
 import json
+import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
 import pytest
+import structlog
 from kazoo.client import KazooClient
 
 from netdisco.crawl.settings import Settings
 from netdisco.engine import SpiderEngine
 from netdisco.engine.config import EngineSettings
 from netdisco.exceptions import ConfigError
-from netdisco.testing import eventually
+from netdisco.testing import eventually, free_port
 
 from .engine_site import site_spider
 
@@ -77,3 +81,36 @@ def test_a_bad_zookeeper_table_names_the_key() -> None:
     with pytest.raises(ConfigError) as info:
         SpiderEngine(EngineSettings(), zookeeper={"hosts": "127.0.0.1:2181", "bogus": 1})
     assert info.value.key == "zookeeper.bogus"
+
+
+async def test_an_unreachable_zookeeper_is_named_in_the_log_health_and_status(site: str) -> None:
+    hosts = f"127.0.0.1:{free_port()}"  # nothing listens there
+    zookeeper = {"hosts": f"{hosts}/chroot", "session_timeout": 0.5}
+    engine = SpiderEngine(EngineSettings(id="lonely", port=0), zookeeper=zookeeper)
+    engine.add_spider(site_spider("one", site, "slow"), Settings(progress_interval=0))
+    said = re.compile(
+        rf"unregistered: ZooKeeper {re.escape(hosts)} unreachable since "
+        r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)$"
+    )
+    with structlog.testing.capture_logs() as logs:
+        before = time.time()
+        await engine.start()
+        try:
+            await eventually(lambda: said.match(engine.registry_said) is not None, "named")
+            base = f"http://127.0.0.1:{engine.port}/netdiscovery"
+            async with aiohttp.ClientSession() as session:
+                async with session.get(f"{base}/health") as response:
+                    health = (response.status, await response.json())
+                async with session.get(f"{base}/engine") as response:
+                    status = await response.json()
+        finally:
+            await asyncio.wait_for(engine.stop(), 30)
+    assert health[0] == 503
+    assert health[1]["status"] == "degraded"
+    found = said.match(health[1]["registry_detail"])
+    assert found is not None, health
+    since = calendar.timegm(time.strptime(found.group(1), "%Y-%m-%dT%H:%M:%SZ"))
+    assert before - 1 <= since <= time.time()
+    assert said.match(status["registry"]["detail"]), status["registry"]
+    (warning,) = [e for e in logs if e["log_level"] == "warning" and "unreachable" in e["event"]]
+    assert (warning["hosts"], warning["since"]) == (hosts, found.group(1))

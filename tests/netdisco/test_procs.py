@@ -186,13 +186,16 @@ async def test_kill_9_of_the_crawl_resumes_with_state_dir(
     assert set(urls(out)) == {site.base + path for path in site.pages}
     assert site.fetched == PAGES
     fetched = sum(site.fetches.values())
+    (summary,) = events(lines, "crawl_summary")
+    # the counters carry on (less what was counted in the killed run's last 0.5 s)
+    assert PAGES // 2 < summary["pages"]["ok"] <= fetched
     code, lines = await finish(await start(*args))  # finished: nothing is fetched again
     assert code == 0
     assert sum(site.fetches.values()) == fetched
     (summary,) = events(lines, "crawl_summary")
-    # the counters carry on (less what was counted in the killed run's last 0.5 s)
     assert summary["state"] == "finished"
-    assert PAGES // 2 < summary["pages"]["ok"] <= fetched
+    assert summary["pages"]["ok"] == 0  # this run claims no page: it says why instead
+    assert f"rm -r {state}" in summary["already_finished"]
 
 
 async def test_without_redis_server_the_error_names_the_package(tmp_path: Path) -> None:

@@ -108,8 +108,10 @@ async def test_crawl_on_a_terminal_draws_the_counters_in_place_then_the_summary(
     pages = [int(m.group(1)) for m in rows if m]
     assert pages == sorted(pages), out  # the counters move
     assert pages[-1] > pages[0], out
-    assert any(re.search(rf"127\.0\.0\.1:{site.base.rsplit(':', 1)[1]}\s+slow\s+2\s+[1-9]", f)
-               for f in headers), out  # fmt: skip   the busy host: 2 in flight, some waiting
+    assert any(
+        re.search(rf"127\.0\.0\.1:{site.base.rsplit(':', 1)[1]}\s+slow\s+2\s+[1-9]", f)
+        for f in headers
+    ), out  # fmt: skip   the busy host: 2 in flight, some waiting
     assert "last error (slow):" in out
     assert "HTTP 404" in out
     tail = ESCAPE.sub("", out.rsplit("\x1b[?25h", 1)[-1])  # after the display is gone
@@ -174,3 +176,17 @@ async def test_engine_on_a_terminal_shows_one_row_per_spider(site: Site, tmp_pat
     assert re.search(r"alpha\s+(stopped|finished)", last), out
     assert re.search(r"beta\s+(stopped|finished)", last), out
     assert "engine_stopped" in ESCAPE.sub("", out)
+
+
+async def test_engine_display_names_an_unreachable_zookeeper(site: Site, tmp_path: Path) -> None:
+    hosts = f"127.0.0.1:{free_port()}"  # nothing listens there
+    config = tmp_path / "engine.toml"
+    config.write_text(
+        f'[engine]\nid = "lonely"\nport = {free_port()}\n'
+        f'[zookeeper]\nhosts = "{hosts}"\nsession_timeout = 0.5\n'
+        f'[[spiders]]\nspider = "{_spider(tmp_path, site)}"\n'
+    )
+    out = await asyncio.to_thread(_on_terminal, ["engine", "--config", str(config)], _env(), 3.0)
+    frames = [" ".join(f.split()) for f in _frames(out) if "engine lonely" in f]
+    said = rf"zookeeper: unregistered: ZooKeeper {re.escape(hosts)} unreachable since 20\d\d-"
+    assert any(re.search(said, f) for f in frames), out

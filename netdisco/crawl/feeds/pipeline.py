@@ -64,7 +64,11 @@ class FeedPipeline(Pipeline):
         self.engine = engine
         self.target: str | None = None  # the path, once the template is filled in
         self._writer: Writer | None = None
-        self.written = 0  # items written, for the closing summary
+        self.written = 0  # items (a WARC feed: records) written, for the closing summary
+
+    def counts(self) -> dict[str, int]:
+        """What the closing summary says the feed holds: its items."""
+        return {"items": self.written}
 
     def prepare(self) -> None:
         """Fill in the template and check that the feed can be written (see module doc)."""
@@ -136,16 +140,25 @@ class WarcFeed(FeedPipeline):
         super().__init__(spec, spider=spider, engine=engine)
         self.max_size = max_size
         self.warc: WarcWriter | None = None
+        self.responses = 0  # hops archived; ``written`` counts WARC records, not items
 
     async def open(self) -> None:
         self.prepare()
         assert self.target is not None
         self.warc = WarcWriter(self.target, max_size=self.max_size, overwrite=self.spec.overwrite)
+        self.written = self.warc.records
 
     def archive(self, request: Request, response: Response) -> None:
         """Write one hop (before ``open`` or after ``close``: nothing to write to)."""
         if self.warc is not None:
             self.warc.write(request, response)
+            self.written = self.warc.records
+            self.responses += 1
+
+    def counts(self) -> dict[str, int]:
+        """WARC records (a warcinfo per file, a request and a response or revisit per
+        hop), not items."""
+        return {"records": self.written, "responses": self.responses}
 
     def process(self, item: Any) -> None:
         """Items do not go into a WARC file."""

@@ -66,6 +66,7 @@ class WarcWriter:
         self.path, self.max_size, self.overwrite = path, max_size, overwrite
         self.serial = 0
         self.files: list[str] = []
+        self.records = 0  # written by this writer: warcinfo, requests, responses, revisits
         self._digests: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._out: IO[bytes] | None = None
         self._writer: Any = None
@@ -81,6 +82,7 @@ class WarcWriter:
         self._writer = warcio.warcwriter.WARCWriter(self._out, gzip=True, warc_version="1.1")
         info = {"software": f"netdisco/{__version__}", "format": "WARC File Format 1.1"}
         self._writer.write_record(self._writer.create_warcinfo_record(Path(name).name, info))
+        self.records += 1
         self._out.flush()
         self.files.append(name)
 
@@ -109,6 +111,7 @@ class WarcWriter:
         head = status(line, _request_headers(request, response.url), is_http_request=True)
         ask = self._writer.create_warc_record(response.url, "request", http_headers=head)
         self._writer.write_request_response_pair(ask, record)
+        self.records += 2
         self._out.flush()
         if self.max_size and self._out.tell() >= self.max_size:
             self.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import shlex
 import time
 import uuid
 from collections import deque
@@ -123,6 +124,24 @@ class RedisFrontier(Frontier[R]):
             f"Redis at {redact(self.options.url)} lost the crawl of spider {self.name!r}: it "
             f"holds {what} instead of epoch {self.epoch} (restarted without persistence, "
             "FLUSHALL or failover to an empty replica); its queue, leases and seen set are gone"
+        )
+
+    def start_over(self) -> str:
+        """A new run (``recrawl``, ``age``), another prefix, or the crawl's keys deleted:
+        the exact ``redis-cli`` line for a ``redis://`` server (the password hidden)."""
+        options, name = self.options, self.name
+        tag = f"{name}/" if options.shards > 1 else f"{name}}}:"
+        pattern = shlex.quote(f"{options.prefix}:{{{tag}*")
+        ways = (
+            "set recrawl or age for a new run, or crawl from scratch under another "
+            f"prefix (?prefix=NEW in the frontier URL; this one is {options.prefix!r}), or "
+        )
+        if not options.url.startswith(("redis://", "rediss://")):
+            return ways + f"delete the keys matching {pattern}"
+        server = shlex.quote(redact(options.url).partition("?")[0])
+        return ways + (
+            f"delete its keys: redis-cli -u {server} --scan --pattern {pattern} "
+            f"| xargs -r redis-cli -u {server} del"
         )
 
     def pages(self) -> RedisPages:
