@@ -7,6 +7,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LOCK   := requirements.lock
+CHECKOUT_PTH := import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], \
+	"netdisco-checkout.pth").write_text("$(CURDIR)\n")
 ZK_JAR := /usr/share/java/zookeeper.jar
 APT    := DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 
@@ -22,7 +24,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(BIN)/pip install -q -c $(LOCK) -e '.[test]'
 	@# mypy cannot follow setuptools' editable import hook: a plain .pth names the checkout
 	@# too, so that files outside it (netdisco new's spiders) type-check against this install
-	$(BIN)/python -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "netdisco-checkout.pth").write_text("$(CURDIR)\n")'
+	$(BIN)/python -c '$(CHECKOUT_PTH)'
 	touch $(STAMP)
 
 # The lock anew: the newest releases pyproject.toml allows, every extra, for Python 3.11.
@@ -36,6 +38,8 @@ test-newest: system-deps
 	@[ -x $(NEWEST)/bin/python ] || $(PYTHON) -m venv $(NEWEST)
 	$(NEWEST)/bin/pip install -q --upgrade pip
 	$(NEWEST)/bin/pip install -q --upgrade --upgrade-strategy eager -e '.[test]'
+	$(NEWEST)/bin/python -c '$(CHECKOUT_PTH)'
+	touch $(NEWEST)/.installed  # newer than the lock: the make below keeps these releases
 	$(NEWEST)/bin/pip list --format=freeze > $(NEWEST)/versions.txt
 	@diff -u <(grep -v '^-e\|netdiscovery' $(NEWEST)/versions.txt | sort -f) \
 	  <(grep -E '^[A-Za-z0-9]' $(LOCK) | sort -f) | grep -E '^[-+][A-Za-z]' \
