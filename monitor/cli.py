@@ -130,7 +130,9 @@ def preflight(path: Path, timeout: float) -> int:
     except ConfigError as exc:
         print(f"netdisco-monitor: configuration error: {exc}", file=sys.stderr)
         return 2
+    token = config.control.engine_token if config.control else None
     checks: list[shared.Check] = [
+        shared.settled([shared.trust(config.zookeeper, token, prefix="zookeeper")]),
         partial(shared.zookeeper, config.zookeeper, prefix="zookeeper", timeout=timeout),
         partial(shared.port_free, "monitor port", config.http.host, config.http.port),
     ]

@@ -61,6 +61,7 @@ def engine_checks(config: EngineConfig, timeout: float) -> list[shared.Check]:
     if config.zookeeper is not None:
         settings = zookeeper_settings(config.zookeeper)
         checks.append(partial(shared.zookeeper, settings, prefix="zookeeper", timeout=timeout))
+        checks.append(shared.settled([shared.trust(settings, engine.token, prefix="zookeeper")]))
     checks += [partial(_redis, url, timeout) for url in _frontiers(config, classes)]
     if engine.http:
         checks.append(partial(shared.port_free, "engine port", engine.host, engine.port))

@@ -23,7 +23,7 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, Permissions
 
-from netdisco.cluster.acl import open_root_warning, world_may_change
+from netdisco.cluster.acl import open_root_warning, root_warnings, world_may_change
 from netdisco.cluster.settings import DigestCredentials, ZooKeeperSettings
 from netdisco.cluster.zk import close_client, wait_result
 from netdisco.exceptions import NetdiscoError
@@ -42,9 +42,11 @@ class Finding:
     what: str
     said: str
     problem: bool = False
+    warning: bool = False  # said, but no reason not to start
 
     def line(self) -> str:
-        return f"{'problem' if self.problem else 'ok'}: {self.what}: {self.said}"
+        kind = "problem" if self.problem else "warning" if self.warning else "ok"
+        return f"{kind}: {self.what}: {self.said}"
 
 
 def ok(what: str, said: str) -> Finding:
@@ -53,6 +55,36 @@ def ok(what: str, said: str) -> Finding:
 
 def problem(what: str, said: str) -> Finding:
     return Finding(what, said, problem=True)
+
+
+def warning(what: str, said: str) -> Finding:
+    return Finding(what, said, warning=True)
+
+
+#: what any client that reaches ZooKeeper can do to a cluster without a digest
+OPEN_CLUSTER = (
+    "any client that reaches ZooKeeper can advertise a fake engine, delete an engine's node "
+    "or the roots, and write a tombstone"
+)
+
+
+def trust(settings: ZooKeeperSettings, token: str | None, *, prefix: str) -> Finding:
+    """What the configuration lets an anonymous ZooKeeper client do (netdisco.cluster.proof):
+    a digest fences writes, the engine token proves nodes and tombstones."""
+    what = "cluster trust"
+    digest = settings.digest_env or settings.digest_file
+    if digest and token:
+        return ok(what, "digest ACL and proven nodes and tombstones (engine token)")
+    if token:
+        return warning(what, f"no digest: {OPEN_CLUSTER}; the engine token's proofs keep "
+                       "fake engines from the token and forged tombstones from hiding a crash, "
+                       "but a deleted node or root still reads as a crash")  # fmt: skip
+    if digest:
+        return warning(what, "no engine token: nodes and tombstones carry no proof; the digest "
+                       "keeps anonymous clients from writing them")  # fmt: skip
+    return warning(what, f"no digest and no engine token: {OPEN_CLUSTER} that makes a "
+                   "SIGKILLed engine read as engine_left (no alert); set zookeeper.digest_env "
+                   "and the engine token (docs/security.md)")  # fmt: skip
 
 
 Check = Callable[[], Coroutine[Any, Any, list[Finding]]]
@@ -124,6 +156,8 @@ async def _root(
     except NoNodeError:
         return ok(what, f"reachable; {root} will be created at the first start")
     refused = _refusal(acls, credentials, root)
+    if not refused and credentials is not None:
+        refused = "; ".join(await root_warnings(client, path, credentials))
     if refused:
         return problem(what, refused)
     auth = "digest auth" if credentials else "no auth"

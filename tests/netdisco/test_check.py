@@ -14,6 +14,8 @@ from kazoo.security import make_acl, make_digest_acl
 
 from monitor.cli import main as monitor_main
 from netdisco.cli import main
+from netdisco.cluster.check import trust
+from netdisco.cluster.settings import ZooKeeperSettings
 from netdisco.testing import free_port
 
 SPIDER = """
@@ -53,7 +55,10 @@ def test_a_good_engine_config_is_ok_line_by_line(
 ) -> None:
     code, lines = _check(capsys, str(_engine_toml(tmp_path, zk_hosts, redis_url)))
     assert code == 0, lines
-    assert all(line.startswith("ok: ") for line in lines), lines
+    # no digest, no token: said plainly, and no reason not to start
+    (trust,) = [line for line in lines if not line.startswith("ok: ")]
+    assert trust.startswith("warning: cluster trust: no digest and no engine token"), trust
+    assert "SIGKILLed engine read as engine_left" in trust
     said = "\n".join(lines)
     for what in ("spiders[0].spider", "spider_modules netdisco.crawl.spider",
                  f"zookeeper {zk_hosts.partition('/')[0]}", "redis redis://",
@@ -169,7 +174,7 @@ def test_the_monitor_check_shares_the_checks(
     capsys.readouterr()
     assert monitor_main(["check", str(good), "--timeout", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line[:4] for line in lines] == ["ok: "] * 3, lines
+    assert [line[:4] for line in lines] == ["warn"] + ["ok: "] * 3, lines
     assert "ok: state_file directory" in lines[-1]
     bad = _monitor_toml(tmp_path, f"127.0.0.1:{free_port()}", taken_port, tmp_path / "s.json")
     assert monitor_main(["check", str(bad), "--timeout", "1"]) == 1
@@ -177,3 +182,16 @@ def test_the_monitor_check_shares_the_checks(
     assert said.count("problem: ") == 2, said
     assert f"problem: monitor port 127.0.0.1:{taken_port}: cannot bind" in said
     assert "problem: zookeeper 127.0.0.1:" in said
+
+
+@pytest.mark.parametrize(
+    ("digest", "token", "said"),
+    [
+        (True, True, "ok: cluster trust: digest ACL and proven"),
+        (False, True, "warning: cluster trust: no digest: any client"),
+        (True, False, "warning: cluster trust: no engine token"),
+    ],
+)
+def test_check_says_what_the_cluster_trusts(digest: bool, token: bool, said: str) -> None:
+    settings = ZooKeeperSettings(hosts="127.0.0.1:1", digest_env="X" if digest else None)
+    assert trust(settings, "t0ken" if token else None, prefix="zookeeper").line().startswith(said)
