@@ -76,8 +76,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Two workers, each test file on one of them: most tests wait on servers (ZooKeeper
-# sessions, crawls over loopback), so two halve the time on two cores.
+# Two workers, each taking the next test: most tests wait on servers (ZooKeeper sessions,
+# crawls over loopback), so two halve the time on two cores. Not --dist loadfile: after a
+# worker crash it re-queues the crashed file's unit and can hang at the end with both
+# workers idle (seen: no test running, the deadline passed).
 # It always ends: a test overrunning its timeout (pyproject) ends its worker, which xdist
 # replaces (up to 4 times, then it stops starting them); after SUITE_DEADLINE s the run
 # names the tests still running and fails (tests/conftest.py); `timeout` is the backstop
@@ -85,7 +87,7 @@ typecheck: $(STAMP)
 SUITE_DEADLINE ?= 1500
 unit: $(STAMP) system-deps
 	NETDISCO_SUITE_DEADLINE=$(SUITE_DEADLINE) timeout --foreground -k 30 $$(( $(SUITE_DEADLINE) + 60 )) \
-	  $(BIN)/pytest -n 2 --dist loadfile --max-worker-restart 4 -m "not memory"
+	  $(BIN)/pytest -n 2 --dist load --max-worker-restart 4 -m "not memory"
 
 # The memory bounds of long queues (issue 28): a million requests queued with state_dir,
 # and in the memory frontier (spilled); minutes each, so not in make test.
