@@ -384,6 +384,7 @@ class Crawler:
         """Copy the frontier's queue size and seen count, and the downloader's parked
         requests per host, into the gauges."""
         self.stats.parked = self.downloader.parked_by_host()
+        self.stats.idle_share = self.downloader.idle_share()
         queued, _, seen = await self.frontier.counts()
         self.stats.queue_size, self.stats.seen = queued, seen
 

@@ -395,6 +395,10 @@ class Downloader:
         if self.hosts is not None:
             self.hosts.release(request)  # the crawl wakes idle workers after the scrape
 
+    def idle_share(self) -> float | None:
+        """``ReadyHosts.idle_share`` (None with host queues: the frontier decides there)."""
+        return None if self.hosts is None else self.hosts.idle_share()
+
     def parked_by_host(self) -> dict[str, int]:
         """How many requests are set aside for each host (none when hosts are reserved)."""
         return {} if self.hosts is None else self.hosts.parked_by_host()

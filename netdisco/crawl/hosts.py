@@ -51,6 +51,7 @@ class HostSlot:
         "active",
         "capacity",
         "host",
+        "mark",
         "next_start",
         "pending",
         "semaphore",
@@ -70,6 +71,7 @@ class HostSlot:
         self.active = 0  # requests handed to workers (``Hold``), not ended
         self.pending = 0  # of those, with a delay, not yet at their turn
         self.waiting: deque[Request] = deque()
+        self.mark = 0.0  # when its idle share was last counted (``ReadyHosts._account``)
 
     async def __aenter__(self) -> None:
         self.users += 1
@@ -191,6 +193,27 @@ class ReadyHosts:
         self._heap: list[tuple[float, int, str]] = []  # (due, order, host); stale entries skipped
         self._order = itertools.count()
         self._holds: dict[int, Hold] = {}  # id(request) -> its hold
+        #: slot-seconds free while the host had requests waiting aside and no delay ran,
+        #: and slot-seconds while it had requests waiting: their ratio is the idle share
+        self.slot_idle = 0.0
+        self.slot_waited = 0.0
+
+    def idle_share(self) -> float | None:
+        """Of the slot-time of hosts with requests waiting aside, the share that was free
+        while no delay ran: politeness allowed a start, and none was made (None: no host
+        had a request waiting)."""
+        return self.slot_idle / self.slot_waited if self.slot_waited else None
+
+    def _account(self, slot: HostSlot, now: float) -> None:
+        """Count ``slot``'s time since it was last counted, before its state changes."""
+        last, slot.mark = slot.mark, now
+        if not slot.waiting or now <= last:
+            return
+        self.slot_waited += slot.capacity * (now - last)
+        free = slot.capacity - slot.active
+        undelayed = now - max(last, slot.next_start)
+        if free > 0 and undelayed > 0:
+            self.slot_idle += free * undelayed
 
     def parked_by_host(self) -> dict[str, int]:
         """How many requests wait aside for each host (for the progress display)."""
@@ -221,6 +244,7 @@ class ReadyHosts:
         ``release``), or if robots.txt forbids it (``go``, no slot: it costs no turn);
         else set it aside (``parked``), or, with no room, send it back (``back``)."""
         slot = self.slot(request.host_key)
+        self._account(slot, time.monotonic())
         due = slot.due()
         now = due is not None and due <= time.monotonic() and not self.blocked(request.url)
         denied = not now and self.denied(request.url)
@@ -267,6 +291,7 @@ class ReadyHosts:
             if self.blocked(slot.waiting[0].url):
                 self._push(slot, now + UNREACHABLE_RECHECK)
                 continue
+            self._account(slot, now)
             request = slot.waiting.popleft()
             self._count -= 1
             if slot.waiting:
@@ -285,6 +310,7 @@ class ReadyHosts:
         """A request had its turn on ``slot``: the host is due again at its next start.
         Say whether it became due at a known time for requests waiting aside."""
         self.turns += 1
+        self._account(slot, time.monotonic())
         if hold is not None and hold.slot is slot and not hold.started:
             hold.started = True
             slot.pending -= 1
@@ -304,6 +330,7 @@ class ReadyHosts:
         if hold is None:
             return False
         slot = hold.slot
+        self._account(slot, time.monotonic())
         slot.active -= 1
         if not hold.started:
             slot.pending -= 1

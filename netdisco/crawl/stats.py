@@ -190,6 +190,8 @@ class Stats:
         self.seen = 0
         self.host_in_flight: dict[str, int] = {}  # host -> requests in flight (begin/end)
         self.parked: dict[str, int] = {}  # host -> requests set aside for it (a gauge)
+        #: slot-time free while work waited and no delay ran (``ReadyHosts.idle_share``)
+        self.idle_share: float | None = None
         self.last_error: str | None = None
         self.started = time.monotonic()
         self.pages = Rate()
@@ -319,6 +321,7 @@ class Stats:
             "queue_size": self.queue_size,
             "seen": self.seen,
             "pages_per_second": round(self.pages.per_second(), 2),
+            "idle_share": None if self.idle_share is None else round(self.idle_share, 4),
             "elapsed": round(elapsed, 3),
             "last_error": self.last_error,
         }

@@ -41,6 +41,11 @@ _GAUGES = (
     ("in_flight", "netdisco_in_flight_requests", "Requests being downloaded now."),
     ("seen", "netdisco_seen_urls", "Distinct URLs the spider has seen."),
     ("pages_per_second", "netdisco_pages_per_second", "Pages per second over the last minute."),
+    (
+        "idle_share",
+        "netdisco_slot_idle_share",
+        "Share of polite slot-time left free while requests waited and no delay ran.",
+    ),
 )
 
 

@@ -56,9 +56,15 @@ def _spider(tmp_path: Path, site: Site, name: str = "slow") -> str:
     return f"{path}:Slow"
 
 
-def _on_terminal(args: list[str], env: dict[str, str], stop_after: float | None = None) -> str:
+def _on_terminal(
+    args: list[str],
+    env: dict[str, str],
+    stop_after: float | None = None,
+    stop_on: bytes | None = None,
+) -> str:
     """Run ``netdisco ARGS`` with a 160x40 pseudo-terminal as stdin, stdout and stderr; all
-    it wrote. ``stop_after``: SIGTERM it after so many seconds (an engine serves on)."""
+    it wrote. ``stop_after``: SIGTERM it after so many seconds (an engine serves on), and
+    not before ``stop_on`` was written (a loaded machine starts slowly)."""
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
     process = subprocess.Popen(
@@ -69,7 +75,8 @@ def _on_terminal(args: list[str], env: dict[str, str], stop_after: float | None 
     out, start = b"", time.monotonic()
     try:
         while time.monotonic() - start < 40:
-            if stop_after is not None and time.monotonic() - start > stop_after:
+            seen = stop_on is None or stop_on in out
+            if stop_after is not None and time.monotonic() - start > stop_after and seen:
                 process.send_signal(signal.SIGTERM)
                 stop_after = None
             if select.select([leader], [], [], 0.2)[0]:
@@ -186,7 +193,8 @@ async def test_engine_display_names_an_unreachable_zookeeper(site: Site, tmp_pat
         f'[zookeeper]\nhosts = "{hosts}"\nsession_timeout = 0.5\n'
         f'[[spiders]]\nspider = "{_spider(tmp_path, site)}"\n'
     )
-    out = await asyncio.to_thread(_on_terminal, ["engine", "--config", str(config)], _env(), 3.0)
+    args = ["engine", "--config", str(config)]
+    out = await asyncio.to_thread(_on_terminal, args, _env(), 3.0, b"unreachable since")
     frames = [" ".join(f.split()) for f in _frames(out) if "engine lonely" in f]
     said = rf"zookeeper: unregistered: ZooKeeper {re.escape(hosts)} unreachable since 20\d\d-"
     assert any(re.search(said, f) for f in frames), out

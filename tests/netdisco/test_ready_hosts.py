@@ -12,9 +12,13 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from netdisco import Crawler, Request, Response, Settings, Spider
+from netdisco.crawl import hosts as hosts_module
+from netdisco.crawl.hosts import ReadyHosts
+from netdisco.crawl.throttle import Throttle
 from netdisco.testing import serve
 
 
@@ -163,3 +167,41 @@ class IndexOnly(Host):
         self.log.append(request.path)
         await asyncio.sleep(self.latency)
         return web.Response(text="<html><body>page</body></html>", content_type="text/html")
+
+
+def test_the_idle_share_counts_free_undelayed_slot_time_while_work_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two slots, a third request aside: a slot freed at 1 s and taken again only at 3 s
+    leaves 2 of the 6 slot-seconds (0 to 3 s, two slots) idle: a share of 1/3."""
+    clock = [0.0]
+    monkeypatch.setattr(hosts_module.time, "monotonic", lambda: clock[0])
+    ready = ReadyHosts(
+        Throttle(Settings(per_host_concurrency=2)), size=10, limit=10,
+        blocked=lambda url: False, denied=lambda url: False,
+    )  # fmt: skip
+    first, second, third = (Request(f"http://h.test/{n}") for n in range(3))
+    assert [ready.place(r) for r in (first, second, third)] == ["go", "go", "parked"]
+    assert ready.idle_share() is None  # nothing had waited yet
+    clock[0] = 1.0
+    ready.release(first)  # a slot is free from here, and a request waits
+    clock[0] = 3.0
+    assert ready.ready() is third
+    assert ready.idle_share() == pytest.approx(2 / 6)
+
+
+async def test_a_crawl_of_one_busy_host_keeps_its_slots_busy() -> None:
+    """One host, two slots, 60 pages queued at once: whenever a slot frees, the next
+    request starts; the exported idle share stays small (it is near 1 when slots wait on
+    something other than politeness)."""
+    host = IndexOnly(latency=0.02)
+    async with serve(host.app(), "127.0.0.2") as base:
+        host.links = [f"{base}/p-{n}" for n in range(60)]
+        settings = Settings(concurrency=8, per_host_concurrency=2, obey_robots=False)
+        crawler = Crawler(Follow(f"{base}/index", [host]), settings)
+        stats = await asyncio.wait_for(crawler.run(), 60)
+    assert stats.succeeded == 61
+    share = crawler.downloader.idle_share()
+    assert share is not None
+    assert share < 0.25, share
+    assert stats.as_dict()["idle_share"] == round(share, 4)
