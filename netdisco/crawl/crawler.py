@@ -41,7 +41,7 @@ from netdisco.crawl.lifecycle import ALLOWED, TERMINAL, PushResult, SpiderState
 from netdisco.crawl.middleware.base import Middleware
 from netdisco.crawl.pipelines import ItemStream, Pipeline
 from netdisco.crawl.recrawl import Recrawl, wants_pages
-from netdisco.crawl.request import Request
+from netdisco.crawl.request import Request, outputs
 from netdisco.crawl.scheduler import Scheduler
 from netdisco.crawl.schemas import field_names
 from netdisco.crawl.scraper import Scraper
@@ -325,9 +325,20 @@ class Crawler:
             end = SpiderState.FAILED
         if not await self._persist(end is SpiderState.FINISHED):
             end = SpiderState.FAILED
+        await self._spider_closed(end)
         self._set_state(end)
         log.info("spider_closed", state=end.value, **self.stats.as_dict())
         await self._close_frontier()
+
+    async def _spider_closed(self, end: SpiderState) -> None:
+        """The spider's ``closed(reason)``, once, with Scrapy's reason for ``end``; what it
+        raises is counted as a callback's error, and what it yields is not crawled."""
+        reason = _CLOSE_REASONS.get(end, end.value)
+        try:
+            async for _ in outputs(self.spider.closed(reason)):
+                pass
+        except Exception as exc:
+            self.scraper.failed(self.spider.closed, "", exc)
 
     async def _persist(self, finished: bool) -> bool:
         """Store the frontier's totals and whether the crawl finished; False when the
@@ -397,8 +408,7 @@ class Crawler:
         try:
             await self.scheduler.admit_seeds(self.spider.start())
         except Exception as exc:  # a broken seed source: the seeds it gave still count
-            self.stats.callback_errors += 1
-            self.stats.count_error(f"start() {type(exc).__name__}")
+            self.stats.spider_error(exc)
             self.stats.error(f"start(): {exc!r}")
             log.error("seed_error", error=repr(exc), exc_info=exc)
         finally:
@@ -509,6 +519,14 @@ class Crawler:
             await self.scraper.run(
                 request.errback, request, exc, url=request.url, depth=request.depth + 1
             )
+
+
+#: ``Spider.closed``'s reason for how the crawl ended, in Scrapy's words
+_CLOSE_REASONS = {
+    SpiderState.FINISHED: "finished",
+    SpiderState.STOPPED: "shutdown",
+    SpiderState.FAILED: "failed",
+}
 
 
 def _unwrap(exc: Exception) -> Exception:

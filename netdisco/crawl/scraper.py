@@ -43,6 +43,8 @@ class Scraper:
         self.stats.succeeded += 1
         self.stats.pages.add()
         callback = request.callback or self.spider.parse
+        if request.cb_kwargs:
+            callback = partial(callback, **request.cb_kwargs)
         depth = request.depth + 1
         await self.run(callback, response, url=response.url, depth=depth, keep=keep)
 
@@ -65,17 +67,18 @@ class Scraper:
         except FrontierFailed:  # not the callback's fault: the crawl cannot go on
             raise
         except Exception as exc:  # a spider's bug must not stop the crawl
-            self._failed(callback, url, exc)
+            self.failed(callback, url, exc)
         finally:
             if requests:
                 await self.admit(requests)
 
-    def _failed(self, callback: Callable[..., CallbackResult], url: str, exc: Exception) -> None:
-        """A callback raised: counted (by kind too) and logged with the URL."""
+    def failed(self, callback: Callable[..., CallbackResult], url: str, exc: Exception) -> None:
+        """A callback raised: counted (by exception type in ``spider_errors``, and among
+        the crawl's error kinds) and logged with the URL."""
+        callback = getattr(callback, "func", callback)  # cb_kwargs' partial: the callback
         name = getattr(callback, "__name__", "?")
-        self.stats.callback_errors += 1
-        self.stats.count_error(f"callback {type(exc).__name__}")
-        self.stats.error(f"callback {getattr(callback, '__name__', callback)}: {exc!r}")
+        self.stats.spider_error(exc)
+        self.stats.error(f"callback {name}: {exc!r}")
         log.error("callback_error", url=url, callback=name, error=repr(exc), exc_info=exc)
 
     async def admit(self, requests: list[Request]) -> None:
