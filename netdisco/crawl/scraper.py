@@ -14,12 +14,13 @@ from typing import Any
 import structlog
 
 from netdisco.crawl.context import CrawlContext
+from netdisco.crawl.items import is_item
 from netdisco.crawl.pipelines import ItemStream
 from netdisco.crawl.request import CallbackResult, Request, outputs
 from netdisco.crawl.response import Response
 from netdisco.crawl.scheduler import Scheduler
 from netdisco.crawl.schemas import ItemChecker
-from netdisco.exceptions import FrontierFailed
+from netdisco.exceptions import FrontierFailed, NotAnItem
 
 log = structlog.get_logger(__name__)
 
@@ -108,5 +109,22 @@ class Scraper:
             if len(requests) >= 256:  # bound the batch for huge pages
                 await self.admit(requests[:])
                 requests.clear()
-        elif value is not None and (item := self.check(value, url)) is not None:
+        elif value is None:
+            return
+        elif not is_item(value):
+            self._not_an_item(value, url)
+        elif (item := self.check(value, url)) is not None:
             await self.items.emit(item)
+
+    def _not_an_item(self, value: Any, url: str) -> None:
+        """Neither a request nor an item: refused (never written as its ``str()``),
+        counted among the spider's errors, and the callback's other output kept."""
+        kind = type(value)
+        exc = NotAnItem(
+            f"a callback yielded a {kind.__module__}.{kind.__qualname__} ({value!r:.80}), "
+            "neither a Request nor an item (a mapping, dataclass, attrs class, pydantic "
+            "model or Item)"
+        )
+        self.stats.spider_error(exc)
+        self.stats.error(f"{url}: {exc}")
+        log.error("not_an_item", url=url, type=f"{kind.__module__}.{kind.__qualname__}")
