@@ -22,7 +22,7 @@ import contextvars
 import functools
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -37,6 +37,7 @@ from netdisco.crawl.failures import FailedRequests
 from netdisco.crawl.feeds import feed_pipelines
 from netdisco.crawl.feeds.pipeline import FeedPipeline, WarcFeed
 from netdisco.crawl.feeds.warc import WarcMiddleware
+from netdisco.crawl.itemchain import ItemChain
 from netdisco.crawl.lifecycle import ALLOWED, TERMINAL, PushResult, SpiderState
 from netdisco.crawl.middleware.base import Middleware
 from netdisco.crawl.pipelines import ItemStream, Pipeline
@@ -71,7 +72,9 @@ class Crawler:
     """Runs one spider; see the module docstring. ``settings`` is a ``Settings`` or a
     mapping of them (over the spider's ``custom_settings``). ``engine`` names the engine
     in feed paths (``{engine}``; the host name if None). ``download_handler`` fetches
-    every hop and robots.txt in place of aiohttp (``MockHandler``: tests, no sockets)."""
+    every hop and robots.txt in place of aiohttp (``MockHandler``: tests, no sockets).
+    ``scrapy_settings`` are what Scrapy item pipelines' ``from_crawler`` reads (a Scrapy
+    project's settings.py; the spider's ``custom_settings`` if None)."""
 
     def __init__(
         self,
@@ -83,6 +86,7 @@ class Crawler:
         owner: str | None = None,
         engine: str | None = None,
         download_handler: DownloadHandler | None = None,
+        scrapy_settings: Mapping[str, Any] | None = None,
     ) -> None:
         self.spider = spider
         self.name = spider.name
@@ -95,7 +99,8 @@ class Crawler:
         self.ctx = ctx = CrawlContext(spider, s, self.stats, self.frontier)
         self.scheduler = Scheduler(ctx)
         self.stream = ItemStream(self.stats, s.item_buffer)
-        self.scraper = Scraper(ctx, self.scheduler, self.stream)
+        self.chain = _item_chain(s, spider, self.stats, scrapy_settings)
+        self.scraper = Scraper(ctx, self.scheduler, self.stream, self.chain)
         self.feeds, last = _feeds(s, self.name, engine, spider.item_schema)
         self.downloader = Downloader(ctx, self.scheduler, handler=download_handler, last=last)
         self.recrawl = Recrawl.wanted(ctx, self.downloader, self.scraper)
@@ -290,6 +295,8 @@ class Crawler:
                 progress = group.create_task(self._report_progress())
                 await self.downloader.open()
                 await self.stream.open(self._pipelines)
+                if self.chain is not None:
+                    await self.chain.open()
                 acking = group.create_task(self.acks.run())
                 seeding = group.create_task(self._seed())
                 self._workers = [
@@ -317,6 +324,8 @@ class Crawler:
         limit = self._close_limit()
         await self.acks.close(max(limit, 1.0))  # at once if it closed already
         await self.stream.close(self._close_timeout)
+        if self.chain is not None:
+            await self.chain.close()
         await self.downloader.close()
         await return_parked(self.frontier, self.downloader.drain(), max(limit, 1.0))
         await self._last_counts()  # the closing line's gauges: what the frontier holds now
@@ -534,6 +543,19 @@ def _unwrap(exc: Exception) -> Exception:
     while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
+
+
+def _item_chain(
+    s: settings_module.Settings,
+    spider: Spider,
+    stats: Stats,
+    scrapy_settings: Mapping[str, Any] | None,
+) -> ItemChain | None:
+    """Scrapy's item pipelines of the crawl (``item_pipelines``), or None."""
+    if not s.item_pipelines:
+        return None
+    given = spider.custom_settings if scrapy_settings is None else scrapy_settings
+    return ItemChain(s.item_pipelines, spider, stats, given)
 
 
 def _feeds(

@@ -14,6 +14,7 @@ from typing import Any
 import structlog
 
 from netdisco.crawl.context import CrawlContext
+from netdisco.crawl.itemchain import ItemChain
 from netdisco.crawl.items import is_item
 from netdisco.crawl.pipelines import ItemStream
 from netdisco.crawl.request import CallbackResult, Request, outputs
@@ -28,8 +29,15 @@ log = structlog.get_logger(__name__)
 class Scraper:
     """Feeds callback output to the scheduler (requests) and the item stream (items)."""
 
-    def __init__(self, ctx: CrawlContext, scheduler: Scheduler, items: ItemStream) -> None:
+    def __init__(
+        self,
+        ctx: CrawlContext,
+        scheduler: Scheduler,
+        items: ItemStream,
+        chain: ItemChain | None = None,
+    ) -> None:
         self.spider = ctx.spider
+        self.chain = chain  # Scrapy's item pipelines, in front of the item stream
         self.stats = ctx.stats
         self.scheduler = scheduler
         self.items = items
@@ -114,6 +122,8 @@ class Scraper:
         elif not is_item(value):
             self._not_an_item(value, url)
         elif (item := self.check(value, url)) is not None:
+            if self.chain is not None and (item := await self.chain.process(item)) is None:
+                return
             await self.items.emit(item)
 
     def _not_an_item(self, value: Any, url: str) -> None:

@@ -10,6 +10,7 @@ renders them for docs/configuration.md.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -89,6 +90,19 @@ SCRAPY_ALIASES: Mapping[str, tuple[str, str]] = {
         "autothrottle_target_concurrency",
         "per host name, as CONCURRENT_REQUESTS_PER_DOMAIN",
     ),
+    "ITEM_PIPELINES": ("item_pipelines", "run in order of their numbers, before the feeds"),
+    "JOBDIR": ("state_dir", "netdisco's own state format: a Scrapy JOBDIR is not read"),
+}
+#: Scrapy's settings that ``scrapy startproject`` writes and netdisco has no use for: each
+#: is accepted with a one-line note saying why
+SCRAPY_IGNORED: Mapping[str, str] = {
+    "BOT_NAME": "netdisco names a crawl by its spider",
+    "SPIDER_MODULES": "read by `netdisco crawl NAME` beside scrapy.cfg, not a crawl setting",
+    "NEWSPIDER_MODULE": "netdisco new writes a spider file where it is told",
+    "FEED_EXPORT_ENCODING": "netdisco's feeds are always UTF-8",
+    "REQUEST_FINGERPRINTER_IMPLEMENTATION": "netdisco has one fingerprint of its own",
+    "TWISTED_REACTOR": "netdisco runs on asyncio, without Twisted",
+    "ADDONS": "netdisco has no Scrapy add-ons",
 }
 #: Scrapy's names that have no netdisco counterpart, and what to do instead
 SCRAPY_REFUSED: Mapping[str, str] = {
@@ -97,7 +111,8 @@ SCRAPY_REFUSED: Mapping[str, str] = {
     "CLOSESPIDER_ITEMCOUNT": "no item limit: max_pages bounds the pages fetched",
     "DOWNLOADER_MIDDLEWARES": "use middlewares = ['module:Class'] (in order, after the "
     "built-in ones) or the spider's middlewares() method",
-    "ITEM_PIPELINES": "return pipelines from the spider's pipelines() method",
+    "SPIDER_MIDDLEWARES": "netdisco has no spider middleware layer: move the work into the "
+    "callbacks, a downloader middleware (middlewares = ['module:Class']) or an item pipeline",
     "LOG_LEVEL": "a command-line flag: netdisco --log-level warning (or after the command)",
     "HTTPCACHE_ENABLED": "set http_cache = 'DIR' (HTTPCACHE_DIR): a directory turns it on",
 }
@@ -159,6 +174,22 @@ def _proxy(url: str) -> str | None:
 def _import_path(path: str) -> str | None:
     ok = path.strip() and ("." in path or ":" in path)
     return None if ok else f"expected 'module:Class', got {path!r}"
+
+
+def _ordered_paths(key: str, raw: Any) -> tuple[str, ...]:
+    """Import paths from a list, or from Scrapy's ``{path: order}`` table (in order of the
+    numbers; a path set to None is left out, as Scrapy disables it)."""
+    if isinstance(raw, Mapping):
+        orders = {str(path): order for path, order in raw.items() if order is not None}
+        if not all(isinstance(order, int | float) for order in orders.values()):
+            raise ConfigError(key, "expected a table of 'module.Class' = number")
+        return tuple(sorted(orders, key=lambda path: orders[path]))
+    if isinstance(raw, str) and raw.lstrip().startswith("{"):  # -s ITEM_PIPELINES='{...}'
+        try:
+            return _ordered_paths(key, json.loads(raw))
+        except ValueError as exc:
+            raise ConfigError(key, f"expected a JSON object: {exc}") from None
+    return parse_strings(key, raw)
 
 
 def _frontier(url: str) -> str | None:
@@ -228,6 +259,7 @@ class Settings(Section):
         **SCRAPY_REFUSED,
     }
     ALIASES: ClassVar[Mapping[str, tuple[str, str]]] = SCRAPY_ALIASES
+    IGNORED: ClassVar[Mapping[str, str]] = SCRAPY_IGNORED
 
     # limits: how much is fetched
     max_pages: int = _field(
@@ -435,6 +467,15 @@ class Settings(Section):
     )
     feeds: tuple[FeedSpec, ...] = _field(
         (), "feeds", "URI -> options table (JSON with -s)", parse=parse_feeds
+    )
+    item_pipelines: tuple[str, ...] = _field(
+        (),
+        "feeds",
+        "Scrapy item pipeline classes ('module.Class'), run in this order before the "
+        "feeds (ITEM_PIPELINES' table of numbers is accepted): process_item(item, spider), "
+        "open_spider, close_spider, from_crawler",
+        parse=_ordered_paths,
+        check=each(_import_path),
     )
     warc_max_size: int = _field(
         1024**3,

@@ -42,7 +42,8 @@ def exit_code(crawl: Outcome, signals: Sequence[int]) -> int:
     s = crawl.stats
     if crawl.state is SpiderState.FAILED or s.succeeded + s.not_modified + s.age_skipped == 0:
         return 1
-    return 1 if s.callback_errors >= s.succeeded and not s.items else 0
+    every_callback_raised = s.callback_errors >= s.succeeded and not s.items
+    return 1 if s.callback_errors and every_callback_raised else 0
 
 
 def summary(crawler: Outcome) -> dict[str, Any]:
