@@ -7,7 +7,8 @@ items with them, so Scrapy is never needed to test. To produce them again (after
 spider or the site changed)::
 
     python3 -m venv /tmp/scrapyref && /tmp/scrapyref/bin/pip install -c requirements.lock scrapy
-    python3 -m venv /tmp/scrapy212 && /tmp/scrapy212/bin/pip install "scrapy==2.12.*" "w3lib<2.3" "twisted<25"
+    python3 -m venv /tmp/scrapy212
+    /tmp/scrapy212/bin/pip install "scrapy==2.12.*" "w3lib<2.3" "twisted<25"
     .venv/bin/python -m tests.netdisco.scrapy_reference.regenerate \
         /tmp/scrapyref/bin/scrapy /tmp/scrapy212/bin/scrapy
 
