@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 #: What a callback may return: nothing, items and requests (sync or async generator), or
 #: a coroutine returning any of these.
 CallbackResult: TypeAlias = "Iterable[Any] | AsyncIterator[Any] | Awaitable[Any] | None"
-Callback: TypeAlias = "Callable[[Response], CallbackResult]"
+#: a callback takes the response, and the request's ``cb_kwargs`` as keyword arguments
+Callback: TypeAlias = "Callable[..., CallbackResult]"
 Errback: TypeAlias = "Callable[[Request, BaseException], CallbackResult]"
 
 
