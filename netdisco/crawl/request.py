@@ -5,12 +5,9 @@ from __future__ import annotations
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
 from netdisco.crawl.urls import host_key
-
-if TYPE_CHECKING:
-    from netdisco.crawl.response import Response
 
 #: What a callback may return: nothing, items and requests (sync or async generator), or
 #: a coroutine returning any of these.
