@@ -116,3 +116,35 @@ def _summary(output: str) -> dict[str, Any]:
     line = next(line for line in output.splitlines() if '"crawl_summary"' in line)
     found: dict[str, Any] = json.loads(line[line.index("{") :])
     return found
+
+
+async def test_a_project_spider_is_found_by_name_or_the_names_are_listed(tmp_path: Path) -> None:
+    _, project = place(RUNS[-1], tmp_path)
+    code, output = await netdisco_crawl("bookz", cwd=project / "bookproj")  # below scrapy.cfg
+    assert code == 2
+    assert "no spider named 'bookz' in SPIDER_MODULES ['bookproj.spiders']" in output
+    assert "the spiders are: authors, books" in output
+    copy = (project / "bookproj/spiders/books.py").read_text().replace("BooksSpider", "Again")
+    (project / "bookproj/spiders/again.py").write_text(copy)
+    code, output = await netdisco_crawl("books", cwd=project)
+    assert code == 2
+    assert "two spiders are named 'books': bookproj.spiders.again:Again, bookproj" in output
+    code, output = await netdisco_crawl("books", cwd=tmp_path)  # no scrapy.cfg here
+    assert code == 2
+    assert "the name of a spider beside scrapy.cfg (none in" in output
+
+
+async def test_get_project_settings_reads_settings_py(tmp_path: Path) -> None:
+    _, project = place(RUNS[-1], tmp_path)
+    script = (
+        "from netdisco.crawl.scrapyproject import find_project\n"
+        "find_project()\n"
+        "from scrapy.utils.project import get_project_settings\n"
+        "s = get_project_settings()\n"
+        "print(s['BOT_NAME'], s.getint('PRICE_RATE'), s.getbool('ROBOTSTXT_OBEY'))\n"
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, cwd=project, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await process.communicate()
+    assert out.decode().split() == ["bookproj", "2", "True"]
