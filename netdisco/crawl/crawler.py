@@ -88,8 +88,7 @@ class Crawler:
         download_handler: DownloadHandler | None = None,
         scrapy_settings: Mapping[str, Any] | None = None,
     ) -> None:
-        self.spider = spider
-        self.name = spider.name
+        self.spider, self.name = spider, spider.name
         self.settings = s = settings_module.for_spider(spider, settings)
         check_crawler(s)
         self.stats = Stats()
@@ -110,8 +109,7 @@ class Crawler:
         self._listeners: list[Callable[[Crawler], None]] = []
         self._unpaused = asyncio.Event()
         self._taking = 0  # workers waiting in the frontier's take
-        self._seeding = True
-        self._stopping = False
+        self._seeding, self._stopping = True, False
         self._workers: list[asyncio.Task[None]] = []
         self._main: asyncio.Task[None] | None = None
         self._opening = False

@@ -26,12 +26,17 @@ from typing import Any
 import parsel
 import structlog
 
-import netdisco
+from netdisco.crawl import spiders
+from netdisco.crawl.forms import FormRequest
 from netdisco.crawl.itemchain import ScrapySettings
+from netdisco.crawl.items import Field, Item, ItemLoader
+from netdisco.crawl.linkextractor import LinkExtractor
 from netdisco.crawl.loader import missing_module, spider_classes
+from netdisco.crawl.request import Request
+from netdisco.crawl.response import Response
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
-from netdisco.exceptions import SpiderLoadError
+from netdisco.exceptions import DropItem, SpiderLoadError
 
 log = structlog.get_logger(__name__)
 
@@ -147,24 +152,22 @@ def get_project_settings() -> ScrapySettings:
 
 def scrapy_modules() -> dict[str, ModuleType]:
     """The ``scrapy`` modules a project imports, made of netdisco's names."""
-    from netdisco.crawl import spiders
-
     tables: dict[str, Mapping[str, Any]] = {
-        "scrapy.spiders": {"Spider": netdisco.Spider, "CrawlSpider": spiders.CrawlSpider,
+        "scrapy.spiders": {"Spider": Spider, "CrawlSpider": spiders.CrawlSpider,
                            "Rule": spiders.Rule, "SitemapSpider": spiders.SitemapSpider},
-        "scrapy.http": {"Request": netdisco.Request, "FormRequest": netdisco.FormRequest,
-                        "Response": netdisco.Response, "HtmlResponse": netdisco.Response,
-                        "TextResponse": netdisco.Response},
-        "scrapy.item": {"Item": netdisco.Item, "Field": netdisco.Field},
-        "scrapy.loader": {"ItemLoader": netdisco.ItemLoader},
-        "scrapy.linkextractors": {"LinkExtractor": netdisco.LinkExtractor},
-        "scrapy.exceptions": {"DropItem": netdisco.DropItem},
+        "scrapy.http": {"Request": Request, "FormRequest": FormRequest,
+                        "Response": Response, "HtmlResponse": Response,
+                        "TextResponse": Response},
+        "scrapy.item": {"Item": Item, "Field": Field},
+        "scrapy.loader": {"ItemLoader": ItemLoader},
+        "scrapy.linkextractors": {"LinkExtractor": LinkExtractor},
+        "scrapy.exceptions": {"DropItem": DropItem},
         "scrapy.selector": {"Selector": parsel.Selector},
         "scrapy.utils.project": {"get_project_settings": get_project_settings},
         "scrapy.utils": {},
     }  # fmt: skip
-    top = {name: getattr(netdisco, name) for name in
-           ("Spider", "Request", "FormRequest", "Item", "Field")}  # fmt: skip
+    top = {"Spider": Spider, "Request": Request, "FormRequest": FormRequest, "Item": Item,
+           "Field": Field}  # fmt: skip
     tables = {"scrapy": {**top, "Selector": parsel.Selector}, **tables}
     modules = {}
     for name, values in tables.items():
