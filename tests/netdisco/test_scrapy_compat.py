@@ -148,3 +148,18 @@ async def test_get_project_settings_reads_settings_py(tmp_path: Path) -> None:
     )
     out, _ = await process.communicate()
     assert out.decode().split() == ["bookproj", "2", "True"]
+
+
+@pytest.mark.redis
+async def test_a_project_spider_on_two_processes_writes_scrapys_items(
+    reference_site: str, tmp_path: Path
+) -> None:
+    """``-j 2``: each worker process loads the project, its pipelines and settings.py."""
+    run = RUNS[-1]
+    spider, cwd = place(run, tmp_path)
+    out = tmp_path / "items.jsonl"
+    code, output = await netdisco_crawl(
+        spider, f"-asite={reference_site}", "-j", "2", "-O", str(out), cwd=cwd
+    )
+    assert code == 0, output
+    assert normalised(out.read_text(), reference_site) == run.expected.read_text().splitlines()
