@@ -24,6 +24,7 @@ from netdisco import Crawler, Field, FormRequest, Item, ItemLoader, MockHandler,
 from netdisco.crawl.codec import decode, encode, pack
 from netdisco.crawl.pipelines import json_line
 from netdisco.crawl.settings import from_mapping
+from netdisco.crawl.summary import exit_code, render, summary
 from netdisco.exceptions import ConfigError
 
 FORMS = b"""<html><body>
@@ -230,3 +231,16 @@ def test_form_request_with_formdata() -> None:
     assert (posted.method, fields(posted)) == ("POST", [("q", "x"), ("tags", "a"), ("tags", "b")])
     got = FormRequest("http://site.test/s?p=1", formdata={"q": "x"}, method="GET")
     assert (got.url, got.body) == ("http://site.test/s?p=1&q=x", None)
+
+
+def test_the_summary_names_the_errors_callbacks_raised() -> None:
+    crawler = Crawler(Catalogue(), {"obey_robots": False})
+    for exc in (ValueError("a"), ValueError("b"), KeyError("price")):
+        crawler.stats.spider_error(exc)
+    crawler.stats.succeeded = 3
+    data = summary(crawler)
+    assert data["spider_errors"] == {"ValueError": 2, "KeyError": 1}
+    assert "  spider   callbacks raised ValueError x2, KeyError x1" in render(data)
+    assert exit_code(crawler, []) == 1
+    crawler.stats.succeeded = 4  # one page's callback did not raise
+    assert exit_code(crawler, []) == 0
