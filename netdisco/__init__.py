@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from netdisco._version import __version__
 from netdisco.crawl.crawler import Crawler, PushResult, SpiderState
 from netdisco.crawl.forms import FormRequest
-from netdisco.crawl.items import Field, Item, ItemLoader
+from netdisco.crawl.items import Field, Item
 from netdisco.crawl.linkextractor import Link, LinkExtractor
 from netdisco.crawl.middleware.base import Middleware
 from netdisco.crawl.pipelines import CallablePipeline, ConsolePipeline, JsonLinesPipeline, Pipeline
@@ -56,12 +56,14 @@ from netdisco.crawl.transport import DownloadHandler, MockHandler
 from netdisco.exceptions import ConfigError, DropItem, HttpStatusError, NetdiscoError, RequestError
 
 if TYPE_CHECKING:
+    from netdisco.crawl.loaders import ItemLoader
     from netdisco.engine.api import create_app
     from netdisco.engine.config import EngineConfig, EngineSettings, load_config
     from netdisco.engine.engine import SpiderEngine
 
 #: the engine layer's public names -> their module, imported on first use
 _LAZY = {
+    "ItemLoader": "netdisco.crawl.loaders",  # itemloaders: only for spiders that use it
     "EngineConfig": "netdisco.engine.config",
     "EngineSettings": "netdisco.engine.config",
     "SpiderEngine": "netdisco.engine.engine",

@@ -1,31 +1,34 @@
-"""Items as Scrapy users declare them: ``Item`` with ``Field``s, filled by ``ItemLoader``.
+"""Items as Scrapy users declare them: ``Item`` with ``Field``s, and what counts as an item.
 
-Every item kind is read through itemadapter (Scrapy's own library): dicts, any
-mapping, dataclasses, attrs classes, pydantic models and ``Item``s, so that feeds and
-schemas see an item's fields, never its ``str()``. ``Item`` is registered with
-itemadapter (its documented extension point), so that itemloaders reads the input and
-output processors declared in its ``Field``s, as Scrapy's loaders do.
+Every item kind is written as its fields: dicts, any mapping, dataclasses, attrs classes,
+pydantic models and ``Item``s (never its ``str()``). Other kinds are asked of itemadapter
+(Scrapy's own library), imported on first need: it imports pydantic when that is
+installed, which a crawl of dicts should not pay for. The first ``Item`` class declared
+registers ``Item`` with itemadapter (``netdisco.crawl.itemadapters``), so that
+itemloaders and a pipeline's ``ItemAdapter(item)`` read it and its fields' metadata.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABCMeta
-from collections import deque
 from collections.abc import Iterator, Mapping, MutableMapping
 from copy import deepcopy
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar
+from functools import cache
+from typing import Any, ClassVar
 
-from itemadapter import ItemAdapter
-from itemadapter.adapter import AdapterInterface
-from itemloaders import ItemLoader as _BaseLoader
+import attrs
 
-if TYPE_CHECKING:
-    from collections.abc import KeysView
+#: values that are never items (and never hold one): no adapter is asked about them
+_PLAIN = (str, bytes, int, float, bool, type(None))
 
-    from parsel import Selector
 
-    from netdisco.crawl.response import Response
+@cache
+def adapter() -> Any:
+    """itemadapter's ``ItemAdapter``, with ``Item`` registered (imported on first use)."""
+    from netdisco.crawl.itemadapters import registered
+
+    return registered()
 
 
 class Field(dict[str, Any]):
@@ -45,6 +48,8 @@ class ItemMeta(ABCMeta):
         body = {key: value for key, value in namespace.items() if not isinstance(value, Field)}
         cls = super().__new__(mcs, name, bases, body, **kwargs)
         cls.fields = fields  # type: ignore[attr-defined]
+        if any(isinstance(base, ItemMeta) for base in bases):  # a user's Item class
+            adapter()
         return cls
 
 
@@ -96,81 +101,29 @@ class Item(MutableMapping[str, Any], metaclass=ItemMeta):
         return deepcopy(self)
 
 
-class ItemClassAdapter(AdapterInterface):
-    """itemadapter's view of an ``Item``: its values, and its fields' metadata."""
-
-    @classmethod
-    def is_item_class(cls, item_class: type) -> bool:
-        return isinstance(item_class, type) and issubclass(item_class, Item)
-
-    @classmethod
-    def get_field_meta_from_class(
-        cls, item_class: type, field_name: str
-    ) -> MappingProxyType[str, Any]:
-        fields: dict[str, Field] = getattr(item_class, "fields", {})
-        return MappingProxyType(fields[field_name])
-
-    @classmethod
-    def get_field_names_from_class(cls, item_class: type) -> list[str] | None:
-        return list(getattr(item_class, "fields", {}))
-
-    def field_names(self) -> KeysView[str]:
-        return self.item.fields.keys()  # type: ignore[no-any-return]
-
-    def __getitem__(self, field_name: str) -> Any:
-        return self.item[field_name]
-
-    def __setitem__(self, field_name: str, value: Any) -> None:
-        self.item[field_name] = value
-
-    def __delitem__(self, field_name: str) -> None:
-        del self.item[field_name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.item)
-
-    def __len__(self) -> int:
-        return len(self.item)
-
-
-_ADAPTERS: deque[type[AdapterInterface]] = ItemAdapter.ADAPTER_CLASSES  # type: ignore[assignment]
-if ItemClassAdapter not in _ADAPTERS:
-    _ADAPTERS.appendleft(ItemClassAdapter)
-
-
 def is_item(value: Any) -> bool:
-    """Whether ``value`` is an item a feed can write: any mapping, or an object
-    itemadapter knows (dataclass, attrs, pydantic, ``Item``)."""
-    return isinstance(value, Mapping) or (
-        not isinstance(value, type) and ItemAdapter.is_item(value)
+    """Whether ``value`` is an item a feed can write: any mapping, a dataclass or attrs
+    instance, or an object itemadapter knows (a pydantic model...)."""
+    if isinstance(value, Mapping) or _is_record(value):
+        return True
+    return not isinstance(value, (type, *_PLAIN)) and bool(adapter().is_item(value))
+
+
+def _is_record(value: Any) -> bool:
+    return not isinstance(value, type) and (
+        dataclasses.is_dataclass(value) or attrs.has(type(value))
     )
 
 
 def item_dict(value: Any) -> Any:
     """An item's fields as a plain dict (nested items too); anything else as it is."""
-    if isinstance(value, type):
+    if type(value) is dict or isinstance(value, (type, list, tuple, *_PLAIN)):
         return value
-    if ItemAdapter.is_item(value):
-        return ItemAdapter(value).asdict()
     if isinstance(value, Mapping):
         return {key: item_dict(inner) for key, inner in value.items()}
-    return value
-
-
-class ItemLoader(_BaseLoader):
-    """itemloaders' loader that also takes ``response=`` (its selector), as Scrapy's."""
-
-    default_item_class = Item
-
-    def __init__(
-        self,
-        item: Any = None,
-        selector: Selector | None = None,
-        response: Response | None = None,
-        parent: _BaseLoader | None = None,
-        **context: Any,
-    ) -> None:
-        if selector is None and response is not None:
-            selector = response.selector
-        context["response"] = response
-        super().__init__(item=item, selector=selector, parent=parent, **context)
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)  # type: ignore[arg-type]
+    if attrs.has(type(value)):
+        return attrs.asdict(value)
+    found = adapter()
+    return found(value).asdict() if found.is_item(value) else value

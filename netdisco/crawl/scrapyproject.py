@@ -29,7 +29,7 @@ import structlog
 from netdisco.crawl import spiders
 from netdisco.crawl.forms import FormRequest
 from netdisco.crawl.itemchain import ScrapySettings
-from netdisco.crawl.items import Field, Item, ItemLoader
+from netdisco.crawl.items import Field, Item
 from netdisco.crawl.linkextractor import LinkExtractor
 from netdisco.crawl.loader import missing_module, spider_classes
 from netdisco.crawl.request import Request
@@ -152,6 +152,8 @@ def get_project_settings() -> ScrapySettings:
 
 def scrapy_modules() -> dict[str, ModuleType]:
     """The ``scrapy`` modules a project imports, made of netdisco's names."""
+    from netdisco.crawl.loaders import ItemLoader  # itemloaders: only for projects
+
     tables: dict[str, Mapping[str, Any]] = {
         "scrapy.spiders": {"Spider": Spider, "CrawlSpider": spiders.CrawlSpider,
                            "Rule": spiders.Rule, "SitemapSpider": spiders.SitemapSpider},
