@@ -56,6 +56,10 @@ def scrapy_names() -> str:
     ]
     for alias, (name, differs) in crawl_settings.SCRAPY_ALIASES.items():
         lines.append(f"| `{alias}` | `{name}` | {differs or 'the same'} |")
+    lines += ["", "Accepted with a one-line note (`setting_ignored`): `scrapy startproject` "
+              "writes them, and netdisco has no use for them:", "", "| Scrapy | why |", "|---|---|"]
+    for name, why in crawl_settings.SCRAPY_IGNORED.items():
+        lines.append(f"| `{name}` | {why} |")
     lines += ["", "Refused, with what to do instead:", "", "| Scrapy | instead |", "|---|---|"]
     for name, instead in crawl_settings.SCRAPY_REFUSED.items():
         lines.append(f"| `{name}` | {instead.replace('|', chr(92) + '|')} |")

@@ -14,14 +14,16 @@ The data flow, step by step (each step is a module):
 The public surface is what this package exports (``__all__``); import it from
 ``netdisco``, not from the module that defines it, which may move:
 
-- writing a crawl: ``Spider``, ``Request``, ``Response``, ``Settings``, ``Crawler``
+- writing a crawl: ``Spider``, ``Request`` (``FormRequest`` submits a form), ``Response``,
+  ``Settings``, ``Crawler``
   (with ``SpiderState``, ``PushResult``); the generic spiders: ``CrawlSpider`` follows
   links by ``Rule``s, each with a ``LinkExtractor`` (usable alone; it yields ``Link``s),
   ``SitemapSpider`` crawls what sitemaps list (its filter sees ``SitemapEntry``s);
   the item pipelines (``Pipeline``,
   ``CallablePipeline``, ``ConsolePipeline``, ``JsonLinesPipeline``), downloader
   ``Middleware`` and the download handler seam (``DownloadHandler``; ``MockHandler``
-  answers a crawl with no sockets, for tests);
+  answers a crawl with no sockets, for tests); items as Scrapy declares them (``Item``,
+  ``Field``, filled by ``ItemLoader``): docs/scrapy.md moves a Scrapy spider over;
 - running engines: ``SpiderEngine``, ``EngineSettings``, ``EngineConfig``,
   ``load_config`` and ``create_app`` (the HTTP API as an aiohttp app to mount); these
   are imported on first use, so ``import netdisco`` does not load the engine layer;
@@ -39,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 from netdisco._version import __version__
 from netdisco.crawl.crawler import Crawler, PushResult, SpiderState
+from netdisco.crawl.forms import FormRequest
+from netdisco.crawl.items import Field, Item
 from netdisco.crawl.linkextractor import Link, LinkExtractor
 from netdisco.crawl.middleware.base import Middleware
 from netdisco.crawl.pipelines import CallablePipeline, ConsolePipeline, JsonLinesPipeline, Pipeline
@@ -52,12 +56,14 @@ from netdisco.crawl.transport import DownloadHandler, MockHandler
 from netdisco.exceptions import ConfigError, DropItem, HttpStatusError, NetdiscoError, RequestError
 
 if TYPE_CHECKING:
+    from netdisco.crawl.loaders import ItemLoader
     from netdisco.engine.api import create_app
     from netdisco.engine.config import EngineConfig, EngineSettings, load_config
     from netdisco.engine.engine import SpiderEngine
 
 #: the engine layer's public names -> their module, imported on first use
 _LAZY = {
+    "ItemLoader": "netdisco.crawl.loaders",  # itemloaders: only for spiders that use it
     "EngineConfig": "netdisco.engine.config",
     "EngineSettings": "netdisco.engine.config",
     "SpiderEngine": "netdisco.engine.engine",
@@ -84,7 +90,11 @@ __all__ = [
     "DropItem",
     "EngineConfig",
     "EngineSettings",
+    "Field",
+    "FormRequest",
     "HttpStatusError",
+    "Item",
+    "ItemLoader",
     "JsonLinesPipeline",
     "Link",
     "LinkExtractor",

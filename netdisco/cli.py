@@ -26,6 +26,7 @@ from netdisco.crawl.crawler import Crawler, SpiderState
 from netdisco.crawl.feeds import FeedSpec, cli_feed
 from netdisco.crawl.loader import load_spider
 from netdisco.crawl.pipelines import json_line, to_jsonable
+from netdisco.crawl.scrapyproject import ScrapyProject, find_project, find_spider
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
 from netdisco.crawl.summary import (
@@ -38,7 +39,7 @@ from netdisco.crawl.summary import (
 )
 from netdisco.crawl.templates import TEMPLATES
 from netdisco.crawl.templates import render as render_template
-from netdisco.exceptions import ConfigError, NetdiscoError, StateDirError
+from netdisco.exceptions import ConfigError, NetdiscoError, SpiderLoadError, StateDirError
 from netdisco.jobs_cli import add_jobs_parser
 from netdisco.values import read_toml
 
@@ -81,11 +82,29 @@ def install_signal_handlers(stop: Any) -> list[int]:
 
 
 def spider_and_settings(args: argparse.Namespace) -> tuple[Spider, Settings]:
-    """The spider named by ``args.spider`` given its ``-a`` arguments, and its settings."""
-    spider_class = load_spider(args.spider)
+    """The spider named by ``args.spider`` given its ``-a`` arguments, and its settings: a
+    ``FILE.py:Class``/``module:Class``, or a spider's name in the Scrapy project around
+    the current directory (its settings.py under the spider's ``custom_settings``)."""
+    project = None if ":" in args.spider else find_project()
+    spider_class = _spider_class(args.spider, project)
     given = check_args(settings_module.parse_pairs(args.arg), spider_class, key="-a {name}")
     spider = make_spider(spider_class, given)
-    return spider, crawl_settings(args, dict(spider.custom_settings))
+    custom = {**(project.crawl_settings() if project else {}), **spider.custom_settings}
+    args.scrapy_settings = {**project.settings, **spider.custom_settings} if project else None
+    return spider, crawl_settings(args, custom)
+
+
+def _spider_class(ref: str, project: ScrapyProject | None) -> type[Spider]:
+    """The class ``ref`` names: by name in ``project``, or as a file's or a module's."""
+    if project is not None:
+        return find_spider(project, ref)
+    if ":" not in ref and not ref.endswith(".py"):
+        where = f"none in {Path.cwd()} or above"
+        raise SpiderLoadError(
+            f"{ref!r}: expected FILE.py:Class, module:Class, or the name of a spider beside "
+            f"scrapy.cfg ({where})"
+        )
+    return load_spider(ref)
 
 
 async def _crawl(args: argparse.Namespace) -> int:
@@ -101,7 +120,7 @@ async def _crawl(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(settings, progress_interval=0.0)
     if settings.processes > 1:
         return await _crawl_processes(args, spider.name, settings, live)
-    crawler = Crawler(spider, settings)
+    crawler = Crawler(spider, settings, scrapy_settings=args.scrapy_settings)
 
     async def stop() -> None:
         if crawler.state in (SpiderState.RUNNING, SpiderState.PAUSED):
@@ -187,7 +206,9 @@ def _add_crawl_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "the spider failed, no page succeeded or a --fail-on threshold was crossed, 2 on "
         "bad usage, 128 + the signal that stopped it (130: Ctrl-C).",
     )
-    crawl.add_argument("spider", help="FILE.py:Class or module:Class")
+    crawl.add_argument(
+        "spider", help="FILE.py:Class, module:Class, or a spider's name beside scrapy.cfg"
+    )
     crawl.add_argument(
         "--fail-on", action="append", default=[], metavar="NAME=VALUE",
         help="exit 1 past a threshold (repeatable): error_ratio=0.1 (failed pages over "

@@ -34,6 +34,7 @@ NetdiscoError
 ├── SitemapInvalid           a sitemap that is not well-formed, truncated or too large
 ├── DropItem                 raised by a pipeline step to drop one item
 ├── InvalidItem              an item that does not fit its schema (``invalid_items = "fail"``)
+├── NotAnItem                a callback yielded neither a request nor an item (also a TypeError)
 ├── InvalidTransition        a lifecycle control not allowed in the current state
 ├── UnknownSpider            no spider of that name in the engine
 ├── DuplicateSpider          a spider of that name already runs in the engine
@@ -167,6 +168,11 @@ class DropItem(NetdiscoError):
 class InvalidItem(NetdiscoError):
     """An item that does not fit its schema, with ``invalid_items = "fail"``: the spider
     ends failed (netdisco.crawl.schemas)."""
+
+
+class NotAnItem(NetdiscoError, TypeError):
+    """A callback yielded a value that is neither a ``Request`` nor an item any adapter
+    knows (a string, a number, an object of a plain class): counted, logged, not written."""
 
 
 class InvalidTransition(NetdiscoError):

@@ -71,6 +71,9 @@ class Section:
     #: another tool's names accepted for a key (Scrapy's ``DOWNLOAD_DELAY``): alias ->
     #: (key, how the key's meaning differs, or ""); using one logs a note naming the key
     ALIASES: ClassVar[Mapping[str, tuple[str, str]]] = {}
+    #: another tool's keys that have nothing to do here (Scrapy's ``TWISTED_REACTOR``):
+    #: accepted with a one-line note saying why, and not read
+    IGNORED: ClassVar[Mapping[str, str]] = {}
     #: what an unknown key is called in its error ("unknown key", "unknown setting")
     KIND: ClassVar[str] = "key"
 
@@ -128,6 +131,9 @@ def load(
     origin: dict[str, Source] = {}
     for source in sources:
         for written, raw in source.values.items():
+            if written in cls.IGNORED and written not in known:
+                _note_ignored(cls, source.key(cls, written), cls.IGNORED[written])
+                continue
             name = _known(cls, source, written, known)
             values[name] = _parse(cls, name, raw, source, written)
             origin[name] = source
@@ -166,6 +172,12 @@ def from_environ(
 
 
 _NOTED: set[tuple[str, str]] = set()  # aliases noted already (settings load more than once)
+
+
+def _note_ignored(cls: type[Section], key: str, why: str) -> None:
+    if (key, "") not in _NOTED:
+        _NOTED.add((key, ""))
+        log.info("setting_ignored", key=key, why=why)
 
 
 def _known(cls: type[Section], source: Source, name: str, known: Collection[str]) -> str:

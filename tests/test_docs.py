@@ -76,6 +76,7 @@ PRODUCED = {
         "rules.jsonl": 30,
         "sitemap.jsonl": 30,
     },
+    "scrapy.md": {"products.jsonl": 30},
     "crawling.md": {
         "out/items.jsonl": 15,
         "out/items.csv": 15,

@@ -1,14 +1,14 @@
 """Requests as JSON or compact bytes, so that any engine can take what another queued.
 
 Callbacks travel by method name and are looked up on the taking engine's spider
-(functions and lambdas cannot travel); ``meta`` must be JSON-able.
+(functions and lambdas cannot travel); ``meta`` and ``cb_kwargs`` must be JSON-able.
 
 Two formats, both read by ``decode``: JSON text (``encode``: the failed store, the
 SQLite queue, page records) and the compact one (``pack``: what a Redis crawl queues,
 hundreds of thousands at a time). Compact is ``PACKED`` then a MessagePack map of one
 letter per field (``_LETTERS``), only the fields that differ from a new ``Request``'s,
-the fingerprint as its 16 raw bytes and ``meta`` as its JSON (so it means the same in
-every format). Strings are MessagePack's raw type, not ``bin``: Redis's Lua
+the fingerprint as its 16 raw bytes and ``meta`` and ``cb_kwargs`` as their JSON (so they
+mean the same in every format). Strings are MessagePack's raw type, not ``bin``: Redis's Lua
 ``cmsgpack`` then reads the priority when a lease goes back (``PRIORITY_LUA``).
 """
 
@@ -82,7 +82,10 @@ _LETTERS = {
     "attempts": "a",
     "fingerprint": "k",
     "render": "r",
+    "cb_kwargs": "w",
 }
+#: fields that are JSON objects of the spider's own values (JSON text in the compact format)
+_JSON = ("meta", "cb_kwargs")
 _FIELDS = {letter: name for name, letter in _LETTERS.items()}
 _DEFAULTS = Request(url="")
 #: fields that are text, and the type each other one must have once read back
@@ -126,10 +129,12 @@ def encode(request: Request, spider: Spider) -> str:
     data["fingerprint"] = request.fingerprint.hex()
     data["callback"] = _method_name(request.callback, spider, request.url)
     data["errback"] = _method_name(request.errback, spider, request.url)
+    data["cb_kwargs"] = request.cb_kwargs
     try:
         return json.dumps(data, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise RequestNotShareable(f"meta is not JSON-able: {exc}", url=request.url) from None
+        problem = f"meta or cb_kwargs not JSON-able: {exc}"
+        raise RequestNotShareable(problem, url=request.url) from None
 
 
 def pack(request: Request, spider: Spider) -> bytes:
@@ -139,10 +144,11 @@ def pack(request: Request, spider: Spider) -> bytes:
         "errback": _method_name(request.errback, spider, request.url),
     }
     data.update((name, getattr(request, name)) for name in (*_PLAIN, "body", "render"))
-    try:
-        data["meta"] = json.dumps(request.meta, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise RequestNotShareable(f"meta is not JSON-able: {exc}", url=request.url) from None
+    for name in _JSON:
+        try:
+            data[name] = json.dumps(getattr(request, name), separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise RequestNotShareable(f"{name} is not JSON-able: {exc}", url=request.url) from None
     data["fingerprint"] = request.fingerprint
     if not all(isinstance(x, str) for pair in request.headers.items() for x in pair):
         raise RequestNotShareable("headers must map text to text", url=request.url)
@@ -159,7 +165,7 @@ def pack(request: Request, spider: Spider) -> bytes:
 
 
 def _default(name: str) -> Any:
-    return "{}" if name == "meta" else getattr(_DEFAULTS, name, None)
+    return "{}" if name in _JSON else getattr(_DEFAULTS, name, None)
 
 
 def decode(raw: bytes | str, spider: Spider) -> Request:
@@ -176,6 +182,7 @@ def decode(raw: bytes | str, spider: Spider) -> Request:
         callback=_resolve(spider, data["callback"]),
         errback=_resolve(spider, data["errback"]),
         render=data.get("render", False),  # absent in requests queued by older versions
+        cb_kwargs=_object(data.get("cb_kwargs", {}), "cb_kwargs"),
     )
 
 
@@ -191,12 +198,17 @@ def _unpack(raw: bytes, spider: Spider) -> Request:
     for name, kind in _TYPES.items():
         if name in data and not isinstance(data[name], kind):
             raise ValueError(f"a packed request's {name} is a {type(data[name]).__name__}")
-    meta = json.loads(data.pop("meta", b"{}"))
-    if not isinstance(meta, dict):
-        raise ValueError("a packed request's meta is not an object")
+    for name in _JSON:
+        data[name] = _object(json.loads(data.pop(name, b"{}")), name)
     data["callback"] = _resolve(spider, data.get("callback"))
     data["errback"] = _resolve(spider, data.get("errback"))
-    return Request(**data, meta=meta)
+    return Request(**data)
+
+
+def _object(value: Any, name: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"a stored request's {name} is not an object")
+    return value
 
 
 def _text(value: Any) -> str:

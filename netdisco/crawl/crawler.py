@@ -22,7 +22,7 @@ import contextvars
 import functools
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -37,11 +37,12 @@ from netdisco.crawl.failures import FailedRequests
 from netdisco.crawl.feeds import feed_pipelines
 from netdisco.crawl.feeds.pipeline import FeedPipeline, WarcFeed
 from netdisco.crawl.feeds.warc import WarcMiddleware
+from netdisco.crawl.itemchain import ItemChain
 from netdisco.crawl.lifecycle import ALLOWED, TERMINAL, PushResult, SpiderState
 from netdisco.crawl.middleware.base import Middleware
 from netdisco.crawl.pipelines import ItemStream, Pipeline
 from netdisco.crawl.recrawl import Recrawl, wants_pages
-from netdisco.crawl.request import Request
+from netdisco.crawl.request import Request, outputs
 from netdisco.crawl.scheduler import Scheduler
 from netdisco.crawl.schemas import field_names
 from netdisco.crawl.scraper import Scraper
@@ -71,7 +72,9 @@ class Crawler:
     """Runs one spider; see the module docstring. ``settings`` is a ``Settings`` or a
     mapping of them (over the spider's ``custom_settings``). ``engine`` names the engine
     in feed paths (``{engine}``; the host name if None). ``download_handler`` fetches
-    every hop and robots.txt in place of aiohttp (``MockHandler``: tests, no sockets)."""
+    every hop and robots.txt in place of aiohttp (``MockHandler``: tests, no sockets).
+    ``scrapy_settings`` are what Scrapy item pipelines' ``from_crawler`` reads (a Scrapy
+    project's settings.py; the spider's ``custom_settings`` if None)."""
 
     def __init__(
         self,
@@ -83,9 +86,9 @@ class Crawler:
         owner: str | None = None,
         engine: str | None = None,
         download_handler: DownloadHandler | None = None,
+        scrapy_settings: Mapping[str, Any] | None = None,
     ) -> None:
-        self.spider = spider
-        self.name = spider.name
+        self.spider, self.name = spider, spider.name
         self.settings = s = settings_module.for_spider(spider, settings)
         check_crawler(s)
         self.stats = Stats()
@@ -95,7 +98,8 @@ class Crawler:
         self.ctx = ctx = CrawlContext(spider, s, self.stats, self.frontier)
         self.scheduler = Scheduler(ctx)
         self.stream = ItemStream(self.stats, s.item_buffer)
-        self.scraper = Scraper(ctx, self.scheduler, self.stream)
+        self.chain = _item_chain(s, spider, self.stats, scrapy_settings)
+        self.scraper = Scraper(ctx, self.scheduler, self.stream, self.chain)
         self.feeds, last = _feeds(s, self.name, engine, spider.item_schema)
         self.downloader = Downloader(ctx, self.scheduler, handler=download_handler, last=last)
         self.recrawl = Recrawl.wanted(ctx, self.downloader, self.scraper)
@@ -109,8 +113,7 @@ class Crawler:
         self._listeners: list[Callable[[Crawler], None]] = []
         self._unpaused = asyncio.Event()
         self._taking = 0  # workers waiting in the frontier's take
-        self._seeding = True
-        self._stopping = False
+        self._seeding, self._stopping = True, False
         self._workers: list[asyncio.Task[None]] = []
         self._main: asyncio.Task[None] | None = None
         self._opening = False
@@ -297,6 +300,8 @@ class Crawler:
                 progress = group.create_task(self._report_progress())
                 await self.downloader.open()
                 await self.stream.open(self._pipelines)
+                if self.chain is not None:
+                    await self.chain.open()
                 acking = group.create_task(self.acks.run())
                 seeding = group.create_task(self._seed())
                 self._workers = [
@@ -324,6 +329,8 @@ class Crawler:
         limit = self._close_limit()
         await self.acks.close(max(limit, 1.0))  # at once if it closed already
         await self.stream.close(self._close_timeout)
+        if self.chain is not None:
+            await self.chain.close()
         await self.downloader.close()
         await return_parked(self.frontier, self.downloader.drain(), max(limit, 1.0))
         await self._last_counts()  # the closing line's gauges: what the frontier holds now
@@ -333,6 +340,7 @@ class Crawler:
         self._finished_before(end)
         if not self.frontier.finished and not await self._persist(end is SpiderState.FINISHED):
             end = SpiderState.FAILED
+        await self._spider_closed(end)
         self._set_state(end)
         log.info("spider_closed", state=end.value, **self.stats.closing())
         await self._close_frontier()
@@ -345,6 +353,16 @@ class Crawler:
         if end is SpiderState.FINISHED and self._ended_before and not fetched:
             self.already_finished = self.frontier.start_over()
             log.warning("crawl_already_finished", to_crawl_again=self.already_finished)
+
+    async def _spider_closed(self, end: SpiderState) -> None:
+        """The spider's ``closed(reason)``, once, with Scrapy's reason for ``end``; what it
+        raises is counted as a callback's error, and what it yields is not crawled."""
+        reason = _CLOSE_REASONS.get(end, end.value)
+        try:
+            async for _ in outputs(self.spider.closed(reason)):
+                pass
+        except Exception as exc:
+            self.scraper.failed(self.spider.closed, "", exc)
 
     async def _persist(self, finished: bool) -> bool:
         """Store the frontier's totals and whether the crawl finished; False when the
@@ -415,8 +433,7 @@ class Crawler:
         try:
             await self.scheduler.admit_seeds(self.spider.start())
         except Exception as exc:  # a broken seed source: the seeds it gave still count
-            self.stats.callback_errors += 1
-            self.stats.count_error(f"start() {type(exc).__name__}")
+            self.stats.spider_error(exc)
             self.stats.error(f"start(): {exc!r}")
             log.error("seed_error", error=repr(exc), exc_info=exc)
         finally:
@@ -529,11 +546,32 @@ class Crawler:
             )
 
 
+#: ``Spider.closed``'s reason for how the crawl ended, in Scrapy's words
+_CLOSE_REASONS = {
+    SpiderState.FINISHED: "finished",
+    SpiderState.STOPPED: "shutdown",
+    SpiderState.FAILED: "failed",
+}
+
+
 def _unwrap(exc: Exception) -> Exception:
     """The one error a task group raised (its body's, or a task's), not the group."""
     while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
+
+
+def _item_chain(
+    s: settings_module.Settings,
+    spider: Spider,
+    stats: Stats,
+    scrapy_settings: Mapping[str, Any] | None,
+) -> ItemChain | None:
+    """Scrapy's item pipelines of the crawl (``item_pipelines``), or None."""
+    if not s.item_pipelines:
+        return None
+    given = spider.custom_settings if scrapy_settings is None else scrapy_settings
+    return ItemChain(s.item_pipelines, spider, stats, given)
 
 
 def _feeds(

@@ -1,10 +1,20 @@
-"""Find the user's spider class from ``FILE.py:Class`` or ``module:Class``."""
+"""Find the user's spider class from ``FILE.py:Class`` or ``module:Class``.
+
+As ``scrapy runspider`` and engines do, a spider file imports the modules beside it (its
+directory is on ``sys.path`` while it loads) and ``module:Class`` is found from the current
+directory. Each failure names what is missing: a class (with the spider classes there are),
+or a module (with the file that imports it, and what to put on the path).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import os
 import sys
+import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 from netdisco.crawl.spider import Spider
@@ -16,16 +26,59 @@ def load_spider(ref: str) -> type[Spider]:
     target, sep, class_name = ref.rpartition(":")
     if not sep or not target or not class_name:
         raise SpiderLoadError(f"{ref!r}: expected FILE.py:Class or module:Class")
-    module = _load_file(target) if target.endswith(".py") else _import(target)
+    is_file = target.endswith(".py")
+    module = _load_file(target) if is_file else _import(target)
     spider = getattr(module, class_name, None)
+    if spider is None:
+        where = Path(target).name if is_file else f"module {target}"
+        found = ", ".join(spider_classes(module)) or "no Spider subclass"
+        raise SpiderLoadError(f"{where} has no class {class_name!r}; it has: {found}")
     if not (isinstance(spider, type) and issubclass(spider, Spider)):
-        raise SpiderLoadError(f"{ref!r}: {class_name} is not a netdisco Spider subclass")
+        raise SpiderLoadError(f"{ref!r}: {class_name} is not a netdisco Spider subclass"
+                              + _scrapy_hint(spider))  # fmt: skip
     return spider
+
+
+def spider_classes(module: object) -> list[str]:
+    """The names of the Spider subclasses ``module`` defines (or, if none, imports)."""
+    found = {
+        name: value
+        for name, value in vars(module).items()
+        if isinstance(value, type) and issubclass(value, Spider) and value is not Spider
+    }
+    own = [name for name, cls in found.items() if cls.__module__ == getattr(module, "__name__", "")]
+    return sorted(own or found)
+
+
+def _scrapy_hint(value: object) -> str:
+    bases = getattr(value, "__mro__", ())
+    if any(getattr(base, "__module__", "").startswith("scrapy") for base in bases):
+        return " (it is a Scrapy spider: write `import netdisco as scrapy`, docs/scrapy.md)"
+    return ""
+
+
+@contextlib.contextmanager
+def on_path(directory: str | Path) -> Iterator[None]:
+    """``directory`` first on ``sys.path`` while the block runs (unless it is there)."""
+    entry = str(directory)
+    added = entry not in sys.path
+    if added:
+        sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        if added and entry in sys.path:
+            sys.path.remove(entry)
 
 
 def _import(name: str) -> object:
     try:
-        return importlib.import_module(name)
+        with on_path(os.getcwd()):
+            return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and name.startswith(exc.name):  # the module itself
+            raise SpiderLoadError(f"cannot import module {name!r}: {exc}") from exc
+        raise SpiderLoadError(missing_module(exc, name)) from exc
     except ImportError as exc:
         raise SpiderLoadError(f"cannot import module {name!r}: {exc}") from exc
     except Exception as exc:  # the module itself failed: say which, not a traceback
@@ -45,8 +98,27 @@ def _load_file(path_text: str) -> object:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        with on_path(path.parent):
+            spec.loader.exec_module(module)
+    except ModuleNotFoundError as exc:
+        del sys.modules[name]
+        raise SpiderLoadError(missing_module(exc, path_text)) from exc
     except Exception as exc:
         del sys.modules[name]
         raise SpiderLoadError(f"error while loading {path_text}: {exc!r}") from exc
     return module
+
+
+def missing_module(exc: ModuleNotFoundError, loading: str) -> str:
+    """``No module named 'x'``, with the file and line that import it and what to do."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    where = f"{frames[-1].filename}, line {frames[-1].lineno}" if frames else loading
+    top = (exc.name or "?").partition(".")[0]
+    if top == "scrapy":
+        hint = ("netdisco runs Scrapy spiders without Scrapy: write `import netdisco as scrapy` "
+                "(docs/scrapy.md), or in a Scrapy project run `netdisco crawl NAME` beside "
+                "scrapy.cfg")  # fmt: skip
+    else:
+        hint = (f"install it, or put the directory that holds {top} on PYTHONPATH (the spider "
+                "file's own directory and the current directory are searched already)")  # fmt: skip
+    return f"error while loading {loading}: {where} imports {exc.name!r}, not found: {hint}"

@@ -18,7 +18,6 @@ buffers must write its buffer out in ``flush``; items an operator holds back (e.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import json
 import os
@@ -27,12 +26,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-import attrs
 import reactivex
 import structlog
 from reactivex import Observable, abc
 from reactivex.subject import Subject
 
+from netdisco.crawl.items import item_dict
 from netdisco.crawl.stats import Stats
 from netdisco.exceptions import DropItem
 
@@ -41,16 +40,13 @@ Operator = Callable[[Observable[Any]], Observable[Any]]
 
 
 def to_jsonable(item: Any) -> Any:
-    """Dataclass, attrs and pydantic items become dicts; everything else is left to
-    ``json``."""
-    if isinstance(item, type):
-        return item
-    if dataclasses.is_dataclass(item) and not isinstance(item, type):
-        return dataclasses.asdict(item)
-    if attrs.has(type(item)):
-        return attrs.asdict(item)
+    """An item as JSON-able values: pydantic models dumped in JSON mode, every other
+    item (any mapping, dataclass, attrs class, ``Item``) as a dict of its fields
+    (``netdisco.crawl.items``); anything else is left to ``json``."""
     dump = getattr(item, "model_dump", None)
-    return dump(mode="json") if callable(dump) else item
+    if callable(dump) and not isinstance(item, type):
+        return dump(mode="json")
+    return item_dict(item)
 
 
 def json_line(item: Any) -> str:

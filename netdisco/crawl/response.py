@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -18,6 +19,7 @@ class Response:
     """A downloaded page. ``text`` and the selector are built lazily, once."""
 
     __slots__ = (
+        "__weakref__",  # itemloaders and Scrapy's helpers key caches by response
         "_base",
         "_selector",
         "_text",
@@ -61,6 +63,10 @@ class Response:
             self.encoding, self.encoding_reason = sniffed.encoding.name, sniffed.reason
             self._text = sniffed.decode(self.body)
         return self._text
+
+    def json(self) -> Any:
+        """The body parsed as JSON (``ValueError`` if it is not), as in Scrapy."""
+        return json.loads(self.text)
 
     @property
     def selector(self) -> Selector:

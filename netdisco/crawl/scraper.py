@@ -14,12 +14,14 @@ from typing import Any
 import structlog
 
 from netdisco.crawl.context import CrawlContext
+from netdisco.crawl.itemchain import ItemChain
+from netdisco.crawl.items import is_item
 from netdisco.crawl.pipelines import ItemStream
 from netdisco.crawl.request import CallbackResult, Request, outputs
 from netdisco.crawl.response import Response
 from netdisco.crawl.scheduler import Scheduler
 from netdisco.crawl.schemas import ItemChecker
-from netdisco.exceptions import FrontierFailed
+from netdisco.exceptions import FrontierFailed, NotAnItem
 
 log = structlog.get_logger(__name__)
 
@@ -27,8 +29,15 @@ log = structlog.get_logger(__name__)
 class Scraper:
     """Feeds callback output to the scheduler (requests) and the item stream (items)."""
 
-    def __init__(self, ctx: CrawlContext, scheduler: Scheduler, items: ItemStream) -> None:
+    def __init__(
+        self,
+        ctx: CrawlContext,
+        scheduler: Scheduler,
+        items: ItemStream,
+        chain: ItemChain | None = None,
+    ) -> None:
         self.spider = ctx.spider
+        self.chain = chain  # Scrapy's item pipelines, in front of the item stream
         self.stats = ctx.stats
         self.scheduler = scheduler
         self.items = items
@@ -43,6 +52,8 @@ class Scraper:
         self.stats.succeeded += 1
         self.stats.pages.add()
         callback = request.callback or self.spider.parse
+        if request.cb_kwargs:
+            callback = partial(callback, **request.cb_kwargs)
         depth = request.depth + 1
         await self.run(callback, response, url=response.url, depth=depth, keep=keep)
 
@@ -65,17 +76,18 @@ class Scraper:
         except FrontierFailed:  # not the callback's fault: the crawl cannot go on
             raise
         except Exception as exc:  # a spider's bug must not stop the crawl
-            self._failed(callback, url, exc)
+            self.failed(callback, url, exc)
         finally:
             if requests:
                 await self.admit(requests)
 
-    def _failed(self, callback: Callable[..., CallbackResult], url: str, exc: Exception) -> None:
-        """A callback raised: counted (by kind too) and logged with the URL."""
+    def failed(self, callback: Callable[..., CallbackResult], url: str, exc: Exception) -> None:
+        """A callback raised: counted (by exception type in ``spider_errors``, and among
+        the crawl's error kinds) and logged with the URL."""
+        callback = getattr(callback, "func", callback)  # cb_kwargs' partial: the callback
         name = getattr(callback, "__name__", "?")
-        self.stats.callback_errors += 1
-        self.stats.count_error(f"callback {type(exc).__name__}")
-        self.stats.error(f"callback {getattr(callback, '__name__', callback)}: {exc!r}")
+        self.stats.spider_error(exc)
+        self.stats.error(f"callback {name}: {exc!r}")
         log.error("callback_error", url=url, callback=name, error=repr(exc), exc_info=exc)
 
     async def admit(self, requests: list[Request]) -> None:
@@ -105,5 +117,24 @@ class Scraper:
             if len(requests) >= 256:  # bound the batch for huge pages
                 await self.admit(requests[:])
                 requests.clear()
-        elif value is not None and (item := self.check(value, url)) is not None:
+        elif value is None:
+            return
+        elif not is_item(value):
+            self._not_an_item(value, url)
+        elif (item := self.check(value, url)) is not None:
+            if self.chain is not None and (item := await self.chain.process(item)) is None:
+                return
             await self.items.emit(item)
+
+    def _not_an_item(self, value: Any, url: str) -> None:
+        """Neither a request nor an item: refused (never written as its ``str()``),
+        counted among the spider's errors, and the callback's other output kept."""
+        kind = type(value)
+        exc = NotAnItem(
+            f"a callback yielded a {kind.__module__}.{kind.__qualname__} ({value!r:.80}), "
+            "neither a Request nor an item (a mapping, dataclass, attrs class, pydantic "
+            "model or Item)"
+        )
+        self.stats.spider_error(exc)
+        self.stats.error(f"{url}: {exc}")
+        log.error("not_an_item", url=url, type=f"{kind.__module__}.{kind.__qualname__}")

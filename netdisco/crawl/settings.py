@@ -10,6 +10,7 @@ renders them for docs/configuration.md.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 
 from netdisco._version import __version__
 from netdisco.crawl.feeds.spec import FeedSpec, parse_feeds
+from netdisco.crawl.scrapynames import SCRAPY_ALIASES, SCRAPY_IGNORED, SCRAPY_REFUSED
 from netdisco.crawl.throttle import MAX_HOST_DELAY, HostRule, parse_hosts
 from netdisco.exceptions import ConfigError
 from netdisco.frontiers import is_shared
@@ -61,46 +63,6 @@ SECTIONS = (
 RECRAWL = ("always", "conditional")
 GIB = 1024**3
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-#: Scrapy's names for netdisco's settings: (the setting, how its meaning differs)
-SCRAPY_ALIASES: Mapping[str, tuple[str, str]] = {
-    "DOWNLOAD_DELAY": ("download_delay", "a fixed delay (no RANDOMIZE_DOWNLOAD_DELAY)"),
-    "CONCURRENT_REQUESTS": ("concurrency", ""),
-    "CONCURRENT_REQUESTS_PER_DOMAIN": (
-        "per_host_concurrency",
-        "per host name: www.example.com and example.com count apart",
-    ),
-    "DEPTH_LIMIT": ("depth_limit", ""),
-    "USER_AGENT": ("user_agents", "a list, rotated per request; one string is accepted"),
-    "ROBOTSTXT_OBEY": ("obey_robots", "true by default in netdisco"),
-    "CLOSESPIDER_PAGECOUNT": ("max_pages", "counts pages that succeeded, not every response"),
-    "DOWNLOAD_TIMEOUT": ("timeout", ""),
-    "DOWNLOAD_MAXSIZE": ("max_response_size", "a larger body fails the request (too_large)"),
-    "RETRY_TIMES": ("retries", ""),
-    "REDIRECT_MAX_TIMES": ("max_redirects", ""),
-    "COOKIES_ENABLED": ("cookies", "false by default in netdisco"),
-    "DEFAULT_REQUEST_HEADERS": ("default_headers", "a list of 'Name: value' strings"),
-    "FEEDS": ("feeds", "options: format, overwrite and fields"),
-    "HTTPCACHE_DIR": ("http_cache", "setting it turns the cache on; no RFC 9111 policy"),
-    "HTTPCACHE_EXPIRATION_SECS": ("http_cache_expiration", ""),
-    "AUTOTHROTTLE_ENABLED": ("autothrottle", ""),
-    "AUTOTHROTTLE_START_DELAY": ("autothrottle_start_delay", ""),
-    "AUTOTHROTTLE_MAX_DELAY": ("autothrottle_max_delay", ""),
-    "AUTOTHROTTLE_TARGET_CONCURRENCY": (
-        "autothrottle_target_concurrency",
-        "per host name, as CONCURRENT_REQUESTS_PER_DOMAIN",
-    ),
-}
-#: Scrapy's names that have no netdisco counterpart, and what to do instead
-SCRAPY_REFUSED: Mapping[str, str] = {
-    "RANDOMIZE_DOWNLOAD_DELAY": "netdisco's download_delay is fixed, never randomized",
-    "RETRY_ENABLED": "set retries = 0 to turn retries off",
-    "CLOSESPIDER_ITEMCOUNT": "no item limit: max_pages bounds the pages fetched",
-    "DOWNLOADER_MIDDLEWARES": "use middlewares = ['module:Class'] (in order, after the "
-    "built-in ones) or the spider's middlewares() method",
-    "ITEM_PIPELINES": "return pipelines from the spider's pipelines() method",
-    "LOG_LEVEL": "a command-line flag: netdisco --log-level warning (or after the command)",
-    "HTTPCACHE_ENABLED": "set http_cache = 'DIR' (HTTPCACHE_DIR): a directory turns it on",
-}
 
 
 def _regex(pattern: str) -> str | None:
@@ -159,6 +121,22 @@ def _proxy(url: str) -> str | None:
 def _import_path(path: str) -> str | None:
     ok = path.strip() and ("." in path or ":" in path)
     return None if ok else f"expected 'module:Class', got {path!r}"
+
+
+def _ordered_paths(key: str, raw: Any) -> tuple[str, ...]:
+    """Import paths from a list, or from Scrapy's ``{path: order}`` table (in order of the
+    numbers; a path set to None is left out, as Scrapy disables it)."""
+    if isinstance(raw, Mapping):
+        orders = {str(path): order for path, order in raw.items() if order is not None}
+        if not all(isinstance(order, int | float) for order in orders.values()):
+            raise ConfigError(key, "expected a table of 'module.Class' = number")
+        return tuple(sorted(orders, key=lambda path: orders[path]))
+    if isinstance(raw, str) and raw.lstrip().startswith("{"):  # -s ITEM_PIPELINES='{...}'
+        try:
+            return _ordered_paths(key, json.loads(raw))
+        except ValueError as exc:
+            raise ConfigError(key, f"expected a JSON object: {exc}") from None
+    return parse_strings(key, raw)
 
 
 def _frontier(url: str) -> str | None:
@@ -228,6 +206,7 @@ class Settings(Section):
         **SCRAPY_REFUSED,
     }
     ALIASES: ClassVar[Mapping[str, tuple[str, str]]] = SCRAPY_ALIASES
+    IGNORED: ClassVar[Mapping[str, str]] = SCRAPY_IGNORED
 
     # limits: how much is fetched
     max_pages: int = _field(
@@ -442,6 +421,15 @@ class Settings(Section):
     )
     feeds: tuple[FeedSpec, ...] = _field(
         (), "feeds", "URI -> options table (JSON with -s)", parse=parse_feeds
+    )
+    item_pipelines: tuple[str, ...] = _field(
+        (),
+        "feeds",
+        "Scrapy item pipeline classes ('module.Class'), run in this order before the "
+        "feeds (ITEM_PIPELINES' table of numbers is accepted): process_item(item, spider), "
+        "open_spider, close_spider, from_crawler",
+        parse=_ordered_paths,
+        check=each(_import_path),
     )
     warc_max_size: int = _field(
         1024**3,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from netdisco.crawl.request import CallbackResult, Request
+import structlog
+
+from netdisco.crawl.request import CallbackResult, Request, outputs
 
 if TYPE_CHECKING:
     from netdisco.crawl.middleware import Middleware
@@ -34,8 +37,23 @@ class Spider:
         if not self.name:
             self.name = type(self).__name__.lower()  # type: ignore[misc]
 
+    @property
+    def logger(self) -> Any:
+        """A structlog logger bound to the spider's name (Scrapy's ``Spider.logger``)."""
+        return structlog.get_logger(f"spider.{self.name}").bind(spider=self.name)
+
+    def log(self, message: str, level: int = logging.DEBUG, **fields: Any) -> None:
+        """Log ``message`` at ``level`` (a ``logging`` level), as Scrapy's ``Spider.log``."""
+        self.logger.log(level, message, **fields)
+
     async def start(self) -> AsyncIterator[Request]:
-        """The seed requests; by default one per ``start_urls`` entry."""
+        """The seed requests; by default one per ``start_urls`` entry, or what a Scrapy
+        spider's ``start_requests`` yields when it defines that and not ``start``."""
+        start_requests = getattr(self, "start_requests", None)
+        if callable(start_requests):
+            async for value in outputs(start_requests()):
+                yield value
+            return
         for url in self.start_urls:
             yield Request(url, callback=self.parse)
 
@@ -48,6 +66,11 @@ class Spider:
         (``recrawl = "conditional"``); what it yields flows as a callback's. By default
         nothing: the stored links are followed anyway, and an unchanged page has no new items.
         """
+        return None
+
+    def closed(self, reason: str) -> CallbackResult:
+        """Called once when the crawl ends, with why: ``finished``, ``shutdown`` (stopped)
+        or ``failed``. Nothing by default; may be a coroutine."""
         return None
 
     def pipelines(self) -> Sequence[Pipeline]:

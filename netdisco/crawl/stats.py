@@ -183,6 +183,7 @@ class Stats:
         self.invalid_fields: dict[str, int] = {}  # field -> invalid items it made
         self.pipeline_errors = 0
         self.callback_errors = 0
+        self.spider_errors: dict[str, int] = {}  # callback errors by exception type
         self.middleware_errors = 0
         self.render_timeouts = 0
         self.bytes = 0
@@ -253,6 +254,7 @@ class Stats:
             "seen": self.seen,
             "error_kinds": dict(self.error_kinds),
             "invalid_fields": dict(self.invalid_fields),
+            "spider_errors": dict(self.spider_errors),
             "last_error": self.last_error,
             "hosts": [list(row) for row in self.busiest()],
         }
@@ -267,6 +269,7 @@ class Stats:
         self.seen = max((int(part.get("seen", 0)) for part in parts), default=0)
         self.error_kinds = _summed(part.get("error_kinds", {}) for part in parts)
         self.invalid_fields = _summed(part.get("invalid_fields", {}) for part in parts)
+        self.spider_errors = _summed(part.get("spider_errors", {}) for part in parts)
         errors = [part["last_error"] for part in parts if part.get("last_error")]
         self.last_error = str(errors[-1]) if errors else None
         self.host_in_flight, self.parked = {}, {}
@@ -292,6 +295,13 @@ class Stats:
             self.count_error(error_kind(exc))
             if isinstance(exc, MiddlewareError):
                 self.middleware_errors += 1
+
+    def spider_error(self, exc: BaseException) -> None:
+        """Count one error a spider's callback raised, by its exception type."""
+        kind = type(exc).__name__
+        self.callback_errors += 1
+        self.spider_errors[kind] = self.spider_errors.get(kind, 0) + 1
+        self.count_error(f"callback {kind}")
 
     def count_error(self, kind: str) -> None:
         """Count one error under ``kind`` (the closing summary's top errors)."""

@@ -38,9 +38,9 @@ class Outcome(Protocol):
 
 
 def exit_code(crawl: Outcome, signals: Sequence[int]) -> int:
-    """128 + the signal that stopped the crawl (130: Ctrl-C); 1 when the spider failed
-    or no page came to anything (a site that is down), unless the crawl had finished
-    before; 0 otherwise."""
+    """128 + the signal that stopped the crawl (130: Ctrl-C); 1 when the spider failed,
+    no page came to anything (a site that is down) or every callback raised, unless the
+    crawl had finished before; 0 otherwise."""
     if signals:
         return 128 + signals[0]
     if crawl.already_finished is not None:  # nothing to fetch is the expected outcome
@@ -48,7 +48,8 @@ def exit_code(crawl: Outcome, signals: Sequence[int]) -> int:
     s = crawl.stats
     if crawl.state is SpiderState.FAILED or s.succeeded + s.not_modified + s.age_skipped == 0:
         return 1
-    return 0
+    every_callback_raised = s.callback_errors >= s.succeeded and not s.items
+    return 1 if s.callback_errors and every_callback_raised else 0
 
 
 def summary(crawler: Outcome) -> dict[str, Any]:
@@ -83,6 +84,7 @@ def summary(crawler: Outcome) -> dict[str, Any]:
         "queue_size": s.queue_size,
         "seen": s.seen,
         "errors": dict(top),
+        "spider_errors": dict(s.spider_errors),
         "last_error": s.last_error,
         "already_finished": crawler.already_finished,
     }
@@ -148,6 +150,9 @@ def render(data: dict[str, Any]) -> str:
     if data["errors"]:
         kinds = ", ".join(f"{kind} x{count}" for kind, count in data["errors"].items())
         lines.append(f"  errors   {kinds}")
+    if data.get("spider_errors"):
+        kinds = ", ".join(f"{kind} x{count}" for kind, count in data["spider_errors"].items())
+        lines.append(f"  spider   callbacks raised {kinds}")
     if data.get("failed_checks"):
         lines.append(f"  fail-on  {'; '.join(data['failed_checks'])}")
     return "\n".join(lines + _stored(data))

@@ -74,7 +74,8 @@ class WorkerCrawler(Crawler):
 def _crawler(config: WorkerConfig, link: ParentLink) -> WorkerCrawler:
     from netdisco.cli import spider_and_settings  # the same loading as `netdisco crawl`
 
-    spider, settings = spider_and_settings(argparse.Namespace(**dataclasses.asdict(config)))
+    args = argparse.Namespace(**dataclasses.asdict(config))
+    spider, settings = spider_and_settings(args)
     settings = dataclasses.replace(
         settings,
         frontier=config.frontier,
@@ -85,7 +86,10 @@ def _crawler(config: WorkerConfig, link: ParentLink) -> WorkerCrawler:
         processes=1,
     )
     pipelines = [link] if config.feeds else []
-    return WorkerCrawler(spider, settings, pipelines=pipelines, owner=config.owner, link=link)
+    return WorkerCrawler(
+        spider, settings, pipelines=pipelines, owner=config.owner, link=link,
+        scrapy_settings=args.scrapy_settings,  # a Scrapy project's, for its pipelines
+    )  # fmt: skip
 
 
 async def _snapshots(crawler: Crawler, link: ParentLink) -> None:

@@ -36,7 +36,7 @@ def _write(tmp_path: Path, source: str) -> str:
         (":Class", "expected FILE.py:Class or module:Class"),
         ("/no/such/file.py:Spider", "no such file: /no/such/file.py"),
         ("no_such_module_here:Spider", "cannot import module 'no_such_module_here'"),
-        ("tests.netdisco.sites:Missing", "Missing is not a netdisco Spider subclass"),
+        ("tests.netdisco.sites:Missing", "sites has no class .Missing.; it has: "),
         ("tests.netdisco.sites:Site", "Site is not a netdisco Spider subclass"),
         ("tests.netdisco.sites:FAST", "FAST is not a netdisco Spider subclass"),
     ],
@@ -62,3 +62,43 @@ def test_module_that_fails_to_import(tmp_path: Path, monkeypatch: pytest.MonkeyP
         SpiderLoadError, match=r"error while importing .explodes_on_import.: ZeroDivisionError"
     ):
         load_spider("explodes_on_import:Spider")
+
+
+SPIDER = "from netdisco import Spider\n{extra}\nclass Catalogue(Spider):\n    name = 'c'\n"
+
+
+def test_a_spider_file_imports_the_module_beside_it(tmp_path: Path) -> None:
+    (tmp_path / "helpers_beside.py").write_text("PRICE = 3\n")
+    path = tmp_path / "catalogue_beside.py"
+    path.write_text(SPIDER.format(extra="from helpers_beside import PRICE"))
+    assert load_spider(f"{path}:Catalogue").name == "c"
+
+
+def test_module_reference_from_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "catalogue_in_cwd.py").write_text(SPIDER.format(extra=""))
+    monkeypatch.chdir(tmp_path)
+    assert load_spider("catalogue_in_cwd:Catalogue").name == "c"
+
+
+def test_a_missing_class_is_named_as_missing(tmp_path: Path) -> None:
+    path = tmp_path / "catalogue.py"
+    path.write_text(SPIDER.format(extra=""))
+    with pytest.raises(SpiderLoadError) as caught:
+        load_spider(f"{path}:Catalog")
+    assert str(caught.value) == "catalogue.py has no class 'Catalog'; it has: Catalogue"
+
+
+def test_a_missing_module_names_the_file_that_imports_it(tmp_path: Path) -> None:
+    (tmp_path / "helper_imports_scrapy.py").write_text("import os\nimport scrapy\n")
+    path = tmp_path / "uses_helper.py"
+    path.write_text(SPIDER.format(extra="import helper_imports_scrapy"))
+    with pytest.raises(SpiderLoadError) as caught:
+        load_spider(f"{path}:Catalogue")
+    message = str(caught.value)
+    assert f"{tmp_path / 'helper_imports_scrapy.py'}, line 2 imports 'scrapy'" in message
+    assert "import netdisco as scrapy" in message
+    (tmp_path / "needs_lib.py").write_text("import no_such_lib_anywhere\n")
+    with pytest.raises(SpiderLoadError, match="put the directory that holds no_such_lib_anywhere"):
+        load_spider(f"{tmp_path / 'needs_lib.py'}:X")

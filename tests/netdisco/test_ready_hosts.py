@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,6 @@ import pytest
 from aiohttp import web
 
 from netdisco import Crawler, Request, Response, Settings, Spider
-from netdisco.crawl import hosts as hosts_module
 from netdisco.crawl.hosts import ReadyHosts
 from netdisco.crawl.throttle import Throttle
 from netdisco.testing import serve
@@ -175,7 +175,7 @@ def test_the_idle_share_counts_free_undelayed_slot_time_while_work_waits(
     """Two slots, a third request aside: a slot freed at 1 s and taken again only at 3 s
     leaves 2 of the 6 slot-seconds (0 to 3 s, two slots) idle: a share of 1/3."""
     clock = [0.0]
-    monkeypatch.setattr(hosts_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     ready = ReadyHosts(
         Throttle(Settings(per_host_concurrency=2)), size=10, limit=10,
         blocked=lambda url: False, denied=lambda url: False,

@@ -99,8 +99,8 @@ def test_scrapy_names_are_aliases_or_refused_with_a_suggestion() -> None:
     assert from_env({"NETDISCO_CONCURRENT_REQUESTS": "3"}).concurrency == 3
     with pytest.raises(ConfigError, match=r"^max_page: unknown setting; did you mean max_pages\?$"):
         from_mapping({"max_page": 1})
-    with pytest.raises(ConfigError, match="ITEM_PIPELINES: return pipelines from the spider"):
-        from_mapping({"ITEM_PIPELINES": {}})
+    with pytest.raises(ConfigError, match="SPIDER_MIDDLEWARES: netdisco has no spider middleware"):
+        from_mapping({"SPIDER_MIDDLEWARES": {"p.m.M": 543}})
     with pytest.raises(ConfigError, match=r"^zzzz: unknown setting \(docs/configuration.md"):
         from_mapping({"zzzz": 1})
     with pytest.raises(ConfigError, match=r"engine.prot: unknown key; did you mean engine.port\?"):

@@ -1,0 +1,189 @@
+"""Scrapy projects run as they are: ``netdisco crawl NAME`` beside a ``scrapy.cfg``.
+
+The project's root goes on ``sys.path`` and ``import scrapy`` gets netdisco's names
+(``scrapy_modules``: ``scrapy.Spider``, ``scrapy.spiders.CrawlSpider``,
+``scrapy.loader.ItemLoader``, ...), so a project moves over with no change; a Scrapy name
+netdisco does not have fails its import, naming the file. This lasts for the process (a
+command-line crawl). settings.py is read through the crawl settings' Scrapy table
+(aliases, refusals and the notes on startproject's boilerplate); names netdisco does not
+know are kept for ``from_crawler`` and said once. The spider is found by its ``name`` in
+``SPIDER_MODULES``.
+"""
+
+from __future__ import annotations
+
+import configparser
+import dataclasses
+import importlib
+import pkgutil
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import parsel
+import structlog
+
+from netdisco.crawl import spiders
+from netdisco.crawl.forms import FormRequest
+from netdisco.crawl.itemchain import ScrapySettings
+from netdisco.crawl.items import Field, Item
+from netdisco.crawl.linkextractor import LinkExtractor
+from netdisco.crawl.loader import missing_module, spider_classes
+from netdisco.crawl.request import Request
+from netdisco.crawl.response import Response
+from netdisco.crawl.settings import Settings
+from netdisco.crawl.spider import Spider
+from netdisco.exceptions import DropItem, SpiderLoadError
+
+log = structlog.get_logger(__name__)
+
+#: Scrapy's middleware tables: accepted when they enable nothing (empty, or every entry
+#: None, which turns one of Scrapy's own off), refused otherwise (``SCRAPY_REFUSED``)
+_MIDDLEWARE_TABLES = ("SPIDER_MIDDLEWARES", "DOWNLOADER_MIDDLEWARES")
+
+
+@dataclass
+class ScrapyProject:
+    """A Scrapy project: its root (where scrapy.cfg is) and its settings module's values."""
+
+    root: Path
+    settings: dict[str, Any]
+
+    @property
+    def spider_modules(self) -> list[str]:
+        modules = self.settings.get("SPIDER_MODULES", [])
+        return [modules] if isinstance(modules, str) else list(modules)
+
+    def crawl_settings(self) -> dict[str, Any]:
+        """settings.py's values a crawl reads (the rest is said once, and kept for
+        ``from_crawler``)."""
+        known = {f.name for f in dataclasses.fields(Settings)}
+        known |= {*Settings.ALIASES, *Settings.IGNORED, *Settings.RENAMED}
+        taken, unused = {}, []
+        for name, value in self.settings.items():
+            if name in _MIDDLEWARE_TABLES and not any(
+                v is not None for v in dict(value or {}).values()
+            ):
+                continue
+            if name in known:
+                taken[name] = value
+            else:
+                unused.append(name)
+        if unused:
+            why = "not netdisco settings: kept for from_crawler (crawler.settings)"
+            log.warning("project_settings_unused", names=sorted(unused), why=why)
+        return taken
+
+
+def _enables_nothing(table: Any) -> bool:
+    return not any(value is not None for value in dict(table or {}).values())
+
+
+def find_project(start: Path | None = None) -> ScrapyProject | None:
+    """The Scrapy project whose scrapy.cfg is in ``start`` (the current directory) or
+    above it, with its root put on ``sys.path`` and ``scrapy`` mapped to netdisco; None
+    when there is no scrapy.cfg."""
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        if (directory / "scrapy.cfg").is_file():
+            return _open(directory)
+    return None
+
+
+def _open(root: Path) -> ScrapyProject:
+    config = configparser.ConfigParser()
+    config.read(root / "scrapy.cfg", encoding="utf-8")
+    name = config.get("settings", "default", fallback=None)
+    if not name:
+        raise SpiderLoadError(f"{root / 'scrapy.cfg'}: no [settings] default = PROJECT.settings")
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    install_scrapy_modules()
+    module = _import(name, root)
+    values = {key: getattr(module, key) for key in dir(module) if key.isupper()}
+    return ScrapyProject(root, values)
+
+
+def _import(name: str, root: Path) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        raise SpiderLoadError(missing_module(exc, name)) from exc
+    except Exception as exc:
+        raise SpiderLoadError(f"error while importing {name!r} ({root}): {exc!r}") from exc
+
+
+def find_spider(project: ScrapyProject, name: str) -> type[Spider]:
+    """The spider class whose ``name`` is ``name`` in the project's ``SPIDER_MODULES``;
+    two of one name are refused, naming both."""
+    found: dict[str, list[type[Spider]]] = {}
+    for module in _spider_modules(project):
+        for attribute in spider_classes(module):
+            cls = getattr(module, attribute)
+            if cls.__module__ == module.__name__ and cls.name:
+                found.setdefault(cls.name, []).append(cls)
+    if name not in found:
+        names = ", ".join(sorted(found)) or "none"
+        raise SpiderLoadError(f"no spider named {name!r} in SPIDER_MODULES "
+                              f"{project.spider_modules}; the spiders are: {names}")  # fmt: skip
+    if len(found[name]) > 1:
+        both = ", ".join(f"{cls.__module__}:{cls.__qualname__}" for cls in found[name])
+        raise SpiderLoadError(f"two spiders are named {name!r}: {both}")
+    return found[name][0]
+
+
+def _spider_modules(project: ScrapyProject) -> Iterator[ModuleType]:
+    for name in project.spider_modules:
+        module = _import(name, project.root)
+        yield module
+        for info in pkgutil.walk_packages(getattr(module, "__path__", []), f"{name}."):
+            yield _import(info.name, project.root)
+
+
+def get_project_settings() -> ScrapySettings:
+    """The settings.py values of the Scrapy project around the current directory (Scrapy's
+    ``scrapy.utils.project.get_project_settings``); empty outside a project."""
+    project = find_project()
+    return ScrapySettings(project.settings if project else {})
+
+
+def scrapy_modules() -> dict[str, ModuleType]:
+    """The ``scrapy`` modules a project imports, made of netdisco's names."""
+    from netdisco.crawl.loaders import ItemLoader  # itemloaders: only for projects
+
+    tables: dict[str, Mapping[str, Any]] = {
+        "scrapy.spiders": {"Spider": Spider, "CrawlSpider": spiders.CrawlSpider,
+                           "Rule": spiders.Rule, "SitemapSpider": spiders.SitemapSpider},
+        "scrapy.http": {"Request": Request, "FormRequest": FormRequest,
+                        "Response": Response, "HtmlResponse": Response,
+                        "TextResponse": Response},
+        "scrapy.item": {"Item": Item, "Field": Field},
+        "scrapy.loader": {"ItemLoader": ItemLoader},
+        "scrapy.linkextractors": {"LinkExtractor": LinkExtractor},
+        "scrapy.exceptions": {"DropItem": DropItem},
+        "scrapy.selector": {"Selector": parsel.Selector},
+        "scrapy.utils.project": {"get_project_settings": get_project_settings},
+        "scrapy.utils": {},
+    }  # fmt: skip
+    top = {"Spider": Spider, "Request": Request, "FormRequest": FormRequest, "Item": Item,
+           "Field": Field}  # fmt: skip
+    tables = {"scrapy": {**top, "Selector": parsel.Selector}, **tables}
+    modules = {}
+    for name, values in tables.items():
+        module = ModuleType(name, f"netdisco's names for {name} (netdisco.crawl.scrapyproject)")
+        module.__dict__.update(values)
+        module.__path__ = []  # a package: its submodules are the ones above
+        modules[name] = module
+    for name, module in modules.items():  # scrapy.http as an attribute of scrapy
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(modules[parent], child, module)
+    return modules
+
+
+def install_scrapy_modules() -> None:
+    """``import scrapy`` gets netdisco's names for the rest of this process."""
+    sys.modules.update(scrapy_modules())
