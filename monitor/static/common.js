@@ -94,7 +94,8 @@ export function link(href, text) {
 // The control token: typed once in the navigation bar, kept in this tab's sessionStorage.
 const TOKEN_KEY = "netdisco-token";
 export function authHeaders() {
-  const value = sessionStorage.getItem(TOKEN_KEY) || "";
+  const box = document.getElementById("token");
+  const value = (box ? box.value : sessionStorage.getItem(TOKEN_KEY)) || "";
   return value ? {Authorization: `Bearer ${value}`} : {};
 }
 
@@ -114,7 +115,7 @@ export async function send(method, url, body) {
                                    body: body === undefined ? undefined : JSON.stringify(body)});
     const answer = await resp.json().catch(() => ({}));
     return {ok: resp.ok, status: resp.status, body: answer,
-            message: resp.ok ? "" : `(${resp.status}): ${answer.error?.message ?? "no reason given"}`};
+            message: resp.ok ? "" : ` (${resp.status}): ${answer.error?.message ?? "no reason given"}`};
   } catch (err) {
     return {ok: false, status: 0, body: {}, message: ": " + (err.name === "TimeoutError" ? "no answer from the monitor" : err.message)};
   }

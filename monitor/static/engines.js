@@ -69,7 +69,7 @@ function offlineRow(body, e, jobs) {
   jobsCell(row, jobs);
   cell(row, "-", "num");
   cell(row, "-");
-  cell(row, utc(e.since));
+  cell(row, utc(e.since), "time");
 }
 
 function nodeText(facts) {
@@ -103,7 +103,7 @@ function engineRow(body, e, jobs) {
   jobsCell(row, jobs);
   cell(row, e.pages_per_second == null ? "?" : String(e.pages_per_second), "num");
   cell(row, nodeText(e.facts), "node");
-  cell(row, utc(e.since));
+  cell(row, utc(e.since), "time");
 }
 
 function renderEngines(view, byEngine) {
@@ -143,8 +143,15 @@ function whatChanged(ev) {
   const d = ev.detail ?? {};
   if (ev.type === "engine_updated") return updateCarries(ev);
   if (d.from !== undefined && d.to !== undefined) return `${d.from ?? "-"} → ${d.to}`;
-  const figures = Object.entries(d).filter(([k, v]) => !["spider", "dashboard"].includes(k) && v !== null && typeof v !== "object");
-  return figures.slice(0, 4).map(([k, v]) => `${k} ${typeof v === "number" ? Number(v.toPrecision(4)) : v}`).join(", ");
+  const figures = Object.entries(d).filter(([k, v]) => !["spider", "dashboard", "last_seen"].includes(k) && v !== null && typeof v !== "object");
+  return figures.slice(0, 4).map(([k, v]) => `${k} ${figure(k, v)}`).join(", ");
+}
+
+// A figure of an event's detail in words: a time in the one format, a hash shortened.
+function figure(key, value) {
+  if (typeof value === "number" && /(_at|_seen|time|since)$/.test(key)) return utc(value);
+  if (typeof value === "number") return String(Number(value.toPrecision(4)));
+  return /^[0-9a-f]{40,}$/.test(value) ? value.slice(0, 12) : String(value);
 }
 
 /** Events as shown: the ones that say a change, runs of one kind from one engine folded. */
