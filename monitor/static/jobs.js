@@ -69,6 +69,12 @@ $("start").addEventListener("submit", async event => {
   if (answer.ok) { await refresh(); location.hash = answer.body.jobs[0].id; }
 });
 
+{
+  const start = el("button", "Start");
+  Object.assign(start, {type: "submit", id: "start-button"});
+  $("start").append(start);  // only now: a click before this module ran would reload the page
+}
+
 // ---- the list
 function stateCell(row, state) {
   const td = cell(row, state, `state state-${state}`);
