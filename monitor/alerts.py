@@ -206,6 +206,32 @@ class Alerts:
             "events": [f"{e.type.value}:{e.engine_id or '-'}" for e in events],
         })  # fmt: skip
 
+    def view(self) -> dict[str, Any]:
+        """What the dashboard's Alerts page shows: each hook and the events it takes,
+        the alerts waiting out their grace, those being sent or waiting to retry, and the
+        last deliveries (newest last)."""
+        now = time.time()
+        waiting = [
+            {"key": key, "event": e.type.value, "engine_id": e.engine_id, "since": e.time,
+             "until": e.time + self.settings.grace}
+            for key, (e, _) in self._grace.items()
+        ]  # fmt: skip
+        sending = [
+            {"hook": h, "events": k, "retrying": retrying}
+            for retrying, tasks in ((False, self._deliveries), (True, self._backoff))
+            for h, k in tasks.values()
+        ]
+        return {
+            "now": now,
+            "grace": self.settings.grace,
+            "hooks": [
+                {"name": h.name, "events": sorted(t.value for t in h.events)} for h in self.hooks
+            ],
+            "waiting": waiting,
+            "sending": sending,
+            "deliveries": list(self.deliveries),
+        }
+
     def waiting(self, engine_id: str) -> bool:
         """Whether an offline alert about ``engine_id`` is waiting out its grace period."""
         return engine_id in self._grace

@@ -168,10 +168,11 @@ class Monitor:
         if tried:
             return {"state": tried[-1]["result"], "hooks": [d["hook"] for d in tried],
                     "error": tried[-1]["error"]}  # fmt: skip
-        if self.alerts.waiting(engine_id):
-            return {"state": "waiting", "hooks": [], "error": None}
         hooks = [h.name for h in self.alerts.hooks if EventType(kind) in h.events]
-        return {"state": "pending" if hooks else "none", "hooks": hooks, "error": None}
+        if not hooks:  # no hook takes it: nothing waits, whatever the grace
+            return {"state": "none", "hooks": [], "error": None}
+        state = "waiting" if self.alerts.waiting(engine_id) else "pending"
+        return {"state": state, "hooks": hooks, "error": None}
 
     def dropped(self, what: str) -> None:
         """Count one thing not read because it passed its size cap (``what``: znode, status)."""

@@ -8,8 +8,10 @@ view is stale), ``GET /metrics`` (Prometheus), ``GET /netdiscovery/monitor/spide
 totals),
 ``POST /netdiscovery/monitor/engines/{id}/spiders/{name}/{action}`` (pause, resume,
 stop through the monitor: :mod:`monitor.control`), the project routes under
-``/netdiscovery/monitor/projects`` (:mod:`monitor.projects`), ``GET /`` (the dashboard,
-which polls the JSON routes). Errors are real status codes with a JSON body.
+``/netdiscovery/monitor/projects`` (:mod:`monitor.projects`), ``GET
+/netdiscovery/monitor/alerts`` (hooks, alerts waiting and sent), and the dashboard's pages
+(:data:`PAGES`, static HTML whose scripts poll the JSON routes, under a strict CSP).
+Errors are real status codes with a JSON body.
 """
 
 from __future__ import annotations
@@ -176,25 +178,67 @@ async def retry(request: web.Request) -> web.Response:
     return web.json_response(answer, status=status)
 
 
-def _page(name: str) -> web.Response:
-    html = resources.files("monitor").joinpath(f"static/{name}").read_text("utf-8")
-    return web.Response(text=html, content_type="text/html", charset="utf-8")
+#: the dashboard's pages: path -> file under monitor/static
+PAGES = {
+    "/": "engines.html",
+    "/spiders": "spiders.html",
+    "/jobs": "jobs.html",
+    "/projects": "projects.html",
+    "/schedules": "schedules.html",
+    "/alerts": "alerts.html",
+}
+_ASSET = re.compile(r"[a-z][a-z0-9-]{0,40}\.(js|css)")
+_TYPES = {"js": "text/javascript", "css": "text/css"}
+#: the pages load only the monitor's own files and talk only to the monitor: no inline
+#: script or handler, no other origin (an injected string could not run even if shown)
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self' data: blob:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
 
 
-async def dashboard(request: web.Request) -> web.Response:
-    return _page("dashboard.html")
+def _static(name: str) -> str:
+    return resources.files("monitor").joinpath(f"static/{name}").read_text("utf-8")
 
 
-async def jobs_page(request: web.Request) -> web.Response:
-    """The Jobs page (and a job's log and counters): static, it polls the job routes."""
-    return _page("jobs.html")
+def page(name: str) -> Handler:
+    """One dashboard page: static HTML that polls the JSON routes (its script: /static/)."""
+
+    async def serve(request: web.Request) -> web.Response:
+        headers = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"}
+        return web.Response(
+            text=_static(name), content_type="text/html", charset="utf-8", headers=headers
+        )
+
+    return serve
+
+
+async def asset(request: web.Request) -> web.Response:
+    """A page's script or style sheet, by a plain file name only."""
+    name = request.match_info["name"]
+    match = _ASSET.fullmatch(name)
+    if match is None or not resources.files("monitor").joinpath(f"static/{name}").is_file():
+        raise web.HTTPNotFound(text=f"no file {name[:60]!r}")
+    headers = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
+    return web.Response(
+        text=_static(name), content_type=_TYPES[match[1]], charset="utf-8", headers=headers
+    )
+
+
+async def alerts_view(request: web.Request) -> web.Response:
+    """``GET /netdiscovery/monitor/alerts``: the hooks, alerts waiting out their grace or
+    being sent, and the last deliveries with their result."""
+    return web.json_response(request.app[STATE].alerts.view())
 
 
 def make_app(state: Monitor, ctl: Control) -> web.Application:
     app = web.Application(middlewares=[json_errors])
     app[STATE] = state
     app[CONTROL] = ctl
-    app.router.add_get("/", dashboard)
+    for path, name in PAGES.items():
+        app.router.add_get(path, page(name))
+    app.router.add_get("/static/{name}", asset)
+    app.router.add_get("/netdiscovery/monitor/alerts", alerts_view)
     app.router.add_get("/netdiscovery/monitor", monitor_view)
     app.router.add_get("/netdiscovery/events", events)
     app.router.add_get("/netdiscovery/health", health)
@@ -202,7 +246,6 @@ def make_app(state: Monitor, ctl: Control) -> web.Application:
     app.router.add_get("/netdiscovery/monitor/spiders", spider_history)
     app.router.add_post("/netdiscovery/monitor/engines/{engine}/spiders/{spider}/{action}", control)
     state.projects.add_routes(app)
-    app.router.add_get("/jobs", jobs_page)
     add_routes(app, state.jobs, ctl)
     add_schedule_routes(app, state.schedules)
     app.router.add_get("/netdiscovery/monitor/spiders/{spider}/failed", failed)

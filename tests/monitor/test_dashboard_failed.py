@@ -33,7 +33,8 @@ async def test_a_retry_button_requeues_failed_requests_at_the_engine(
     await engine.start()
     try:
         monitor, _ = await start_monitor(steering(zk_hosts))
-        async with chromium(f"{monitor.http.url}/?interval=300", tmp_path / "profile") as page:
+        url = f"{monitor.http.url}/spiders?interval=300"
+        async with chromium(url, tmp_path / "profile") as page:
             css = '#failed tr[data-engine="crawler-f"][data-spider="shop"]'
             row = f"document.querySelector({json.dumps(css)})"
             await shows(page, f"{row}?.querySelector('.total').textContent === '1'", "one failed")

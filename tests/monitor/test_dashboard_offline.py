@@ -54,14 +54,22 @@ async def test_a_lost_engine_stays_listed_offline_with_its_alert(
         assert await page.eval(f"{offline('doomed')}.className") == "offline"
         left = await page.eval(f"{offline('quitter')}.querySelector('.gone').textContent")
         assert left.startswith("left at ")
-        assert "no hook for it" in left
+        assert "no alert hook configured for it" in left
+        assert "grace" not in left
         await shows(page, f"{count} === '1 engine'", "one engine online, in the singular")
         assert not await page.eval("document.getElementById('changes-head').hidden")
         events = "[...document.querySelectorAll('#events li')].map(li => li.textContent)"
-        await shows(page, f"{events}.some(t => t.endsWith(' spider_paused calm/shop'))",
-                    "the pause, said as such")  # fmt: skip
+        paused = "' spider_paused calm/shop running → paused'"
+        await shows(page, f"{events}.some(t => t.endsWith({paused}))", "the pause, said as such")
+        shown = "[...document.querySelectorAll('#events li')].map(li => li.dataset.type)"
+        assert "engine_updated" not in await page.eval(shown)  # said as the pause it carries
         await screenshot(page, shots(tmp_path) / "dashboard-offline.png")
-        alerts = "document.getElementById('alerts').textContent"
-        assert "engine_lost:doomed" in await page.eval(alerts)
+        await page.eval("document.querySelector('nav a[href^=\"/alerts\"]').click()")
+        alerts = "document.querySelector('#alerts tr[data-result=sent]')?.textContent"
+        said = await shows(page, alerts, "the delivery on the Alerts page")
+        assert "engine_lost:doomed" in said
+        assert "email" in said
+        hooks = await page.eval("document.getElementById('hooks').textContent")
+        assert "email (engine_lost)" in hooks
     assert len(smtp.mailbox.messages) == 1
     assert [e.type.value for e in rec.of("spider_paused")] == ["spider_paused"]

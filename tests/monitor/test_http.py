@@ -71,7 +71,13 @@ async def test_routes(zk_hosts, start_monitor, engines):
 
     status, html, ctype = await _get(f"{base}/")
     assert (status, ctype) == (200, "text/html")
-    assert "/netdiscovery/monitor" in html
+    assert '<script type="module" src="/static/engines.js">' in html
+    status, script, ctype = await _get(f"{base}/static/engines.js")
+    assert (status, ctype) == (200, "text/javascript")
+    assert "/netdiscovery/monitor" in script
+    for bad in ("..%2Fhttp.py", "common.py", "x.js"):
+        status, _, _ = await _get(f"{base}/static/{bad}")
+        assert status == 404, bad
 
 
 async def test_health_is_503_while_disconnected():
@@ -169,9 +175,7 @@ async def test_dashboard_shows_an_engine_come_and_go(zk_hosts, start_monitor, en
         await asyncio.to_thread(engine.leave)
         kept = "[...document.querySelectorAll('#engines tr')].map(r => r.dataset.offline || '')"
         await poll(kept, ["left"], "engine row kept, offline")  # the dashboard keeps the dead
-        changes = (
-            "[...document.querySelectorAll('#changes li')].map(li => li.textContent.split(' ')[1])"
-        )
+        changes = "[...document.querySelectorAll('#changes li')].map(li => li.dataset.change)"
         await poll(changes, ["+dash1", "-dash1"], "changes seen by the page")
         events = "document.getElementById('events').textContent"
         assert "engine_left dash1" in await page.eval(events)
