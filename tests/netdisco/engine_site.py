@@ -33,7 +33,7 @@ async def page(request: web.Request) -> web.Response:
         for child in (2 * number + 1, 2 * number + 2, 0)
         if child < PAGES
     )
-    html = f"<html><body><h1>Page {number}</h1>{links}<a href='http://x.invalid/'>off</a></body></html>"
+    html = f"<html><body><h1>Page {number}</h1>{links}<a href='http://127.0.0.254:9/'>off</a></body></html>"
     return web.Response(text=html, content_type="text/html")
 
 
