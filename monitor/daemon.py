@@ -55,14 +55,7 @@ class Monitor:
         self.counts: Counter[str] = Counter()
         self.drops: Counter[str] = Counter()  # what was too big to read: "znode", "status"
         self.listeners: list[Callable[[Event], None]] = []  # e.g. tests, benchmarks
-        self.watcher = Watcher(
-            config.zookeeper,
-            self.record,
-            state_file=config.alerts.state_file,
-            on_unobserved=self.metrics.unobserved.inc,
-            on_dropped=self.dropped,
-            proof_key=proof_key(config.control.engine_token if config.control else None),
-        )
+        self.watcher = self._watch(config)
         self.alerts = Alerts(
             build_hooks(config),
             config.alerts,
@@ -90,6 +83,18 @@ class Monitor:
         self._bind_metrics()
         self.started_at = time.time()
         self._clock: asyncio.Task[None] | None = None
+
+    def _watch(self, config: MonitorConfig) -> Watcher:
+        """The view of ZooKeeper; with the engine token, leaves and engines are proven."""
+        token = config.control.engine_token if config.control else None
+        return Watcher(
+            config.zookeeper,
+            self.record,
+            state_file=config.alerts.state_file,
+            on_unobserved=self.metrics.unobserved.inc,
+            on_dropped=self.dropped,
+            proof_key=proof_key(token),
+        )
 
     def _bind_metrics(self) -> None:
         """The gauges read from the view when scraped."""

@@ -72,9 +72,7 @@ class Watcher:
         proof_key: bytes | None = None,
     ) -> None:
         self.settings = settings
-        #: with the engine token's key, only proven leaves are leaves (netdisco.cluster.proof)
-        self.proof_key = proof_key
-        self._unproven_logged = False
+        self.proof_key = proof_key  # only proven leaves are leaves (netdisco.cluster.proof)
         self._credentials = settings.credentials()  # a ConfigError naming the key if missing
         self.client = KazooClient(
             hosts=settings.hosts,
@@ -91,15 +89,14 @@ class Watcher:
         self._on_event = on_event
         self._on_unobserved, self._on_dropped = on_unobserved, on_dropped
         self._state_file = state_file
-        self._legacy_logged = self._sweep_denied = False
+        self._legacy_logged = self._sweep_denied = self._unproven_logged = False
         self._prefix = settings.root.rstrip("/") + "/"
         self._wake = asyncio.Event()
         self._full = True
         self._dirty: set[str] = set()
         self._times = LeaveTimes()  # for engines of contract 1 only (netdisco.cluster.legacy)
         self._garbage_seen: dict[str, int] = {}  # name -> czxid, of nodes in the view
-        self._ever_connected = False
-        self._closing = False
+        self._ever_connected = self._closing = False
         self._listed_wall = 0.0  # wall time of the listing behind ``view``
         self._task: asyncio.Task[None] | None = None
         self._save_task: asyncio.Task[None] | None = None

@@ -105,21 +105,17 @@ class Crawler:
         self.recrawl = Recrawl.wanted(ctx, self.downloader, self.scraper)
         self.acks = Acker(ctx, self.stream)
         self.run_id: str | None = None  # a schedule's tick: a finished crawl begins it anew
-        #: set when this run found the stored (or shared) crawl finished before it and
-        #: fetched nothing: how to crawl again (the frontier's ``start_over``)
-        self.already_finished: str | None = None
-        self._ended_before = False  # the crawl had run to its end when this run began
+        self.already_finished: str | None = None  # finished before, nothing fetched: how
+        self._ended_before = False  # to crawl again; the crawl had ended when this run began
         self._pipelines = [*pipelines, *spider.pipelines(), *self.feeds]
         self._listeners: list[Callable[[Crawler], None]] = []
         self._unpaused = asyncio.Event()
         self._taking = 0  # workers waiting in the frontier's take
-        self._seeding, self._stopping = True, False
+        self._seeding, self._stopping, self._opening = True, False, False
         self._workers: list[asyncio.Task[None]] = []
         self._main: asyncio.Task[None] | None = None
-        self._opening = False
         self._close_timeout: float | None = None  # for pending pipeline work, once stopping
-        self._context = contextvars.copy_context()  # logs carry the spider's name
-        self._context.run(structlog.contextvars.bind_contextvars, spider=self.name)
+        self._context = _logging_context(self.name)
 
     @functools.cached_property
     def failures(self) -> FailedRequests:
@@ -559,6 +555,13 @@ def _unwrap(exc: Exception) -> Exception:
     while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
+
+
+def _logging_context(spider: str) -> contextvars.Context:
+    """The context the crawl's tasks run in: their logs carry the spider's name."""
+    context = contextvars.copy_context()
+    context.run(structlog.contextvars.bind_contextvars, spider=spider)
+    return context
 
 
 def _item_chain(

@@ -65,7 +65,7 @@ HTTP_SETTINGS = frozenset(
         *("item_buffer", "flush_interval", "flush_items", "host_cache_size"),
         *("robots_agent", "host_error_limit", "http_cache_expiration", "warc_max_size"),
         *("hosts", "autothrottle", "autothrottle_target_concurrency", "max_crawl_delay"),
-        *("autothrottle_start_delay", "autothrottle_max_delay"),
+        *("autothrottle_start_delay", "autothrottle_max_delay", "host_give_up_after"),
     }
 )
 #: the other crawl settings, and why a token holder may not set them
@@ -76,6 +76,7 @@ HTTP_REFUSED: Mapping[str, str] = {
     "processes": "worker processes are the command line's (netdisco crawl -j); an engine runs one",
     "memory_queue_limit": "it bounds what the engine holds in memory",
     "frontier": "it connects the engine to a Redis the caller names",
+    "item_pipelines": "it names classes the engine imports and runs",
     "state_dir": "it writes a database wherever the caller says",
     "http_cache": "it writes a cache of responses wherever the caller says",
     "failed_keep": "it bounds what the engine stores of failed requests (its memory, disk, Redis)",

@@ -70,7 +70,7 @@ async def test_a_project_spider_is_named_by_its_name_and_names_are_unique(
     assert out.split() == ["NAME", "SPIDER", "slow", "barproj.spiders:Slow",
                            "small", "barproj.spiders:Small"]  # fmt: skip
     code, _, err = await cli(url, "spiders", "nothere")
-    assert (code, "404" in err) == (2, True)
+    assert (code, "404" in err) == (1, True)  # the monitor refused: one line, exit 1
     # start by name through the CLI and the route; an unknown name lists the names
     code, out, err = await cli(url, "start", "barproj", "small")
     assert code == 0, err
@@ -78,9 +78,9 @@ async def test_a_project_spider_is_named_by_its_name_and_names_are_unique(
     assert job is not None
     assert (job[0].project, job[0].spider) == ("barproj", "small")
     code, _, err = await cli(url, "start", "barproj", "fast")
-    assert code == 2
+    assert code == 1  # the monitor refused: one line, exit 1
     assert (
-        "400 spider: the project has no spider 'fast'; its spiders: "
+        "answered 400: spider: the project has no spider 'fast'; its spiders: "
         "slow (barproj.spiders:Slow), small (barproj.spiders:Small)"
     ) in err
     client = Client(monitor)
