@@ -14,7 +14,7 @@ check`` say so; the monitor then trusts no tombstone (:func:`tombstones_trusted`
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import structlog
@@ -57,15 +57,7 @@ def shut_to(acls: Iterable[Any], credentials: DigestCredentials) -> bool:
 
 async def shut_roots(client: KazooClient, root: str, credentials: DigestCredentials) -> list[str]:
     """The roots where the cluster's identity may not create (re-created by another)."""
-    found = []
-    for path in (root, tombstone_root(root)):
-        try:
-            acls, _ = await wait_result(client.get_acls_async(path))
-        except NoNodeError:
-            continue
-        if shut_to(acls, credentials):
-            found.append(path)
-    return found
+    return await _roots_where(client, root, lambda acls: shut_to(acls, credentials))
 
 
 def shut_root_warning(paths: Iterable[str]) -> str:
@@ -92,13 +84,20 @@ async def root_warnings(
 
 async def open_roots(client: KazooClient, root: str) -> list[str]:
     """The roots (engines', tombstones') that exist with an ACL open to changes."""
+    return await _roots_where(client, root, world_may_change)
+
+
+async def _roots_where(
+    client: KazooClient, root: str, wrong: Callable[[list[Any]], bool]
+) -> list[str]:
+    """The roots (engines', tombstones') that exist with an ACL that is ``wrong``."""
     found = []
     for path in (root, tombstone_root(root)):
         try:
             acls, _ = await wait_result(client.get_acls_async(path))
         except NoNodeError:
             continue
-        if world_may_change(acls):
+        if wrong(acls):
             found.append(path)
     return found
 
