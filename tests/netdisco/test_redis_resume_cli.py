@@ -13,9 +13,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import aiohttp
+import msgpack
 import pytest
 from redis import asyncio as aioredis
 
+from netdisco.crawl.codec import PACKED
 from netdisco.frontiers.redis import RedisOptions
 from netdisco.frontiers.redis.leases import Keys
 from netdisco.testing import eventually, free_port
@@ -51,7 +53,15 @@ async def held_paths(url: str, keys: Keys) -> set[str]:
         bodies = [await client.hget(keys.payload, rid) for rid in ids]
     finally:
         await client.aclose()
-    return {urlsplit(json.loads(body)["url"]).path for body in bodies if body}
+    return {urlsplit(queued_url(body)).path for body in bodies if body}
+
+
+def queued_url(body: bytes | str) -> str:
+    """The URL of a request as Redis holds it: compact (MessagePack) or JSON."""
+    if isinstance(body, bytes) and body.startswith(PACKED):
+        fields = msgpack.unpackb(body[len(PACKED) :], raw=True, strict_map_key=False)
+        return bytes(fields[b"u"]).decode()
+    return str(json.loads(body)["url"])
 
 
 def start_engine(config: Path, log: Path) -> subprocess.Popen[bytes]:

@@ -215,7 +215,7 @@ class RedisFrontier(Frontier[R]):
             if request.fingerprint in self._known and not request.dont_filter:
                 continue  # seen for sure: most links on a page are, so they stay here
             try:
-                body = self.codec.encode(request)
+                body = self.codec.pack(request)
             except RequestNotShareable as exc:
                 log.error("request_not_shareable", url=request.url, error=str(exc))
                 continue
@@ -230,7 +230,7 @@ class RedisFrontier(Frontier[R]):
                 self._remember(requests[index].fingerprint for index in sent)  # so re-send
         return added
 
-    def _entry(self, request: R, body: str) -> list[str | bytes]:
+    def _entry(self, request: R, body: bytes) -> list[str | bytes]:
         """What ``add`` sends of one request."""
         flag = "1" if request.dont_filter else "0"
         return [self._seen_key(request), flag, str(request.priority), body]

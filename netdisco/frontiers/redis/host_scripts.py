@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from netdisco.frontiers.redis.leases import Keys
+from netdisco.frontiers.redis.leases import PRIORITY_LUA, Keys
 from netdisco.frontiers.redis.scripts import MARK_SEEN_LUA, _fenced
 
 #: how long an add's answer is kept for its retries (ms)
@@ -104,6 +104,7 @@ class HostKeys(Keys):
 #: the crawl's epoch first (KEYS[11], ARGV[6]), as every script of the frontier
 HOST_PRELUDE = (
     _fenced(11, 6)
+    + PRIORITY_LUA
     + """
 local pre, delay, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local tracing, channel = ARGV[4] == '1', ARGV[5]
@@ -210,7 +211,7 @@ local function finish(owner, id, requeue, wait, body, credit)
     redis.call('SREM', K_owned, id)
     if requeue and body ~= '' then redis.call('HSET', K_payload, id, body) end
     local raw = redis.call('HGET', K_payload, id)
-    if requeue and raw then enqueue(host, id, -cjson.decode(raw)['priority']) else forget(id) end
+    if requeue and raw then enqueue(host, id, -priority(raw)) else forget(id) end
     release(host, id, credit, wait)
   elseif not requeue then
     -- put back by lease recovery meanwhile, but done after all: take it out again

@@ -192,7 +192,7 @@ class HostQueueFrontier(RedisFrontier[R]):
         self._asked.pop(rid, None)
         self._freeing = [r for r in self._freeing if r != rid]  # the back-off frees it
         wait = round(max(seconds, 0.0) * 1_000_000)
-        triple = [rid, self.codec.encode(request), *self._credit(rid)[1:]]
+        triple: list[str | bytes] = [rid, self.codec.pack(request), *self._credit(rid)[1:]]
         shard = self._shard_of_id(rid)
         await self._call(lambda: self._finish(shard, triple, what="1", wait_us=wait))
 
@@ -251,7 +251,7 @@ class HostQueueFrontier(RedisFrontier[R]):
 
     # -- hooks of RedisFrontier ---------------------------------------------------------
 
-    def _entry(self, request: R, body: str) -> list[str | bytes]:
+    def _entry(self, request: R, body: bytes) -> list[str | bytes]:
         return [*super()._entry(request, body)[:3], request.host_key, body]
 
     async def _add_entries(self, rows: list[list[str | bytes]]) -> list[Any]:
@@ -361,7 +361,7 @@ class HostQueueFrontier(RedisFrontier[R]):
         await by_shard(rids, self._shard_of_id, release)
 
     def _finish(
-        self, shard: int, triples: Sequence[str], *, what: str, wait_us: int = 0
+        self, shard: int, triples: Sequence[str | bytes], *, what: str, wait_us: int = 0
     ) -> Awaitable[Any]:
         args = [*self._prelude(shard), self.owner, what, wait_us, *triples]
         return self._host_done(keys=self._host_keys(shard), args=args)

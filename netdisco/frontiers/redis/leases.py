@@ -31,14 +31,29 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-# Requeue one leased id: its priority travels in the stored request (cjson is built in).
-REQUEUE_LUA = """
+#: A stored request's priority, in either format it is queued in (netdisco.crawl.codec):
+#: the compact one (first byte 1, then MessagePack; ``p`` left out when 0) or JSON.
+PRIORITY_LUA = """
+local function priority(body)
+  if string.byte(body, 1) == 1 then
+    return tonumber(cmsgpack.unpack(string.sub(body, 2))['p']) or 0
+  end
+  return cjson.decode(body)['priority']
+end
+"""
+
+# Requeue one leased id: its priority travels in the stored request (cjson and cmsgpack
+# are built in).
+REQUEUE_LUA = (
+    PRIORITY_LUA
+    + """
 local function requeue(k_queue, k_payload, id)
   local body = redis.call('HGET', k_payload, id)
-  if body then redis.call('ZADD', k_queue, -cjson.decode(body)['priority'], id) end
+  if body then redis.call('ZADD', k_queue, -priority(body), id) end
   return body and 1 or 0
 end
 """
+)
 
 #: KEYS owned, owner, leases, queue, payload; ARGV owner -> number returned
 RETURN_LUA = (
