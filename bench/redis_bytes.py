@@ -63,8 +63,10 @@ async def main(count: int) -> None:
     with RedisServer() as server:
         for seen in ("exact", "bloom"):
             per_request, per_seen = await measure(server.url, seen, count)
-            print(f"seen={seen}: {per_request:.0f} bytes a queued request "
-                  f"(the seen set included), {per_seen:.0f} a seen URL after ({count:,})")  # fmt: skip
+            print(
+                f"seen={seen}: {per_request:.0f} bytes a queued request (the seen set "
+                f"included), {per_seen:.0f} a seen URL after ({count:,})"
+            )
 
 
 if __name__ == "__main__":
