@@ -137,3 +137,10 @@ faults: $(STAMP) system-deps
 # namespace, link and process it makes is removed at the end (and leftovers at start).
 cluster-check: $(STAMP) system-deps
 	timeout --foreground -k 20 900 $(BIN)/python -m tests.cluster.journey
+
+# Links cut at random moments under a shared crawl on those machines (root; NDC_CUTS
+# cuts of each of four scenarios, about 5 minutes a scenario at 20): the table of
+# docs/benchmarks.md (tests/cluster/partitions.py). Not part of make test or .ci/run.
+partitions: $(STAMP) system-deps
+	NDC_PAGES=$${NDC_PAGES:-8000} timeout --foreground -k 20 3600 \
+	  $(BIN)/python -m tests.cluster.partitions

@@ -79,7 +79,7 @@ class Cluster:
 
     def env(self) -> dict[str, str]:
         """What every process gets: the secrets by variable, never on a command line."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("NETDISCO_", "NDC_"))}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NETDISCO_")}
         return env | {
             "NETDISCO_TOKEN": self.engine_token,
             "NDC_MONITOR_TOKEN": self.monitor_token,

@@ -3,7 +3,9 @@
 ``/p/N`` links to ``/p/2N+1`` and ``/p/2N+2`` (a binary tree of ``PAGES`` pages, every
 page reachable from ``/p/0``) and answers after ``DELAY`` seconds, so a crawl of three
 engines lasts long enough to cut links under it. ``/counts`` answers how many times
-each page was fetched: a page fetched twice is counted where it happened.
+each page was fetched, ``/fetches`` when and by which address: a page fetched twice is
+counted where it happened. ``POST /delay/S`` changes the delay, ``/counts/reset``
+forgets.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import asyncio
 import collections
 import os
+import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -32,13 +35,16 @@ def page_paths(pages: int = PAGES) -> set[str]:
 
 def make_app(pages: int = PAGES, delay: float = DELAY) -> web.Application:
     counts: collections.Counter[str] = collections.Counter()
+    fetches: list[tuple[float, str, str]] = []  # (time, client address, path)
+    pace = {"delay": delay}
 
     async def page(request: web.Request) -> web.Response:
         number = int(request.match_info["n"])
         if number >= pages:
             raise web.HTTPNotFound()
         counts[request.path] += 1
-        await asyncio.sleep(delay)
+        fetches.append((time.time(), request.remote or "", request.path))
+        await asyncio.sleep(pace["delay"])
         links = "".join(
             f'<a href="/p/{c}">{c}</a> ' for c in (2 * number + 1, 2 * number + 2) if c < pages
         )
@@ -50,15 +56,25 @@ def make_app(pages: int = PAGES, delay: float = DELAY) -> web.Application:
     async def counted(_: web.Request) -> web.Response:
         return web.json_response(dict(counts))
 
+    async def fetched(_: web.Request) -> web.Response:
+        return web.json_response(fetches)
+
     async def reset(_: web.Request) -> web.Response:
         counts.clear()
+        fetches.clear()
         return web.json_response({})
+
+    async def set_delay(request: web.Request) -> web.Response:
+        pace["delay"] = float(request.match_info["seconds"])
+        return web.json_response(pace)
 
     app = web.Application()
     app.router.add_get(r"/p/{n:\d+}", page)
     app.router.add_get("/robots.txt", robots)
     app.router.add_get("/counts", counted)
+    app.router.add_get("/fetches", fetched)
     app.router.add_post("/counts/reset", reset)
+    app.router.add_post(r"/delay/{seconds:[0-9.]+}", set_delay)
     return app
 
 
