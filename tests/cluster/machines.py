@@ -136,15 +136,24 @@ class Network:
 def cleanup() -> None:
     """Kill what runs in our namespaces, then delete them (their veths and bridge go too)."""
     for ns in ours():
-        pids = ip("netns", "pids", ns, check=False).split()
-        for pid in pids:
-            if pid == str(os.getpid()):
-                continue  # this process, in the hub
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pid), signal.SIGKILL)
+        for pid in _others(ns):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while set(ip("netns", "pids", ns, check=False).split()) - {str(os.getpid())}:
-            if time.monotonic() > deadline:
-                break
+        while _others(ns) and time.monotonic() < deadline:
             time.sleep(0.1)
         ip("netns", "del", ns, check=False)
+
+
+def _others(ns: str) -> set[int]:
+    """The processes in ``ns`` but this one and its children (``ip`` listing them)."""
+    me = os.getpid()
+    found = set()
+    for pid in ip("netns", "pids", ns, check=False).split():
+        try:
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone already
+        if int(pid) != me and parent != me:
+            found.add(int(pid))
+    return found
