@@ -12,7 +12,8 @@ CHECKOUT_PTH := import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["p
 ZK_JAR := /usr/share/java/zookeeper.jar
 APT    := DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 
-.PHONY: test lint typecheck unit demo demo-keep bench compose-check faults memory system-deps \
+.PHONY: test lint typecheck unit demo demo-keep bench compose-check cluster-check partitions \
+	faults memory system-deps \
 	clean lock test-newest test-lowest
 
 $(STAMP): pyproject.toml $(LOCK)
@@ -130,3 +131,16 @@ faults: $(STAMP) system-deps
 	NETDISCO_FAULTS=1 $(BIN)/pytest tests/faults -p no:cacheprovider -q
 	NETDISCO_FAULTS=1 $(BIN)/pytest -p no:cacheprovider -q -s \
 	  tests/netdisco/test_redis_cluster.py::test_a_master_killed_mid_crawl_is_replaced_and_nothing_is_lost
+
+# The README's cluster journey on ten machines made of network namespaces (root; about
+# 2 minutes): tests/cluster/journey.py. Addresses in 198.18.0.0/15, no route out; every
+# namespace, link and process it makes is removed at the end (and leftovers at start).
+cluster-check: $(STAMP) system-deps
+	timeout --foreground -k 20 900 $(BIN)/python -m tests.cluster.journey
+
+# Links cut at random moments under a shared crawl on those machines (root; NDC_CUTS
+# cuts of each of four scenarios, about 5 minutes a scenario at 20): the table of
+# docs/benchmarks.md (tests/cluster/partitions.py). Not part of make test or .ci/run.
+partitions: $(STAMP) system-deps
+	NDC_PAGES=$${NDC_PAGES:-8000} timeout --foreground -k 20 3600 \
+	  $(BIN)/python -m tests.cluster.partitions

@@ -233,7 +233,7 @@ def mail_view(sink: SmtpSink) -> web.Application:
         text = (
             '<!doctype html><html><head><meta charset="utf-8"><title>netdisco mail sink'
             "</title></head><body>"
-            f"<h1>Mails caught by 127.0.0.1:{sink.port} ({len(sink.received)})</h1>"
+            f"<h1>Mails caught by {sink.host}:{sink.port} ({len(sink.received)})</h1>"
             "<table><tr><th>Date</th><th>To</th><th>Subject</th><th>Body</th></tr>"
             f"{rows}</table></body></html>"
         )

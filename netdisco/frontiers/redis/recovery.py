@@ -131,6 +131,10 @@ class LeaseRecovery:
             self._wake.set()
 
     def _on_watch(self, event: WatchedEvent) -> None:
+        if event.path is None:  # a session event kazoo hands to every watch (an expiry)
+            self._full = True
+            self._wake.set()
+            return
         name = event.path.rsplit("/", 1)[-1]
         if event.type == EventType.CHANGED:
             self._times.changed(name)

@@ -1,0 +1,284 @@
+"""``make partitions``: links cut at random moments under a running shared crawl.
+
+The machines of ``make cluster-check`` (tests/cluster/cluster.py); per scenario a fresh
+crawl of the counting site by three engines (Redis emptied, engines restarted), then
+``NDC_CUTS`` cuts (20 by default) of 1 to 10 s at random moments, each healed and waited
+out, then the site is made fast so the crawl ends. Scenarios:
+
+* ``engine-zk``: one engine and the three ZooKeeper servers (blackhole routes on both
+  sides); its session expires on a cut longer than ``SESSION_TIMEOUT``;
+* ``engine-redis``: one engine and Redis (``lease_ttl`` 5 s, so some cuts outlast it);
+* ``monitor-zk``: the monitor and the three ZooKeeper servers;
+* ``zk-minority``: one ZooKeeper server's link down (the leader, every other cut).
+
+Per scenario: pages never fetched (lost), pages fetched twice (counted at the site),
+late starts (requests the cut engine *began* at the site after its leases could be
+handed to others: after the cut plus the session timeout, or plus ``lease_ttl``),
+false events (``engine_lost``/``engine_left`` of an engine not cut, or of a cut engine
+whose cut was too short to expire its session), and the time from the heal until the
+cut part works again. ``NDC_SCENARIOS=engine-zk,monitor-zk`` picks some.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.cluster.cluster import ENGINES, MACHINES, SESSION_TIMEOUT, ZKS, Cluster, http, wait_for
+from tests.cluster.site import PAGES, page_paths
+
+LEASE_TTL = 5.0
+CUTS = int(os.environ.get("NDC_CUTS", "20"))
+SLOW, FAST = 1.0, 0.002  # the site's delay while links are cut, then to end the crawl
+RECOVERY_LIMIT = 60.0
+
+
+@dataclass
+class Cut:
+    began: float
+    healed: float
+    target: str  # the engine, server or "monitor" cut off
+    recovered: float | None = None
+
+
+@dataclass
+class Result:
+    name: str
+    cuts: list[Cut] = field(default_factory=list)
+    lost: int = 0
+    twice: int = 0
+    late: int = 0
+    expired: int = 0  # cuts long enough to end a session (or a lease)
+    false_events: list[str] = field(default_factory=list)
+    events: int = 0
+    crawl: float = 0.0
+
+    def row(self) -> str:
+        times = [c.recovered for c in self.cuts if c.recovered is not None]
+        slow = f"{statistics.median(times):.1f} / {max(times):.1f}" if times else "-"
+        never = sum(c.recovered is None for c in self.cuts)
+        return (
+            f"| {self.name} | {len(self.cuts)} ({self.expired} long) | {self.lost} | "
+            f"{self.twice} | {self.late} | {len(self.false_events)} | {slow}"
+            f"{f' ({never} never)' if never else ''} | {self.crawl:.0f} s |"
+        )
+
+
+class Partitions:
+    def __init__(self, cluster: Cluster, rng: random.Random) -> None:
+        self.c = cluster
+        self.rng = rng
+
+    def fresh_crawl(self, extra: str = "") -> float:
+        for engine_id in ENGINES:
+            self.c.net.kill(engine_id, signal.SIGTERM)
+        self.c.redis_cli("flushall")
+        for feed in (self.c.work / "items").glob("*.jsonl"):
+            feed.unlink()
+        http("POST", f"{self.c.site}/counts/reset")
+        http("POST", f"{self.c.site}/delay/{SLOW}")
+        began = time.time()
+        for engine_id in ENGINES:
+            self.c.start_engine(engine_id, extra=extra)
+        for engine_id in ENGINES:
+            self.c.wait_engine(engine_id)
+        wait_for("fetching", lambda: len(self.c.counts()) > 20 or None, 60)
+        return began
+
+    def finish(self, result: Result, began: float) -> None:
+        http("POST", f"{self.c.site}/delay/{FAST}")
+
+        def finished() -> bool | None:
+            states = {
+                s["state"]
+                for e in ENGINES
+                for s in http("GET", self.c.engine_url(e, "/netdiscovery/spiders"))
+            }
+            return True if states == {"finished"} else None
+
+        try:
+            wait_for("a finished crawl", finished, 600, 1.0)
+        except TimeoutError as exc:
+            print(f"     {result.name}: {exc}", flush=True)
+        result.crawl = time.time() - began
+        counts = self.c.counts()
+        result.lost = len(page_paths() - set(counts))
+        result.twice = sum(n > 1 for n in counts.values())
+
+    def run(self, name: str, cut: Callable[[float], Cut], extra: str = "") -> Result:
+        result = Result(name)
+        began = self.fresh_crawl(extra)
+        for n in range(CUTS):
+            time.sleep(self.rng.uniform(1.0, 4.0))
+            done = cut(self.rng.uniform(1.0, 10.0))
+            result.cuts.append(done)
+            print(f"     {name} {n + 1}/{CUTS}: {done.target} cut "
+                  f"{done.healed - done.began:.1f} s, back in "
+                  f"{done.recovered if done.recovered is None else round(done.recovered, 1)} s",
+                  flush=True)  # fmt: skip
+        self.finish(result, began)
+        self.judge(result, began)
+        return result
+
+    # -- the cuts --------------------------------------------------------------------------
+
+    def engine_zk(self, seconds: float) -> Cut:
+        engine = self.rng.choice(sorted(ENGINES))
+        machine = ENGINES[engine]
+        began = time.time()
+        for zk in ZKS:
+            self.c.net.cut_pair(machine, zk)
+        time.sleep(seconds)
+        for zk in ZKS:
+            self.c.net.mend_pair(machine, zk)
+        done = Cut(began, time.time(), engine)
+        done.recovered = self.until(done, lambda: self.registered(engine))
+        return done
+
+    def engine_redis(self, seconds: float) -> Cut:
+        engine = self.rng.choice(sorted(ENGINES))
+        machine = ENGINES[engine]
+        began = time.time()
+        self.c.net.cut_pair(machine, "redis")
+        time.sleep(seconds)
+        self.c.net.mend_pair(machine, "redis")
+        done = Cut(began, time.time(), engine)
+        address = MACHINES[machine]
+        done.recovered = self.until(done, lambda: self.fetched_since(address, done.healed))
+        return done
+
+    def monitor_zk(self, seconds: float) -> Cut:
+        began = time.time()
+        for zk in ZKS:
+            self.c.net.cut_pair("monitor", zk)
+        time.sleep(seconds)
+        for zk in ZKS:
+            self.c.net.mend_pair("monitor", zk)
+        done = Cut(began, time.time(), "monitor")
+        done.recovered = self.until(done, self.monitor_whole)
+        return done
+
+    def zk_minority(self, seconds: float) -> Cut:
+        leader = next((z for z in ZKS if self.c.zk_mode(z) == "leader"), ZKS[0])
+        followers = [z for z in ZKS if z != leader]
+        server = leader if self.rng.random() < 0.5 else self.rng.choice(followers)
+        began = time.time()
+        fetched = len(self.fetches())
+        self.c.net.cut(server)
+        time.sleep(seconds)
+        during = len(self.fetches()) - fetched
+        self.c.net.mend(server)
+        done = Cut(began, time.time(), f"{server} ({'leader' if server == leader else 'follower'},"
+                   f" {during} pages meanwhile)")  # fmt: skip
+        done.recovered = self.until(done, lambda: self.c.zk_mode(server))
+        return done
+
+    # -- what is watched -------------------------------------------------------------------
+
+    def until(self, cut: Cut, probe: Callable[[], Any]) -> float | None:
+        try:
+            wait_for("recovery", probe, RECOVERY_LIMIT, 0.1)
+        except TimeoutError:
+            return None
+        return time.time() - cut.healed
+
+    def registered(self, engine: str) -> bool | None:
+        status = http("GET", self.c.engine_url(engine, "/netdiscovery/health"))
+        return True if status.get("registry") == "registered" else None
+
+    def monitor_whole(self) -> bool | None:
+        http("GET", f"{self.c.monitor}/netdiscovery/health")  # a 503 raises: not yet
+        view = http("GET", f"{self.c.monitor}/netdiscovery/monitor")
+        return True if len(view["engines"]) == len(ENGINES) else None
+
+    def fetches(self) -> list[tuple[float, str, str]]:
+        return [(t, a, p) for t, a, p in http("GET", f"{self.c.site}/fetches")]
+
+    def fetched_since(self, address: str, since: float) -> bool | None:
+        return True if any(t > since and a == address for t, a, _ in self.fetches()) else None
+
+    def judge(self, result: Result, began: float) -> None:
+        """Late starts and false events, from the site's log and the monitor's events."""
+        fetches = self.fetches()
+        limit = LEASE_TTL if result.name == "engine-redis" else SESSION_TIMEOUT
+        engine_cut = result.name.startswith("engine-")
+        for cut in result.cuts:
+            long = cut.healed - cut.began > limit
+            result.expired += long
+            if engine_cut and long:
+                address = MACHINES[ENGINES[cut.target]]
+                result.late += sum(
+                    cut.began + limit < t <= cut.healed and a == address for t, a, _ in fetches
+                )
+        events = [e for e in self.c.events() if e["time"] >= began]
+        result.events = len(events)
+        for event in events:
+            if event["type"] not in ("engine_lost", "engine_left"):
+                continue
+            if not self.explained(result, event):
+                result.false_events.append(f"{event['type']} {event['engine_id']}")
+
+    def explained(self, result: Result, event: dict[str, Any]) -> bool:
+        """An engine_lost of the engine cut from ZooKeeper long enough to expire."""
+        if result.name != "engine-zk" or event["type"] != "engine_lost":
+            return False
+        return any(
+            c.target == event["engine_id"] and c.healed - c.began > SESSION_TIMEOUT * 0.9
+            and c.began <= event["time"] <= c.healed + RECOVERY_LIMIT
+            for c in result.cuts
+        )  # fmt: skip
+
+
+def main() -> int:
+    if os.geteuid() != 0:
+        print("make partitions needs root (network namespaces)", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="netdisco-partitions-"))
+    cluster = Cluster(work)
+    seed = int(os.environ.get("NDC_SEED", str(int(time.time()))))
+    p = Partitions(cluster, random.Random(seed))
+    scenarios: dict[str, tuple[Callable[[float], Cut], str]] = {
+        "engine-zk": (p.engine_zk, ""),
+        "engine-redis": (p.engine_redis, f"?lease_ttl={LEASE_TTL:g}"),
+        "monitor-zk": (p.monitor_zk, ""),
+        "zk-minority": (p.zk_minority, ""),
+    }
+    chosen = os.environ.get("NDC_SCENARIOS", ",".join(scenarios)).split(",")
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    results: list[Result] = []
+    try:
+        cluster.net.build()
+        cluster.start_zookeeper()
+        cluster.start_redis()
+        cluster.start_site()
+        cluster.start_mail()
+        cluster.start_monitor()
+        print(f"partitions: seed {seed}, {CUTS} cuts a scenario, {PAGES} pages", flush=True)
+        for name in chosen:
+            cut, extra = scenarios[name]
+            results.append(p.run(name, cut, extra))
+            print(results[-1].row(), results[-1].false_events[:5], flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    finally:
+        cluster.net.close()
+    print("| scenario | cuts (long) | lost | twice | late starts | false events "
+          "| recovery median / max | crawl |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for result in results:
+        print(result.row())
+    print(f"logs in {work / 'logs'}", flush=True)
+    return 0 if len(results) == len(chosen) and all(r.lost == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
