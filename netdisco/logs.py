@@ -60,6 +60,12 @@ class Stderr:
         return sys.stderr.isatty()
 
 
+#: loggers keep the configuration of their first use (fast); a process that configures
+#: logging again and again in one run (a test suite calling ``main``) turns it off, or
+#: ``structlog.testing.capture_logs`` no longer sees what a logger used before says
+CACHE_LOGGERS = True
+
+
 def configure(*, json: bool | None = None, level: str = "info") -> bool:
     """Configure structlog, and the stdlib loggers under it, once for this process;
     returns whether lines are JSON (``json``, or stderr is not a terminal)."""
@@ -79,7 +85,7 @@ def configure(*, json: bool | None = None, level: str = "info") -> bool:
             logging.getLevelNamesMapping()[level.upper()]
         ),
         logger_factory=structlog.PrintLoggerFactory(file=Stderr()),  # type: ignore[arg-type]
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=CACHE_LOGGERS,
     )
     handler = logging.StreamHandler(Stderr())
     handler.setFormatter(

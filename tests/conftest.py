@@ -12,7 +12,12 @@ from collections.abc import Iterator
 import pytest
 from kazoo.client import KazooClient
 
+from netdisco import logs
 from netdisco.testing import ZooKeeperServer
+
+# tests call the CLIs' main() in-process, which configure logging each time: a logger
+# cached by the first would hide its lines from capture_logs in every later test
+logs.CACHE_LOGGERS = False
 
 
 @pytest.fixture(scope="session")
