@@ -212,7 +212,9 @@ async def test_job_on_a_killed_engine_is_lost_requeued_and_finished(
     client = Client(monitor)
     slow = {"spider": "tests.monitor.job_spiders:Walk", "on_lost": "requeue",
             "args": {"site": site, "speed": "slow"},
-            "settings": {"concurrency": "2", "depth_limit": "5"}}  # fmt: skip
+            # about 13 s of pages: still running when e1 is killed, on a loaded machine too
+            "settings": {"concurrency": "1", "depth_limit": "5",
+                         "download_delay": "0.2"}}  # fmt: skip
     (job,) = await client.start(**slow)
     await state_of(client, job["id"], "running")
     await spawn_engine("e2", job_frontier=redis_url)
