@@ -139,6 +139,8 @@ async def _deploy(monitor: Monitor, tmp_path: Any) -> None:
     (source / "pyproject.toml").write_text('[project]\nname = "shop"\nversion = "1"\n')
     (source / "shop_spiders.py").write_text(PROJECT_SPIDER)
     data = archive.pack(source)
+    # a monitor started with fresh=False may not have connected yet
+    await eventually(lambda: monitor.watcher.connected, "the monitor connected", timeout=30)
     store = ProjectStore(monitor.watcher.client, monitor.config.zookeeper.root)
     await store.put("shop", data, archive.inspect(data, 1 << 20), "1.0")
 
