@@ -35,6 +35,13 @@ lock: $(STAMP)
 # The suite on the newest releases pyproject.toml allows (no lock), in a venv of its own,
 # upgraded on every run: a release that breaks users fails here the day it appears.
 NEWEST := .venv-newest
+# the releases that differ from the lock, by normalised name (PEP 503)
+NEWER_THAN_LOCK := import re, sys; \
+	pins = lambda path: {re.sub(r"[-_.]+", "-", n).lower(): v for n, _, v in \
+	(line.strip().partition("==") for line in open(path)) if v and not n.startswith("\#")}; \
+	lock, new = pins(sys.argv[1]), pins(sys.argv[2]); \
+	[print(f"newer than the lock: {n} {lock[n]} -> {v}") for n, v in sorted(new.items()) \
+	if lock.get(n, v) != v]
 test-newest: system-deps
 	@[ -x $(NEWEST)/bin/python ] || $(PYTHON) -m venv $(NEWEST)
 	$(NEWEST)/bin/pip install -q --upgrade pip
@@ -42,9 +49,7 @@ test-newest: system-deps
 	$(NEWEST)/bin/python -c '$(CHECKOUT_PTH)'
 	touch $(NEWEST)/.installed  # newer than the lock: the make below keeps these releases
 	$(NEWEST)/bin/pip list --format=freeze > $(NEWEST)/versions.txt
-	@diff -u <(grep -v '^-e\|netdiscovery' $(NEWEST)/versions.txt | sort -f) \
-	  <(grep -E '^[A-Za-z0-9]' $(LOCK) | sort -f) | grep -E '^[-+][A-Za-z]' \
-	  | sed 's/^/newer than the lock: /' || true
+	@$(NEWEST)/bin/python -c '$(NEWER_THAN_LOCK)' $(LOCK) $(NEWEST)/versions.txt
 	$(MAKE) --no-print-directory VENV=$(NEWEST) STAMP=$(NEWEST)/.installed lint typecheck unit
 
 # The lowest releases pyproject.toml allows: import, a crawl, an engine (tests/lowest_smoke.py).
