@@ -15,27 +15,39 @@ import sys
 import time
 from pathlib import Path
 
+import aiohttp
 import pytest
 from aiohttp import web
 
-from netdisco.testing import eventually, free_port, serve
+from netdisco.testing import eventually, free_port, get_json, serve
 from tests.monitor.conftest import monitor_config
 
 BLOCK = 40.0
 SPIDER = """
+import asyncio
+import os
 import time
-from netdisco import Spider
+from netdisco import Request, Spider
 
 
 class Blocking(Spider):
     name = "blocking"
-    start_urls = ["{base}/"]
+
+    async def start(self):
+        while not os.path.exists("go"):  # the test says go once the engine is registered
+            await asyncio.sleep(0.05)
+        yield Request("{base}/")
 
     def parse(self, response):
         open("blocking.started", "w").close()
         time.sleep({block})  # a callback that blocks the engine's loop
         yield {{"url": response.url}}
 """
+
+
+async def _registered(session: aiohttp.ClientSession, url: str) -> bool:
+    body = await get_json(session, url)
+    return bool(body and body.get("registry") == "registered")
 
 
 async def page(_request: web.Request) -> web.Response:
@@ -56,8 +68,9 @@ async def test_a_loop_stuck_for_40_s_is_reported_while_stuck(
     async with serve(app) as base:
         (tmp_path / "blocking.py").write_text(SPIDER.format(block=BLOCK, base=base))
         config = tmp_path / "engine.toml"
+        port = free_port()
         config.write_text(
-            f'[engine]\nid = "stuck"\nport = {free_port()}\nloop_stall = 2.0\n'
+            f'[engine]\nid = "stuck"\nport = {port}\nloop_stall = 2.0\n'
             "loop_stall_drop = 0\n"  # the znode stays, stalled, and says nothing more
             f'[zookeeper]\nhosts = "{zk_hosts}"\nsession_timeout = 10.0\n'
             f'[[spiders]]\nspider = "blocking.py:Blocking"\n'
@@ -71,6 +84,11 @@ async def test_a_loop_stuck_for_40_s_is_reported_while_stuck(
             )  # fmt: skip
         try:
             await eventually(lambda: rec.of("engine_joined", "stuck"), "joined", timeout=30)
+            # and the engine has taken in its node's creation (the monitor may see the node
+            # before the engine's loop has read the reply; its watchdog writes only after)
+            async with aiohttp.ClientSession() as session:
+                health = f"http://127.0.0.1:{port}/netdiscovery/health"
+                await eventually(lambda: _registered(session, health), "registered", timeout=30)
             (tmp_path / "go").touch()
             started = tmp_path / "blocking.started"
             await eventually(started.exists, "the callback blocks", timeout=30)
