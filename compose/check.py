@@ -23,6 +23,7 @@ import hostprep
 from stack import Stack, docker, get_json
 
 from netdisco.demo.site import PAGES, SECTIONS
+from netdisco.testing import wait_for as poll
 
 ENGINES = ["engine-1", "engine-2", "engine-3"]
 VICTIM = "engine-2"
@@ -36,20 +37,9 @@ class StepFailed(Exception):
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float) -> T:
-    """Poll ``probe`` until it returns something (errors count as not yet)."""
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            result = probe()
-        except Exception as exc:
-            result, last = None, exc
-        if result is not None:
-            return result
-        time.sleep(1)
-    raise StepFailed(
-        f"no {what} within {timeout:.0f} s" + (f" (last error: {last})" if last else "")
-    )
+    """Poll ``probe`` once a second until it returns something (errors count as not yet)."""
+    result: T = poll(what, probe, timeout, every=1.0, error=StepFailed)
+    return result
 
 
 @dataclass

@@ -42,6 +42,29 @@ async def eventually(
         await asyncio.sleep(interval)
 
 
+def wait_for(
+    what: str,
+    probe: Callable[[], Any],
+    timeout: float,
+    every: float = 0.2,
+    error: Callable[[str], Exception] = TimeoutError,
+) -> Any:
+    """``eventually`` for code without a loop (harnesses driving processes): poll
+    ``probe`` until it returns something not None; errors count as not yet, and the
+    last one is named when ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = probe()
+        except Exception as exc:
+            result, last = None, exc
+        if result is not None:
+            return result
+        time.sleep(every)
+    raise error(f"no {what} within {timeout:.0f} s" + (f" (last error: {last})" if last else ""))
+
+
 async def get_json(session: aiohttp.ClientSession, url: str, timeout: float = 2.0) -> Any:
     """The JSON at ``url``, or None while the server is not (yet) answering 200."""
     try:

@@ -53,6 +53,18 @@ def four_letter(host: str, port: int, word: str) -> str:
     return b"".join(chunks).decode()
 
 
+def zookeeper_mode(host: str, port: int) -> str | None:
+    """``leader``, ``follower`` or ``standalone`` while the server serves, else None."""
+    try:
+        answer = four_letter(host, port, "srvr")
+    except OSError:
+        return None
+    for line in answer.splitlines():
+        if line.startswith("Mode: "):
+            return line.split(": ", 1)[1].strip()
+    return None
+
+
 class ServerProcess:
     """A server run as a child process on a free loopback port, stopped by its pid.
 

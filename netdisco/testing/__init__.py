@@ -13,7 +13,7 @@ does, ``netdisco demo`` included (``tests/test_layers.py`` enforces it).
 - polling: ``eventually`` a check holds (``netdisco._polling``, shared with the demo).
 """
 
-from netdisco._polling import eventually, get_json
+from netdisco._polling import eventually, get_json, wait_for
 from netdisco._servers import (
     ZK_CONF_DIR,
     ZK_JAR,
@@ -24,6 +24,7 @@ from netdisco._servers import (
     free_port,
     redis_ping,
     wait_port,
+    zookeeper_mode,
 )
 from netdisco.testing.cluster import RedisClusterServer
 from netdisco.testing.http import serve, write_site
@@ -41,6 +42,8 @@ __all__ = [
     "get_json",
     "redis_ping",
     "serve",
+    "wait_for",
     "wait_port",
     "write_site",
+    "zookeeper_mode",
 ]

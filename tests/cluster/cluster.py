@@ -10,7 +10,6 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -18,7 +17,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from netdisco.testing import ZK_CONF_DIR, ZK_JAR
+from netdisco.testing import ZK_CONF_DIR, ZK_JAR, zookeeper_mode
+from netdisco.testing import wait_for as poll
 from tests.cluster.machines import Network
 from tests.cluster.site import SITE_ENV
 
@@ -39,18 +39,9 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: float = 0.2) -> T:
-    """Poll ``probe`` until it returns something; errors count as not yet."""
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            result = probe()
-        except Exception as exc:
-            result, last = None, exc
-        if result is not None:
-            return result
-        time.sleep(every)
-    raise TimeoutError(f"no {what} within {timeout:.0f} s" + (f" ({last})" if last else ""))
+    """``netdisco.testing.wait_for``, typed: poll ``probe`` until it returns something."""
+    result: T = poll(what, probe, timeout, every)
+    return result
 
 
 def http(method: str, url: str, token: str | None = None, body: Any = None) -> Any:
@@ -119,16 +110,7 @@ class Cluster:
 
     def zk_mode(self, machine: str) -> str | None:
         """``leader``/``follower`` while the server serves (asked from the hub)."""
-        from netdisco.testing import four_letter
-
-        try:
-            answer = four_letter(MACHINES[machine], ZK_PORT, "srvr")
-        except OSError:
-            return None
-        for line in answer.splitlines():
-            if line.startswith("Mode: "):
-                return line.split(": ", 1)[1].strip()
-        return None
+        return zookeeper_mode(MACHINES[machine], ZK_PORT)
 
     def start_redis(self) -> None:
         self.net.spawn(

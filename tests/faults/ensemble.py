@@ -8,7 +8,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from netdisco.testing import ZK_CONF_DIR, ZK_JAR, four_letter, free_port
+from netdisco.testing import ZK_CONF_DIR, ZK_JAR, free_port, zookeeper_mode
 
 
 class Ensemble:
@@ -57,14 +57,7 @@ class Ensemble:
 
     def mode(self, i: int) -> str | None:
         """``leader`` or ``follower`` while server ``i`` serves, else None."""
-        try:
-            answer = four_letter("127.0.0.1", self.ports[i][0], "srvr")
-        except OSError:
-            return None
-        for line in answer.splitlines():
-            if line.startswith("Mode: "):
-                return line.split(": ", 1)[1].strip()
-        return None
+        return zookeeper_mode("127.0.0.1", self.ports[i][0])
 
     def leader(self) -> int | None:
         return next((i for i in self.ids if self.mode(i) == "leader"), None)
