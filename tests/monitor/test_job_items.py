@@ -12,14 +12,13 @@ from typing import Any
 
 import aiohttp
 
-from netdisco.testing import eventually
-from tests.monitor.conftest import monitor_config
 from tests.monitor.test_job_names import cli
 from tests.monitor.test_jobs import (  # noqa: F401 - fixtures
     Client,
     site,
     spawn_engine,
     state_of,
+    steering_engines,
     with_token,
 )
 
@@ -39,11 +38,9 @@ async def test_items_are_kept_counted_paged_downloaded_and_bounded(
     site,  # noqa: F811 - the fixture
     tmp_path: Path,
 ):
-    monitor, _ = await start_monitor(with_token(monitor_config(zk_hosts)))
-    await spawn_engine("e1")
-    await spawn_engine("e2", job_items_max=50)
-    await eventually(lambda: len(monitor.jobs.slots()) == 2, "two engines", timeout=30)
-    client = Client(monitor)
+    monitor, client = await steering_engines(
+        zk_hosts, start_monitor, spawn_engine, e1={}, e2={"job_items_max": 50}
+    )
     walk: dict[str, Any] = {"spider": "walk", "args": {"site": site}}  # no feed declared
     (kept,) = await client.start(**walk, on=["e1"])
     (bounded,) = await client.start(**walk, on=["e2"])
@@ -91,10 +88,7 @@ async def test_the_items_path_never_leaves_the_job_directory(
     site,  # noqa: F811 - the fixture
     tmp_path: Path,
 ):
-    monitor, _ = await start_monitor(with_token(monitor_config(zk_hosts)))
-    await spawn_engine("e1")
-    await eventually(lambda: monitor.jobs.slots(), "an engine with slots", timeout=30)
-    client = Client(monitor)
+    _, client = await steering_engines(zk_hosts, start_monitor, spawn_engine, e1={})
     (job,) = await client.start(spider="walk", args={"site": site})
     await state_of(client, job["id"], "finished")
     status, text, _ = await fetch(client, f"/{job['id']}/items", format="../../secret")

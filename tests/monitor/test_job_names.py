@@ -9,7 +9,6 @@ import sys
 from asyncio.subprocess import PIPE
 from pathlib import Path
 
-from netdisco.testing import eventually
 from tests.monitor.conftest import monitor_config
 from tests.monitor.test_jobs import (  # noqa: F401 - fixtures
     TOKEN,
@@ -17,6 +16,7 @@ from tests.monitor.test_jobs import (  # noqa: F401 - fixtures
     site,
     spawn_engine,
     state_of,
+    steering_engines,
     with_token,
 )
 
@@ -97,9 +97,7 @@ async def test_a_job_of_no_project_names_a_spider_of_the_engines_spider_modules(
     spawn_engine,  # noqa: F811 - the fixture
     site,  # noqa: F811 - the fixture
 ):
-    monitor, _ = await start_monitor(with_token(monitor_config(zk_hosts)))
-    await spawn_engine("e1")
-    await eventually(lambda: monitor.jobs.slots(), "an engine with slots", timeout=30)
+    monitor, _ = await steering_engines(zk_hosts, start_monitor, spawn_engine, e1={})
     code, out, err = await cli(monitor.http.url, "start", "-", "walk", "-a", f"site={site}")
     assert code == 0, err
     client = Client(monitor)

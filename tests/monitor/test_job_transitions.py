@@ -18,6 +18,7 @@ from tests.monitor.test_jobs import (  # noqa: F401 - fixtures
     site,
     spawn_engine,
     state_of,
+    steering_engines,
     with_token,
 )
 
@@ -47,10 +48,7 @@ async def test_an_engine_refuses_to_end_a_job_marked_lost_and_logs_both_states(
     site,  # noqa: F811 - the fixture
     tmp_path: Path,
 ):
-    monitor, _ = await start_monitor(with_token(monitor_config(zk_hosts)))
-    await spawn_engine("e1")
-    await eventually(lambda: monitor.jobs.slots(), "an engine with slots", timeout=30)
-    client = Client(monitor)
+    monitor, client = await steering_engines(zk_hosts, start_monitor, spawn_engine, e1={})
     slow = {"spider": "tests.monitor.job_spiders:Walk", "args": {"site": site, "speed": "slow"},
             "settings": {"concurrency": "1", "download_delay": "0.1"}}  # fmt: skip
     (job,) = await client.start(**slow)

@@ -108,6 +108,19 @@ class Client:
             return await resp.text()
 
 
+async def steering_engines(
+    zk_hosts: str, start_monitor: Any, spawn_engine: Any, **engines: dict[str, Any]
+) -> tuple[Monitor, Client]:
+    """A monitor with the token and ``engines`` (id -> engine settings), once it sees
+    every engine's job slots."""
+    monitor, _ = await start_monitor(with_token(monitor_config(zk_hosts)))
+    for engine_id, settings in engines.items():
+        await spawn_engine(engine_id, **settings)
+    count = len(engines)
+    await eventually(lambda: len(monitor.jobs.slots()) == count, "the engines' slots", timeout=30)
+    return monitor, Client(monitor)
+
+
 async def state_of(
     client: Client, job_id: str, *states: str, timeout: float = 30
 ) -> dict[str, Any]:
