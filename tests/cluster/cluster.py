@@ -192,6 +192,15 @@ class Cluster:
     def engine_url(self, engine_id: str, path: str) -> str:
         return f"http://{MACHINES[ENGINES[engine_id]]}:{ENGINE_PORT}{path}"
 
+    def crawl_finished(self) -> bool | None:
+        """True once every engine's spiders are finished (None: not yet, for wait_for)."""
+        states = {
+            s["state"]
+            for e in ENGINES
+            for s in http("GET", self.engine_url(e, "/netdiscovery/spiders"))
+        }
+        return True if states == {"finished"} else None
+
     def wait_engine(self, engine_id: str, timeout: float = 60) -> None:
         url = self.engine_url(engine_id, "/netdiscovery/health")
         wait_for(f"{engine_id} healthy", lambda: http("GET", url), timeout)

@@ -87,15 +87,7 @@ class Journey:
         return f"the monitor sees {seen}"
 
     def shared_crawl(self) -> str:
-        def finished() -> bool | None:
-            states = {
-                s["state"]
-                for e in ENGINES
-                for s in http("GET", self.c.engine_url(e, "/netdiscovery/spiders"))
-            }
-            return True if states == {"finished"} else None
-
-        wait_for("a finished crawl", finished, 300, 1.0)
+        wait_for("a finished crawl", self.c.crawl_finished, 300, 1.0)
         counts = self.c.counts()
         missing = page_paths() - set(counts)
         twice = {p: n for p, n in counts.items() if n > 1}

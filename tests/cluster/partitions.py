@@ -97,16 +97,8 @@ class Partitions:
     def finish(self, result: Result, began: float) -> None:
         http("POST", f"{self.c.site}/delay/{FAST}")
 
-        def finished() -> bool | None:
-            states = {
-                s["state"]
-                for e in ENGINES
-                for s in http("GET", self.c.engine_url(e, "/netdiscovery/spiders"))
-            }
-            return True if states == {"finished"} else None
-
         try:
-            wait_for("a finished crawl", finished, 600, 1.0)
+            wait_for("a finished crawl", self.c.crawl_finished, 600, 1.0)
         except TimeoutError as exc:
             print(f"     {result.name}: {exc}", flush=True)
         result.crawl = time.time() - began
