@@ -109,6 +109,7 @@ async def test_sigterm_then_rerun_fetches_nothing_twice_and_a_second_process_is_
     first = start(argv, log)
     try:
         await eventually(lambda: counting_site.fetched >= PAGES // 4, "a quarter of the site")
+        counting_site.delay = 0.05  # the rest slowly: still crawling while a second starts
         second = start(argv, tmp_path / "second.log")
         assert await finish(second, 60) == 2
         refused = (tmp_path / "second.log").read_text()
@@ -121,6 +122,7 @@ async def test_sigterm_then_rerun_fetches_nothing_twice_and_a_second_process_is_
         if first.poll() is None:
             first.kill()
     assert counting_site.fetched < PAGES, "the crawl ended before the stop"
+    counting_site.delay = 0.002
     assert await finish(start(argv, log)) == 0, log.read_text()[-3000:]
     assert counting_site.fetched == PAGES
     assert counting_site.duplicates == 0
