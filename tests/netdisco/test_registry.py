@@ -325,7 +325,10 @@ async def test_server_restart_keeps_the_node_without_a_storm(
     own_zk: ZooKeeperServer, make: Make, guard: Guard
 ) -> None:
     await asyncio.to_thread(own_zk.start)
-    registration = await make(own_zk.hosts)
+    # The restarted server gives the session a fresh timeout from the moment it loads,
+    # which may be before its port answers (a slow JVM start under load), and the
+    # client backs off up to a second between tries: 2 s is too tight a window there.
+    registration = await make(own_zk.hosts, session_timeout=6.0)
     await _registered(registration)
     before = await _read_once(own_zk.hosts, PATH)
     creates = guard.count("create_async", PATH)
