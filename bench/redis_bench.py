@@ -88,6 +88,7 @@ async def engine(redis_url: str, bases: str, concurrency: int, delay: float, per
     result = {"pages": stats.succeeded, "start": started, "end": finished, "round_trips": trips}
     result["cpu"] = cpu
     result["empty_takes"] = empty[0]
+    result["idle_share"] = stats.idle_share
     print(json.dumps(result), flush=True)
 
 

@@ -18,8 +18,6 @@ NetdiscoError
 │   │   └── TransferTimeout  ... because it took longer than ``timeout``
 │   ├── DownloadFailed       network error, retries exhausted
 │   ├── HostGivenUp          the host failed ``host_error_limit`` times in a row: given up
-│   ├── RetryDeferred        a retry handed back to host queues, to wait out its back-off
-│   ├── RedirectHandedOff    a redirect to another host, queued for that host (host queues)
 │   ├── HttpStatusError      the final response had a 4xx or 5xx status
 │   ├── DuplicateRedirect    a redirect to a page already fetched or queued
 │   ├── UnexpectedNotModified  a 304 for a page the page store does not hold
@@ -56,8 +54,6 @@ NetdiscoError
 
 from __future__ import annotations
 
-from typing import Any
-
 
 class NetdiscoError(Exception):
     """Base of every netdisco error."""
@@ -85,9 +81,6 @@ class SpiderNotAllowed(SpiderLoadError):
 
 class RequestError(NetdiscoError):
     """A request that could not be turned into a response."""
-
-    #: not a failure after all: the request is back in the frontier, to be tried there
-    deferred = False
 
     def __init__(self, message: str, *, url: str) -> None:
         super().__init__(message)
@@ -135,30 +128,6 @@ class DownloadFailed(RequestError):
 class HostGivenUp(RequestError):
     """The host failed ``host_error_limit`` times in a row (robots.txt timeouts or 5xx,
     failed requests): it is given up for the crawl, so a dead host cannot hold it open."""
-
-
-class RetryDeferred(RequestError):
-    """Not a failure: the request went back to its host queue with the host backed off.
-
-    With host queues a retry may not start on a slot nobody reserved; the frontier
-    holds the back-off (429, 503, Retry-After) for every engine instead.
-    """
-
-    deferred = True
-
-
-class RedirectHandedOff(RequestError):
-    """Not a failure: a redirect to another host went to that host's queue as ``hop``.
-
-    With host queues a hop may not start on a slot of its host nobody reserved; the
-    hop is queued as a request of its own and fetched when its host's turn comes.
-    """
-
-    deferred = True
-
-    def __init__(self, hop: Any, *, url: str) -> None:  # a crawl Request: no import up
-        super().__init__(f"redirect to {hop.url}, queued for its host", url=url)
-        self.hop = hop
 
 
 class DropItem(NetdiscoError):

@@ -41,8 +41,10 @@ from netdisco.crawl.itemchain import ItemChain
 from netdisco.crawl.lifecycle import ALLOWED, TERMINAL, PushResult, SpiderState
 from netdisco.crawl.middleware.base import Middleware
 from netdisco.crawl.pipelines import ItemStream, Pipeline
+from netdisco.crawl.politeness import Politeness
 from netdisco.crawl.recrawl import Recrawl, wants_pages
 from netdisco.crawl.request import Request, outputs
+from netdisco.crawl.response import Response
 from netdisco.crawl.scheduler import Scheduler
 from netdisco.crawl.schemas import field_names
 from netdisco.crawl.scraper import Scraper
@@ -55,7 +57,6 @@ from netdisco.exceptions import (
     FrontierFailed,
     InvalidTransition,
     NetdiscoError,
-    RedirectHandedOff,
     RequestError,
 )
 from netdisco.frontiers import Frontier, crawl_identity
@@ -116,6 +117,11 @@ class Crawler:
         self._main: asyncio.Task[None] | None = None
         self._close_timeout: float | None = None  # for pending pipeline work, once stopping
         self._context = _logging_context(self.name)
+
+    @property
+    def politeness(self) -> Politeness:
+        """Which request may start, and when: the downloader's (``crawl.politeness``)."""
+        return self.downloader.politeness
 
     @functools.cached_property
     def failures(self) -> FailedRequests:
@@ -397,8 +403,8 @@ class Crawler:
     async def _refresh_counts(self) -> None:
         """Copy the frontier's queue size and seen count, and the downloader's parked
         requests per host, into the gauges."""
-        self.stats.parked = self.downloader.parked_by_host()
-        self.stats.idle_share = self.downloader.idle_share()
+        self.stats.parked = self.politeness.parked_by_host()
+        self.stats.idle_share = self.politeness.idle_share()
         queued, _, seen = await self.frontier.counts()
         self.stats.queue_size, self.stats.seen = queued, seen
 
@@ -450,8 +456,8 @@ class Crawler:
             if self._budget_spent():
                 await self._idle()
                 continue
-            request = self.downloader.ready()
-            if request is None and self.downloader.taking():
+            request = self.politeness.ready()
+            if request is None and self.politeness.taking():
                 request = await self._take()
                 if request is not None and not await self._placed(request):
                     continue
@@ -463,7 +469,7 @@ class Crawler:
     async def _placed(self, request: Request) -> bool:
         """Whether a request just taken starts now; else it waits aside for its host, or
         goes back to the frontier when there is no room (``crawl.hosts``)."""
-        placement = self.downloader.place(request)
+        placement = self.politeness.place(request)
         if placement == "back":
             await release(self.frontier, request, requeue=True, bounded=self._stopping)
         return placement == "go"
@@ -492,7 +498,7 @@ class Crawler:
             if queued == 0 and leased == 0:
                 self.ctx.finish()
                 return
-        due = self.downloader.next_due()  # a host's delay running out wakes nobody else
+        due = self.politeness.next_due()  # a host's delay running out wakes nobody else
         await self.ctx.wait_for_work(POLL_INTERVAL if due is None else min(due, POLL_INTERVAL))
 
     async def _process(self, request: Request) -> None:
@@ -511,7 +517,7 @@ class Crawler:
                 await self._failed(request, DownloadFailed(repr(exc), url=request.url))
             finished = True
         finally:
-            self.downloader.release(request)  # a re-crawl may have fetched nothing
+            self.politeness.release(request)  # a re-crawl may have fetched nothing
             self.stats.end(host)
             if finished:  # acknowledged once its items are flushed
                 self.acks.add(request)
@@ -522,16 +528,17 @@ class Crawler:
     async def _fetch_and_scrape(self, request: Request) -> None:
         """Steps 3 and 4; a re-crawl may skip the download or reuse what it stored."""
         if self.recrawl is not None:
-            await self.recrawl.process(request)
-            return
-        response = await self.downloader.fetch(request)
-        await self.scraper.scrape(request, response)
+            deferred = await self.recrawl.process(request)
+        else:
+            outcome = await self.downloader.fetch(request)
+            if isinstance(outcome, Response):
+                await self.scraper.scrape(request, outcome)
+                return
+            deferred = outcome
+        if deferred is not None and deferred.hop is not None:  # queued before we are acked
+            await self.scraper.admit([deferred.hop])
 
     async def _failed(self, request: Request, exc: RequestError) -> None:
-        if isinstance(exc, RedirectHandedOff):  # queued for its host before we are acked
-            await self.scraper.admit([exc.hop])
-        if exc.deferred:  # waits in the frontier (host queues): not a failure
-            return
         self.stats.count_failure(exc)
         await self.failures.record(request, exc)
         self.stats.error(f"{request.url}: {exc}")

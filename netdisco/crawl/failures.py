@@ -72,7 +72,7 @@ _TLS = frozenset({"ClientSSLError", "SSLError", "ClientConnectorCertificateError
 
 def failure_reason(exc: RequestError) -> str | None:
     """The reason ``exc`` is kept under, or None when it is not a failure."""
-    if exc.deferred or isinstance(exc, _NOT_FAILURES):
+    if isinstance(exc, _NOT_FAILURES):
         return None
     if isinstance(exc, HttpStatusError):
         return f"http_{exc.status}"

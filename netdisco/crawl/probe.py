@@ -17,6 +17,7 @@ from typing import Any
 
 from netdisco.crawl.crawler import Crawler
 from netdisco.crawl.request import Request
+from netdisco.crawl.response import Response
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
 from netdisco.exceptions import ConfigError, RequestError
@@ -59,6 +60,14 @@ async def quiet_crawler(spider: Spider, settings: Settings) -> AsyncIterator[Cra
         await crawler.frontier.close()
 
 
+async def fetch_now(crawler: Crawler, request: Request) -> Response:
+    """``request``'s response through ``crawler``'s downloader (a quiet crawler's memory
+    frontier keeps politeness here, so nothing is deferred to a host queue)."""
+    outcome = await crawler.downloader.fetch(request)
+    assert isinstance(outcome, Response), "a quiet crawler does not defer"
+    return outcome
+
+
 async def parse_url(
     spider: Spider, settings: Settings, url: str, *, callback: str | None = None, depth: int = 1
 ) -> list[Page]:
@@ -81,7 +90,7 @@ async def _parse_one(crawler: Crawler, request: Request, items: list[Any]) -> Pa
     level = request.depth + 1  # the URL given is level 1, as in Scrapy's parse
     page = Page(request.url, level, getattr(callback, "__name__", "?"))
     try:
-        response = await crawler.downloader.fetch(request)
+        response = await fetch_now(crawler, request)
     except RequestError as exc:
         page.error = f"{type(exc).__name__}: {exc}"
         return page

@@ -37,6 +37,7 @@ from netdisco.crawl.codec import RequestCodec
 from netdisco.crawl.context import CrawlContext
 from netdisco.crawl.downloader import Downloader
 from netdisco.crawl.middleware.builtin import VALIDATORS
+from netdisco.crawl.politeness import Deferred
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.scraper import Scraper
@@ -143,21 +144,25 @@ class Recrawl:
             return None
         return cls(ctx, store, downloader, scraper)
 
-    async def process(self, request: Request) -> None:
-        """Process ``request``; a ``RequestError`` when it came to nothing."""
+    async def process(self, request: Request) -> Deferred | None:
+        """Process ``request``; a ``RequestError`` when it came to nothing, a
+        ``Deferred`` when it waits in its host's queue."""
         page = await self._stored(request)
         if page is not None and self.age is not None and time.time() - page.fetched_at < self.age:
             self.stats.age_skipped += 1
             await self._follow_stored(request, page)
-            return
+            return None
         conditions = page.validators() if page is not None and self.conditional else {}
         response = await self._fetch(request, conditions)
+        if isinstance(response, Deferred):
+            return response
         if response.status == 304 and (conditions or not _asks_itself(request)):
             await self._not_modified(request, response, page if conditions else None)
-            return
+            return None
         links: list[Request] = []
         await self.scraper.scrape(request, response, links)
         await self._keep(request, response, links)
+        return None
 
     async def _stored(self, request: Request) -> PageRecord | None:
         raw = await self.store.get_page(request.fingerprint)
@@ -169,7 +174,7 @@ class Recrawl:
             log.warning("stored_page_unreadable", url=request.url, error=repr(exc))
             return None
 
-    async def _fetch(self, request: Request, headers: dict[str, str]) -> Response:
+    async def _fetch(self, request: Request, headers: dict[str, str]) -> Response | Deferred:
         if not headers:
             return await self.downloader.fetch(request)
         request.meta[VALIDATORS] = headers  # the Revalidation middleware adds them per hop

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from netdisco.crawl.request import Request
 from netdisco.crawl.urls import resolve
-from netdisco.exceptions import InvalidURL, RedirectHandedOff, TooManyRedirects
+from netdisco.exceptions import InvalidURL, TooManyRedirects
 
 #: how many hops a request made before it was handed to another host's queue
 HOPS_KEY = "redirect_times"
@@ -48,14 +48,12 @@ def without_credentials(headers: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in CREDENTIAL_HEADERS}
 
 
-def hand_off(
-    request: Request, hop: Request, hops: int, most: int
-) -> RedirectHandedOff | TooManyRedirects:
+def hand_off(request: Request, hop: Request, hops: int, most: int) -> Request:
     """A hop to another host, with host queues: it goes to that host's queue (the crawl
     admits it), counting the hops so far, so that ``max_redirects`` holds across hosts
     and a loop between two hosts ends (the second visit is also a seen URL)."""
     hops += int(request.meta.get(HOPS_KEY, 0))
     if hops > most:
-        return TooManyRedirects(f"more than {most} redirects", url=request.url)
+        raise TooManyRedirects(f"more than {most} redirects", url=request.url)
     hop.meta = {**request.meta, HOPS_KEY: hops}
-    return RedirectHandedOff(hop, url=request.url)
+    return hop

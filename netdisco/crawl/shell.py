@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from netdisco.crawl.crawler import Crawler
-from netdisco.crawl.probe import quiet_crawler
+from netdisco.crawl.probe import fetch_now, quiet_crawler
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.settings import Settings
@@ -89,7 +89,7 @@ class Shell:
         """Fetch a URL (or a request) through the spider's downloader; it becomes ``response``."""
         request = target if isinstance(target, Request) else Request(target)
         crawler = self._crawler.result()
-        future = asyncio.run_coroutine_threadsafe(crawler.downloader.fetch(request), self._loop)
+        future = asyncio.run_coroutine_threadsafe(fetch_now(crawler, request), self._loop)
         self.request, self.response = request, future.result()
         self._refresh()
         return self.response

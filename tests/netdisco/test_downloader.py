@@ -11,7 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from netdisco import Request, Response, Spider
-from netdisco.crawl.downloader import retry_after
+from netdisco.crawl.politeness import retry_after
 from netdisco.testing import free_port
 from tests.netdisco.sites import Site, crawl, running_raw, running_site, seeds
 

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from netdisco import Crawler, Request, Response, Settings, Spider
 from netdisco.crawl.hosts import ReadyHosts
+from netdisco.crawl.politeness import LocalPoliteness
 from netdisco.crawl.throttle import Throttle
 from netdisco.testing import serve
 
@@ -125,8 +126,8 @@ async def test_urls_robots_forbids_cost_no_turn() -> None:
     assert stats.robots_blocked == 30
     assert sorted(host.pages()) == ["/index", *(f"/open-{n}" for n in range(4))]
     assert spider.denied_at == [1] * 30  # only the index had been fetched at each denial
-    assert crawler.downloader.hosts is not None
-    assert crawler.downloader.hosts.turns == len(host.pages())  # one turn a page sent
+    assert isinstance(crawler.politeness, LocalPoliteness)
+    assert crawler.politeness.hosts.turns == len(host.pages())  # one turn a page sent
 
 
 async def test_hosts_behind_a_long_queue_of_one_host_start_at_once() -> None:
@@ -201,7 +202,7 @@ async def test_a_crawl_of_one_busy_host_keeps_its_slots_busy() -> None:
         crawler = Crawler(Follow(f"{base}/index", [host]), settings)
         stats = await asyncio.wait_for(crawler.run(), 60)
     assert stats.succeeded == 61
-    share = crawler.downloader.idle_share()
+    share = crawler.politeness.idle_share()
     assert share is not None
     assert share < 0.25, share
     assert stats.as_dict()["idle_share"] == round(share, 4)

@@ -1,0 +1,384 @@
+"""A host's politeness, with one owner: when a request to it may start, how long the
+host rests after a 429, a 503 or a failure, and when it is given up.
+
+``Politeness`` is the seam, with two implementations, chosen by the frontier:
+
+* ``LocalPoliteness``: this process keeps each host's slots, delay and queue of
+  requests set aside (``crawl.hosts.ReadyHosts``), and a retry sleeps out its back-off
+  here, the whole host resting with it;
+* ``SharedPoliteness``: the frontier reserves the host's slot and delay in the take
+  itself, for every engine together (``Frontier.reserves_hosts``: host queues in
+  Redis). A retry goes back to the host's queue with the host backed off for all, and
+  a redirect to another host goes to that host's queue: both are a ``Deferred``.
+
+Both share what is the same either way: the host's delay and slots (``Throttle``: the
+setting, the ``hosts`` table, Crawl-delay, autothrottle), its failures in a row and
+giving up (``HostErrors``), and the back-off a retry waits. Every piece is keyed by
+``Request.host_key``, the one host key of the crawl.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import math
+import random
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from netdisco.crawl.hosts import Hold, Placement, ReadyHosts
+from netdisco.crawl.lru import LRU
+from netdisco.crawl.redirects import defrag, hand_off
+from netdisco.crawl.throttle import Throttle
+from netdisco.crawl.transport import SENT
+from netdisco.exceptions import (
+    DownloadFailed,
+    HostGivenUp,
+    HttpStatusError,
+    RequestError,
+    RobotsDenied,
+)
+
+if TYPE_CHECKING:
+    from netdisco.crawl.request import Request
+    from netdisco.crawl.settings import Settings
+    from netdisco.frontiers.base import Frontier
+
+log = structlog.get_logger(__name__)
+
+#: the hold of the request this task downloads (``ReadyHosts``): its turn ends the wait
+_HOLD: contextvars.ContextVar[Hold | None] = contextvars.ContextVar("hold", default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """Not a failure and not a response: the request waits in its host's queue in the
+    frontier, which holds it (acknowledging it loses nothing). ``hop``: a redirect to
+    another host, to be admitted as a request of its own."""
+
+    reason: str
+    hop: Request | None = None
+
+
+class HostErrors:
+    """Failures in a row per host, and the hosts given up after ``host_error_limit`` of
+    them: their requests fail at once, so a dead host ends."""
+
+    def __init__(self, limit: int, size: int) -> None:
+        self.limit = limit
+        self._row: LRU[str, int] = LRU(size)
+        self._given_up: LRU[str, str] = LRU(size)
+
+    def check(self, request: Request) -> None:
+        """``HostGivenUp`` if the request's host was given up."""
+        if (reason := self._given_up.peek(request.host_key)) is not None:
+            raise HostGivenUp(reason, url=request.url)
+
+    def row(self, request: Request) -> int:
+        """The host's failures in a row so far: a retry to it backs off that much longer."""
+        return self._row.peek(request.host_key) or 0
+
+    def record(self, request: Request, exc: RequestError | None) -> None:
+        """One final outcome of a request to its host (``None``: it answered)."""
+        host = request.host_key
+        if exc is None:
+            self._row.pop(host)
+            return
+        if not self.limit:
+            return
+        if isinstance(exc, HostGivenUp):  # robots.txt gave up: so does every request
+            self._given_up.put(host, str(exc).removeprefix(f"{request.url}: "))
+            return
+        if not isinstance(exc, DownloadFailed | HttpStatusError) or (
+            isinstance(exc, HttpStatusError) and exc.status < 500
+        ):
+            return
+        row = self._row.put(host, (self._row.peek(host) or 0) + 1)
+        if row >= self.limit and host not in self._given_up:  # in flight: already given up
+            log.warning("host_given_up", host=host, failures=row, last=str(exc))
+            self._given_up.put(host, f"{host} failed {row} times in a row (last: {exc})")
+
+
+def retry_after(headers: Mapping[str, str], cap: float) -> float | None:
+    """Seconds asked for by a Retry-After header (delta or HTTP date), capped at ``cap``
+    (``retry_max_delay``; the cap is logged: the server asked for longer)."""
+    value = headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+    if not math.isfinite(seconds):
+        return None
+    if seconds > cap:
+        log.info("retry_after_capped", asked=round(seconds, 1), cap=cap)
+        return cap
+    return max(seconds, 0.0)
+
+
+class Politeness(ABC):
+    """What both implementations share (module docstring); the hooks the downloader
+    calls around a request are no-ops here, each implementation overrides its own."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.throttle = Throttle(settings)
+        self.host_errors = HostErrors(settings.host_error_limit, settings.host_cache_size)
+
+    def backoff(self, request: Request) -> float:
+        """Exponential backoff with full jitter around the nominal delay, capped; it
+        doubles with each attempt and with each failure in a row of the host before."""
+        exponent = request.attempts - 1 + self.host_errors.row(request)
+        nominal = self.settings.retry_backoff * (2 ** min(exponent, 30))
+        jittered: float = nominal * random.uniform(0.5, 1.5)
+        return min(jittered, self.settings.retry_max_delay)
+
+    def told_to_wait(self, request: Request, headers: Mapping[str, str]) -> tuple[float, bool]:
+        """How long to wait before a retry, and whether the server said so: the
+        Retry-After asked for (capped), else the backoff."""
+        asked = retry_after(headers, self.settings.retry_max_delay)
+        return (self.backoff(request), False) if asked is None else (asked, True)
+
+    # -- the scheduling of requests onto hosts (the crawl's workers) --------------------
+
+    def place(self, request: Request) -> Placement:
+        """Whether a request just taken starts now (``go``), waits aside (``parked``) or
+        goes back to the frontier (``back``)."""
+        return "go"
+
+    def ready(self) -> Request | None:
+        """A request set aside whose host is due now, first due first."""
+        return None
+
+    def taking(self) -> bool:
+        """Whether a worker may take another request from the frontier."""
+        return True
+
+    def next_due(self) -> float | None:
+        """Seconds until a host with requests aside may be due (None: none waits)."""
+        return None
+
+    def release(self, request: Request) -> None:  # noqa: B027 - a hook
+        """``request`` is over (fetched, failed, or skipped by a re-crawl): its slot frees."""
+
+    def idle_share(self) -> float | None:
+        """Slot-time free while work waited and no delay ran (``ReadyHosts.idle_share``)."""
+        return None
+
+    def parked_by_host(self) -> dict[str, int]:
+        """How many requests are set aside for each host."""
+        return {}
+
+    def drain(self) -> list[Request]:
+        """Every request set aside (to hand back to the frontier on close)."""
+        return []
+
+    # -- around one request's download (the downloader) ---------------------------------
+
+    @contextlib.contextmanager
+    def fetching(self, request: Request) -> Any:
+        """While ``request`` downloads (its retries included); its slot frees after."""
+        try:
+            yield
+        finally:
+            self.release(request)
+
+    def fetched(self, request: Request, exc: RequestError | None = None) -> None:
+        """The download is over: a response, or the final ``exc``."""
+        self.host_errors.record(request, exc)
+
+    async def before_hop(self, request: Request, hop: Request, count: int) -> Deferred | None:
+        """Before hop ``count`` of ``request`` goes to the middlewares."""
+        return None
+
+    def responded(self, request: Request) -> None:  # noqa: B027 - a hook
+        """The answer to a hop of ``request`` has fully arrived."""
+
+    def redirected(self, request: Request, hop: Request, count: int) -> Deferred | None:
+        """``request`` is redirected to ``hop`` (after ``count`` hops): follow it here
+        (None), or hand it to its own host's turn."""
+        return None
+
+    def rest(self, request: Request, delay: float, told: bool = False) -> None:  # noqa: B027 - a hook
+        """The whole host waits ``delay`` (a 429, a 503, a failure), not only
+        ``request``; ``told``: the server said how long, and its word replaces the host's
+        own delay."""
+
+    @abstractmethod
+    async def retry_later(self, request: Request, delay: float, told: bool) -> Deferred | None:
+        """Wait ``delay`` before the retry, the whole host with it (None: retry now)."""
+
+    @contextlib.asynccontextmanager
+    async def turn(self, host: str, reports_sent: bool) -> AsyncIterator[None]:
+        """The host's slot and delay around the innermost transfer (``reports_sent``: the
+        handler says when the request went out; otherwise the delay counts from the end
+        of the wait)."""
+        yield
+
+
+class LocalPoliteness(Politeness):
+    """This process keeps each host's slots and delay (``ReadyHosts``).
+
+    ``blocked(url)``: its robots.txt does not answer yet; ``denied(url)``: robots.txt
+    is known to forbid it. ``wake``: tells idle workers a host became due.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        blocked: Callable[[str], bool],
+        denied: Callable[[str], bool],
+        wake: Callable[[], None],
+    ) -> None:
+        super().__init__(settings)
+        self._wake = wake
+        self.hosts = ReadyHosts(
+            self.throttle,
+            size=settings.host_cache_size,
+            limit=4 * settings.concurrency,
+            blocked=blocked,
+            denied=denied,
+        )
+
+    def place(self, request: Request) -> Placement:
+        return self.hosts.place(request)
+
+    def ready(self) -> Request | None:
+        return self.hosts.ready()
+
+    def taking(self) -> bool:
+        return self.hosts.taking()
+
+    def next_due(self) -> float | None:
+        return self.hosts.next_due()
+
+    def release(self, request: Request) -> None:
+        self.hosts.release(request)  # the crawl wakes idle workers after the scrape
+
+    def idle_share(self) -> float | None:
+        return self.hosts.idle_share()
+
+    def parked_by_host(self) -> dict[str, int]:
+        return self.hosts.parked_by_host()
+
+    def drain(self) -> list[Request]:
+        return self.hosts.drain()
+
+    @contextlib.contextmanager
+    def fetching(self, request: Request) -> Any:
+        token = _HOLD.set(self.hosts.hold_of(request))
+        try:
+            yield
+        finally:
+            _HOLD.reset(token)
+            self.release(request)
+
+    def rest(self, request: Request, delay: float, told: bool = False) -> None:
+        slot = self.hosts.peek(request.host_key)
+        if slot is not None:
+            slot.rest(delay, told)
+
+    async def retry_later(self, request: Request, delay: float, told: bool) -> Deferred | None:
+        self.rest(request, delay, told)
+        await asyncio.sleep(delay)
+        return None
+
+    @contextlib.asynccontextmanager
+    async def turn(self, host: str, reports_sent: bool) -> AsyncIterator[None]:
+        slot = self.hosts.slot(host)
+        async with slot:
+            start = await slot.wait_turn()
+            if self.hosts.started(slot, _HOLD.get()):
+                self._wake()  # idle workers learn when the host is due next
+            if start is None:
+                yield
+                return
+            if not reports_sent:
+                start()
+            token = SENT.set(start)
+            try:
+                yield
+            finally:
+                SENT.reset(token)
+                start()  # it failed before it was sent (or was never reported)
+
+
+class SharedPoliteness(Politeness):
+    """The frontier reserves each request's host slot and delay, for every engine
+    (module docstring); this process keeps no per-host limits of its own."""
+
+    def __init__(self, settings: Settings, frontier: Frontier[Any]) -> None:
+        super().__init__(settings)
+        self.frontier = frontier
+
+    def fetched(self, request: Request, exc: RequestError | None = None) -> None:
+        super().fetched(request, exc)
+        self.frontier.fetched(request, sent=exc is None or not _nothing_sent(request, exc))
+
+    async def before_hop(self, request: Request, hop: Request, count: int) -> Deferred | None:
+        """Tell the host queues this host's delay and slots (for every engine); a
+        redirect hop waits the delay in our slot, after the hop before. A first hop whose
+        slot was reserved under a looser pace goes back to wait its turn."""
+        host = hop.host_key
+        delay = self.throttle.delay(host)
+        stricter = await self.frontier.pace(request, delay, self.throttle.concurrency(host))
+        if count:
+            await asyncio.sleep(delay)
+        elif stricter:
+            request.attempts -= 1  # not an attempt: nothing was sent
+            await self.frontier.back_off(request, delay)
+            return Deferred("the host's pace changed: back to its queue")
+        return None
+
+    def responded(self, request: Request) -> None:
+        self.frontier.responded(request)  # the host's delay runs from here
+
+    def redirected(self, request: Request, hop: Request, count: int) -> Deferred | None:
+        """A hop to another host goes to that host's queue: it may not start on a slot
+        of its host nobody reserved."""
+        if hop.host_key == request.host_key:
+            return None
+        hop = hand_off(request, hop, count, self.settings.max_redirects)
+        return Deferred(f"redirect to {hop.url}, queued for its host", hop)
+
+    async def retry_later(self, request: Request, delay: float, told: bool) -> Deferred:
+        """The frontier backs the host off for every engine and the retry waits its turn
+        there: a retry here would start on a slot no one reserved."""
+        delay = max(delay, self.throttle.delay(request.host_key))
+        await self.frontier.back_off(request, delay)
+        return Deferred(f"retry in {delay:.2f} s, from the host queue")
+
+
+def politeness_for(
+    settings: Settings,
+    frontier: Frontier[Any],
+    *,
+    blocked: Callable[[str], bool],
+    denied: Callable[[str], bool],
+    wake: Callable[[], None],
+) -> Politeness:
+    """The frontier's host queues when it reserves hosts, else this process's."""
+    frontier.set_politeness(settings.download_delay, settings.per_host_concurrency)
+    if frontier.reserves_hosts:
+        return SharedPoliteness(settings, frontier)
+    return LocalPoliteness(settings, blocked=blocked, denied=denied, wake=wake)
+
+
+def _nothing_sent(request: Request, exc: RequestError) -> bool:
+    """Whether ``exc`` ended ``request`` before any of it went out: robots.txt forbade
+    its first hop on its first attempt (a host queue's turn is then given back)."""
+    return (
+        isinstance(exc, RobotsDenied) and request.attempts <= 1 and exc.url == defrag(request.url)
+    )
