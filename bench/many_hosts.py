@@ -17,7 +17,8 @@ runs ``--rounds`` crawls, the order rotated every round, and reads nginx's acces
   time a crawl needs if that host's slots are never free while it has work;
 * **wall** (the first request to the last answer) and **CPU** (the engines, and Redis);
 * the **idle share** the standalone crawl reports (``Crawler.stats.idle_share``);
-* each host's requests started per 5 s (its timeline) and its slots' busy share.
+* each host's requests started per 5 s (its timeline) and its slots' busy share, and
+  each engine's CPU seconds per 5 s (5.0 is a whole core).
 
 Prints one JSON line per crawl and a median-and-range summary per configuration.
 """
@@ -53,6 +54,7 @@ SITES = [
 ]
 ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
 BUCKET = 5.0  # seconds a timeline column covers
+SLACK = 0.002  # what nginx's millisecond timestamps cannot tell apart (s)
 
 
 def nginx_conf(work: Path, port: int, latency: float) -> Path:
@@ -122,7 +124,9 @@ def analyse(
             "first_start": round(starts[0] - first, 2),
             "done_at": round(span + starts[0] - first, 2),
             "busy_share": round(sum(e - s for s, e, _ in requests) / (slots * span), 3),
-            "starts_closer_than_delay": sum(gap < delay * 0.999 for gap in gaps) if delay else 0,
+            # nginx logs in whole milliseconds: a start is known to +-1 ms, a gap to +-2 ms
+            "starts_closer_than_delay": sum(gap < delay - SLACK for gap in gaps) if delay else 0,
+            "closest_starts": round(min(gaps), 4) if gaps else None,
             "timeline": [timeline.get(b, 0) for b in range(int((last - first) // BUCKET) + 1)],
         }
     largest = max(h["pages"] for h in hosts.values())
@@ -164,7 +168,18 @@ def crawl_once(
         idle_share=[r.get("idle_share") for r in results],
     )
     row["ratio_to_bound"] = round(row["wall"] / row["bound"], 2)
+    row["engine_cpu_per_5s"] = [_per_bucket(r["cpu_each_second"]) for r in results]
+    if args.keep_logs is not None:
+        args.keep_logs.mkdir(parents=True, exist_ok=True)
+        name = f"e{engines}-d{delay}-{time.strftime('%H%M%S')}.log"
+        shutil.copy(log, args.keep_logs / name)
     return row
+
+
+def _per_bucket(each_second: list[float]) -> list[float]:
+    """CPU seconds an engine used in each ``BUCKET`` (its share of one core, x 5)."""
+    size = int(BUCKET)
+    return [round(sum(each_second[i : i + size]), 1) for i in range(0, len(each_second), size)]
 
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -202,6 +217,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8480)
     parser.add_argument("--redis-for-one", action="store_true", help="one engine on Redis too")
     parser.add_argument("--out", type=Path, help="also append every JSON line here")
+    parser.add_argument("--keep-logs", type=Path, help="copy each crawl's access log here")
     args = parser.parse_args()
     missing = [root for _, root in SITES if not Path(root).is_dir()]
     if missing or not Path(ECHO_MODULE).exists():

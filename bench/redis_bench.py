@@ -80,8 +80,11 @@ async def engine(redis_url: str, bases: str, concurrency: int, delay: float, per
     print("ready", flush=True)
     await asyncio.to_thread(sys.stdin.readline)
     started, cpu = time.time(), time.process_time()
+    samples: list[float] = []
+    sampler = asyncio.create_task(_sample_cpu(samples))
     stats = await crawler.run()
     finished, cpu = time.time(), time.process_time() - cpu
+    sampler.cancel()
     trips = 0 if frontier is None else frontier.round_trips
     if frontier is not None:
         await frontier.close()
@@ -89,7 +92,19 @@ async def engine(redis_url: str, bases: str, concurrency: int, delay: float, per
     result["cpu"] = cpu
     result["empty_takes"] = empty[0]
     result["idle_share"] = stats.idle_share
+    result["cpu_each_second"] = samples
     print(json.dumps(result), flush=True)
+
+
+async def _sample_cpu(samples: list[float]) -> None:
+    """The engine's CPU seconds in each wall second of the crawl (a late tick still
+    counts its second: the loop was busy, which is what is measured)."""
+    last = time.process_time()
+    while True:
+        await asyncio.sleep(1.0)
+        now = time.process_time()
+        samples.append(round(now - last, 3))
+        last = now
 
 
 def _count_empty_takes(crawler: Any) -> list[int]:

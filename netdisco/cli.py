@@ -41,6 +41,7 @@ from netdisco.crawl.templates import TEMPLATES
 from netdisco.crawl.templates import render as render_template
 from netdisco.exceptions import ConfigError, NetdiscoError, SpiderLoadError, StateDirError
 from netdisco.jobs_cli import add_jobs_parser
+from netdisco.schema import Source
 from netdisco.values import read_toml
 
 log = structlog.get_logger(__name__)
@@ -48,11 +49,9 @@ log = structlog.get_logger(__name__)
 
 def crawl_settings(args: argparse.Namespace, custom: dict[str, Any]) -> Settings:
     """Defaults < spider.custom_settings < --config < NETDISCO_* < -s."""
-    result = settings_module.from_mapping(custom)
-    if args.config:
-        result = settings_module.from_mapping(read_toml(args.config, key="--config"), base=result)
-    result = settings_module.from_env(base=result)
-    return settings_module.from_mapping(settings_module.parse_pairs(args.set), base=result)
+    config = [Source(read_toml(args.config, key="--config"))] if args.config else []
+    pairs = Source(settings_module.parse_pairs(args.set))
+    return settings_module.layered(custom, *config, settings_module.env_source(), pairs)
 
 
 def cli_feeds(args: argparse.Namespace) -> tuple[FeedSpec, ...]:

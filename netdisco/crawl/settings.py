@@ -521,16 +521,23 @@ def from_mapping(data: Mapping[str, Any], *, base: Settings | None = None) -> Se
     return load(Settings, Source(data), base=base)
 
 
+def env_source(environ: Mapping[str, str] | None = None) -> Source:
+    """The ``NETDISCO_<NAME>`` variables, as one layer of ``layered``."""
+    env = os.environ if environ is None else environ
+    return from_environ(Settings, env, "NETDISCO_{KEY}", name="{key}")
+
+
 def from_env(environ: Mapping[str, str] | None = None, *, base: Settings | None = None) -> Settings:
     """Settings from ``NETDISCO_<NAME>`` variables over ``base``."""
-    env = os.environ if environ is None else environ
-    return load(Settings, from_environ(Settings, env, "NETDISCO_{KEY}", name="{key}"), base=base)
+    return load(Settings, env_source(environ), base=base)
 
 
 def layered(
     custom: Mapping[str, Any], *sources: Source, custom_name: str = "custom_settings.{key}"
 ) -> Settings:
-    """Defaults < a spider's ``custom_settings`` < ``sources``, all through one load."""
+    """Defaults < a spider's ``custom_settings`` < ``sources``, all through one load: the
+    one merge of settings sources that every entry point calls (the CLI, an engine's
+    TOML, a launch over HTTP, a job's child; a ``-j`` worker is handed the result)."""
     return load(Settings, Source(custom, custom_name), *sources)
 
 
