@@ -147,9 +147,15 @@ async def test_429_rests_the_whole_host_for_its_retry_after_then_recovers(form: 
         crawler = await run(Pages(base, pages=12), per_host_concurrency=2, obey_robots=False)
     assert crawler.stats.succeeded == 12
     (told,) = host.refused
-    after = sorted(at for at, _, _ in host.arrivals if at > told + 0.05)  # not yet told
-    assert after[0] - told >= 2.0 - TOLERANCE  # no request to the host in the meantime
-    assert after[-1] - after[0] < 1.5  # then it goes on at its pace (10 pages, 2 at once)
+    after = sorted(at for at, _, _ in host.arrivals if at > told)
+    # the other slot's next request may have gone out before the crawl read the 429 (a
+    # loaded loop reads it late, and stamps arrivals late): one such, soon after; no more
+    early = [at for at in after if at < told + 2.0 - TOLERANCE]
+    assert len(early) <= 1
+    assert all(at < told + 0.5 for at in early)
+    rested = after[len(early) :]
+    assert len(rested) >= 7  # the rest of the twelve waited out the Retry-After
+    assert rested[-1] - rested[0] < 1.5  # then it goes on at its pace (2 at once)
 
 
 @pytest.mark.parametrize(
