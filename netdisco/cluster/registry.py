@@ -58,6 +58,7 @@ from netdisco.cluster.settings import DigestCredentials, ZooKeeperSettings
 from netdisco.cluster.tombstones import Leaver, ensure_roots
 from netdisco.cluster.zk import Bridge, close_client, wait_result
 from netdisco.exceptions import RegistrationError, TombstoneRefused
+from netdisco.frontiers.fence import Fence
 
 __all__ = ["Registration", "RegistryState", "ZooKeeperSettings"]
 
@@ -96,8 +97,10 @@ class Registration:
         *,
         client_factory: ClientFactory = KazooClient,
         proof_key: bytes | None = None,
+        fence: Fence | None = None,
     ) -> None:
         self.settings = settings
+        self.fence = fence  # closed while our session may be ending (leases in Redis)
         self.engine_id = engine_id
         self._key = proof_key  # signs the node and the tombstone (netdisco.cluster.proof)
         self.path = engine_path(settings.root, engine_id)
@@ -207,6 +210,8 @@ class Registration:
         client = self._client
         if client is None or self._state is not RegistryState.REGISTERED:
             return
+        if self.fence is not None:  # the others recover our leases: none of them starts
+            self.fence.lose()
         client.delete_async(self.path)
 
     async def stop(self) -> None:
@@ -241,12 +246,16 @@ class Registration:
             return
         if state == KazooState.CONNECTED:
             self._cancel_timer()
+            if self.fence is not None:
+                self.fence.open()
             self._connection = "connected"
             client_id = self._client.client_id if self._client is not None else None
             self._session_id = None if client_id is None else client_id[0]
             self._log("info", "zk connected", session_id=self.status()["session_id"])
             self._wake.set()
         elif state == KazooState.SUSPENDED:
+            if self.fence is not None and self._registrations:  # our node may go meanwhile
+                self.fence.close("ZooKeeper connection suspended")
             self._connection = "suspended"
             self._silent_since = time.time()
             self._log("warning", "zk connection suspended; our node stays until the session ends")
@@ -254,6 +263,9 @@ class Registration:
                 loop = asyncio.get_running_loop()
                 self._timer = loop.call_later(self.settings.session_timeout / 3, self._on_timeout)
         else:
+            if self.fence is not None and self._registrations:  # our node is gone
+                self.fence.close("ZooKeeper session lost")
+                self.fence.lose()
             self._connection = "lost"
             self._cancel_timer()
             self._unregister("ZooKeeper session lost; re-registering once reconnected")

@@ -504,10 +504,10 @@ class Crawler:
     async def _process(self, request: Request) -> None:
         host = request.host_key
         self.stats.begin(host)
-        finished = False
+        finished = acknowledge = False
         try:
             try:
-                await self._fetch_and_scrape(request)
+                acknowledge = await self._fetch_and_scrape(request)
             except RequestError as exc:
                 await self._failed(request, exc)
             except FrontierFailed:
@@ -515,7 +515,8 @@ class Crawler:
             except Exception as exc:  # an unforeseen failure costs one request, never a worker
                 log.error("download_error", url=request.url, error=repr(exc), exc_info=exc)
                 await self._failed(request, DownloadFailed(repr(exc), url=request.url))
-            finished = True
+                acknowledge = True
+            finished = acknowledge
         finally:
             self.politeness.release(request)  # a re-crawl may have fetched nothing
             self.stats.end(host)
@@ -525,18 +526,25 @@ class Crawler:
                 await release(self.frontier, request, requeue=True, bounded=self._stopping)
             self.ctx.notify()
 
-    async def _fetch_and_scrape(self, request: Request) -> None:
-        """Steps 3 and 4; a re-crawl may skip the download or reuse what it stored."""
+    async def _fetch_and_scrape(self, request: Request) -> bool:
+        """Steps 3 and 4; a re-crawl may skip the download or reuse what it stored. Whether
+        to acknowledge the request (not when it goes back unfetched: a fenced lease)."""
         if self.recrawl is not None:
             deferred = await self.recrawl.process(request)
         else:
             outcome = await self.downloader.fetch(request)
             if isinstance(outcome, Response):
                 await self.scraper.scrape(request, outcome)
-                return
+                return True
             deferred = outcome
-        if deferred is not None and deferred.hop is not None:  # queued before we are acked
+        if deferred is None:
+            return True
+        if deferred.give_back:
+            log.info("request_given_back", url=request.url, reason=deferred.reason)
+            return False
+        if deferred.hop is not None:  # queued before we are acked
             await self.scraper.admit([deferred.hop])
+        return True
 
     async def _failed(self, request: Request, exc: RequestError) -> None:
         self.stats.count_failure(exc)

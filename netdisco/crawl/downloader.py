@@ -197,6 +197,8 @@ class Downloader:
             await self._check_robots(hop)
             if (deferred := await politeness.before_hop(request, hop, count)) is not None:
                 return deferred
+            if not await self.frontier.may_start(request):  # the last moment before it goes
+                return Deferred("its lease may be another engine's now", give_back=True)
             response = await self.chain(hop)
             politeness.responded(request)
             location = response.headers.get("Location")

@@ -61,10 +61,12 @@ _HOLD: contextvars.ContextVar[Hold | None] = contextvars.ContextVar("hold", defa
 class Deferred:
     """Not a failure and not a response: the request waits in its host's queue in the
     frontier, which holds it (acknowledging it loses nothing). ``hop``: a redirect to
-    another host, to be admitted as a request of its own."""
+    another host, to be admitted as a request of its own. ``give_back``: nothing holds
+    it; it goes back to the frontier unacknowledged (its lease was fenced)."""
 
     reason: str
     hop: Request | None = None
+    give_back: bool = False
 
 
 class HostErrors:

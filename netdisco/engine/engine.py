@@ -47,6 +47,7 @@ from netdisco.engine.schedules import ScheduledSpider, Timetable
 from netdisco.engine.sidecar import default_front
 from netdisco.engine.watchdog import LoopWatchdog
 from netdisco.exceptions import DuplicateSpider, InvalidTransition, UnknownSpider
+from netdisco.frontiers.fence import Fence
 
 if TYPE_CHECKING:
     from netdisco.cluster.ticks import Schedule
@@ -80,8 +81,11 @@ class SpiderEngine:
     ) -> None:
         self.settings = settings or EngineSettings()
         self._zookeeper = zookeeper_settings(zookeeper) if zookeeper is not None else None
+        #: no leased work starts while our session may be ending (ZooKeeper only)
+        self.fence: Fence | None = None
         if registry_factory is None and self._zookeeper is not None:
-            registry_factory = zookeeper_registry(self._zookeeper, self.settings.token)
+            self.fence = Fence()
+            registry_factory = zookeeper_registry(self._zookeeper, self.settings.token, self.fence)
         self._registry_factory = registry_factory
         self.registry: Registry | None = None
         self.state = EngineState.CREATED
@@ -412,6 +416,7 @@ class SpiderEngine:
         crawler = Crawler(
             spider, settings, pipelines=pipelines, owner=self.incarnation, engine=self.id
         )
+        crawler.frontier.fence = self.fence
         crawler.add_listener(self._on_spider_changed)
         self._crawlers[crawler.name] = crawler
         return crawler

@@ -23,6 +23,7 @@ log = structlog.get_logger(__name__)
 if TYPE_CHECKING:
     from netdisco.cluster.settings import ZooKeeperSettings
     from netdisco.engine.engine import SpiderEngine  # which imports this module: types only
+    from netdisco.frontiers.fence import Fence
     from netdisco.frontiers.redis.recovery import LeaseRecovery  # redis-py only when asked
 
 
@@ -62,14 +63,18 @@ def zookeeper_settings(table: Mapping[str, Any]) -> ZooKeeperSettings:
     return ZooKeeperSettings.from_mapping(table, environ=os.environ)
 
 
-def zookeeper_registry(settings: ZooKeeperSettings, token: str | None = None) -> RegistryFactory:
+def zookeeper_registry(
+    settings: ZooKeeperSettings, token: str | None = None, fence: Fence | None = None
+) -> RegistryFactory:
     """A factory for the engine's ZooKeeper registration; with the engine ``token`` its
-    node and tombstone carry proofs (netdisco.cluster.proof)."""
+    node and tombstone carry proofs (netdisco.cluster.proof); its session drives
+    ``fence`` (netdisco.frontiers.fence)."""
     from netdisco.cluster.proof import proof_key
     from netdisco.cluster.registry import Registration  # kazoo only when configured
 
     def build(engine_id: str, describe: Callable[[], EnginePayload]) -> Registry:
-        return Registration(settings, engine_id, describe, proof_key=proof_key(token))
+        key = proof_key(token)
+        return Registration(settings, engine_id, describe, proof_key=key, fence=fence)
 
     return build
 

@@ -29,6 +29,8 @@ host reservation       ``reserves_hosts``,         False: the crawl keeps
                        ``fetched``, ``back_off``   ``back_off`` refuses
 shared robots.txt      ``robots_txt``              not shared: this process
                                                    fetches (and caches) it
+lease fence            ``fence``, ``may_start``    no fence: nobody else can hand
+                                                   this process's leases out
 failed store           ``keep_failed``,            kept in this process
                        ``failed``,                 (``failed.MemoryFailed``), gone
                        ``take_failed``,            with it
@@ -48,6 +50,7 @@ from pathlib import Path
 from typing import ClassVar, Generic, Protocol, TypeVar
 
 from netdisco.frontiers.failed import FailedPage, FailedRecord, MemoryFailed
+from netdisco.frontiers.fence import Fence
 
 
 class Queued(Protocol):
@@ -121,6 +124,10 @@ class Frontier(abc.ABC, Generic[R]):
     #: Then the crawl keeps no per-host limits of its own, which would hold a slot twice.
     reserves_hosts: ClassVar[bool] = False
 
+    #: set by an engine registered in ZooKeeper whose leases others may recover
+    #: (``netdisco.frontiers.fence``); None: nothing fences this frontier's leases
+    fence: Fence | None = None
+
     # -- required ------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -144,6 +151,11 @@ class Frontier(abc.ABC, Generic[R]):
     @abc.abstractmethod
     async def counts(self) -> tuple[int, int, int]:
         """``(queued, leased, seen)``, across every engine sharing this frontier."""
+
+    async def may_start(self, request: R) -> bool:
+        """Wait while the fence is closed; whether ``request`` may still go out (False:
+        its lease may be another engine's now; give it back). Default: True."""
+        return True
 
     # -- connection ----------------------------------------------------------------
 

@@ -72,6 +72,9 @@ class RedisFrontier(Frontier[R]):
         self._ttl_ms = int(options.lease_ttl * 1000)
         self._ids: dict[int, str] = {}  # id(request) -> Redis id, for requests we hold
         self._buffer: deque[tuple[str, bytes]] = deque()  # leased, not yet handed out
+        self._epoch = 0  # the fence's epoch our leases were taken in (``_through_fence``)
+        self._stale: set[int] = set()  # id(request): taken before the fence's epoch
+        self._stale_buffer: set[str] = set()  # buffered ids taken before it
         self._acks: list[str] = []  # done, ack not sent yet
         self._unacked: set[str] = set()  # done, ack not confirmed yet
         self._flusher: asyncio.Task[None] | None = None
@@ -268,6 +271,7 @@ class RedisFrontier(Frontier[R]):
     async def take(self) -> R | None:
         if not self._opened:
             await self.open()
+        await self._through_fence()
         while True:
             if not self._buffer:
                 found = await self._take_batch()
@@ -283,7 +287,37 @@ class RedisFrontier(Frontier[R]):
                 await self._release([rid], requeue=False)
                 continue
             self._ids[id(request)] = rid
+            if rid in self._stale_buffer:
+                self._stale_buffer.discard(rid)
+                self._stale.add(id(request))
             return request
+
+    async def may_start(self, request: R) -> bool:
+        await self._through_fence()
+        return id(request) not in self._stale
+
+    async def _through_fence(self) -> None:
+        """Wait while the fence is closed; once its epoch moved on, every lease we hold
+        is stale (``netdisco.frontiers.fence``)."""
+        if self.fence is None:
+            return
+        epoch = await self.fence.passage()
+        if epoch != self._epoch:
+            self._epoch = epoch
+            self._stale.update(self._ids)
+            self._stale_buffer.update(rid for rid, _ in self._buffer)
+            log.warning(
+                "frontier_leases_fenced",
+                owner=self.owner,
+                epoch=epoch,
+                held=len(self._ids),
+                buffered=len(self._buffer),
+            )
+
+    def _forget(self, request: R) -> str | None:
+        """The Redis id of a request we held, no longer held."""
+        self._stale.discard(id(request))
+        return self._ids.pop(id(request), None)
 
     async def done(self, request: R, *, requeue: bool = False) -> None:
         """Requeues go at once; acks are sent in the background, batched.
@@ -292,7 +326,7 @@ class RedisFrontier(Frontier[R]):
         a page costs one round trip fewer; a crash before the ack only means the
         lease goes back and the page may be fetched again (at-least-once).
         """
-        rid = self._ids.pop(id(request), None)
+        rid = self._forget(request)
         if rid is None:
             return
         if requeue:

@@ -186,7 +186,7 @@ class HostQueueFrontier(RedisFrontier[R]):
 
     async def back_off(self, request: R, seconds: float) -> None:
         """Put ``request`` back (as it is now: attempts counted) and rest its host."""
-        rid = self._ids.pop(id(request), None)
+        rid = self._forget(request)
         if rid is None:
             return
         self._asked.pop(rid, None)
