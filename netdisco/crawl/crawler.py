@@ -510,6 +510,7 @@ class Crawler:
                 acknowledge = await self._fetch_and_scrape(request)
             except RequestError as exc:
                 await self._failed(request, exc)
+                acknowledge = True
             except FrontierFailed:
                 raise
             except Exception as exc:  # an unforeseen failure costs one request, never a worker
