@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 BASE = {"netdisco._version", "netdisco.exceptions", "netdisco.values", "netdisco.schema",
-        "netdisco.serving", "netdisco._tasks",
+        "netdisco.serving", "netdisco._tasks", "netdisco._fence",
         "netdisco.logs"}  # fmt: skip
 
 #: layer -> the layers it may import (besides itself)

@@ -44,6 +44,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import KazooState, WatchedEvent
 from kazoo.retry import KazooRetry
 
+from netdisco._fence import Fence
 from netdisco.cluster.acl import acl_warnings, cluster_acl, housekeep
 from netdisco.cluster.contract import (
     CONTRACT,
@@ -58,7 +59,6 @@ from netdisco.cluster.settings import DigestCredentials, ZooKeeperSettings
 from netdisco.cluster.tombstones import Leaver, ensure_roots
 from netdisco.cluster.zk import Bridge, close_client, wait_result
 from netdisco.exceptions import RegistrationError, TombstoneRefused
-from netdisco.frontiers.fence import Fence
 
 __all__ = ["Registration", "RegistryState", "ZooKeeperSettings"]
 

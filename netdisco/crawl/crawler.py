@@ -528,8 +528,7 @@ class Crawler:
             self.ctx.notify()
 
     async def _fetch_and_scrape(self, request: Request) -> bool:
-        """Steps 3 and 4; a re-crawl may skip the download or reuse what it stored. Whether
-        to acknowledge the request (not when it goes back unfetched: a fenced lease)."""
+        """Steps 3 and 4 (a re-crawl may skip the download); False: give it back unfetched."""
         if self.recrawl is not None:
             deferred = await self.recrawl.process(request)
         else:
@@ -538,14 +537,9 @@ class Crawler:
                 await self.scraper.scrape(request, outcome)
                 return True
             deferred = outcome
-        if deferred is None:
-            return True
-        if deferred.give_back:
-            log.info("request_given_back", url=request.url, reason=deferred.reason)
-            return False
-        if deferred.hop is not None:  # queued before we are acked
+        if deferred is not None and deferred.hop is not None:  # queued before we are acked
             await self.scraper.admit([deferred.hop])
-        return True
+        return deferred is None or not deferred.give_back
 
     async def _failed(self, request: Request, exc: RequestError) -> None:
         self.stats.count_failure(exc)

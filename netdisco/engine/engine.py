@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
+from netdisco._fence import Fence
 from netdisco._tasks import Tasks
 from netdisco._version import __version__
 from netdisco.cluster.contract import EnginePayload, NodeState, SpiderSummary
@@ -47,7 +48,6 @@ from netdisco.engine.schedules import ScheduledSpider, Timetable
 from netdisco.engine.sidecar import default_front
 from netdisco.engine.watchdog import LoopWatchdog
 from netdisco.exceptions import DuplicateSpider, InvalidTransition, UnknownSpider
-from netdisco.frontiers.fence import Fence
 
 if TYPE_CHECKING:
     from netdisco.cluster.ticks import Schedule
@@ -81,10 +81,8 @@ class SpiderEngine:
     ) -> None:
         self.settings = settings or EngineSettings()
         self._zookeeper = zookeeper_settings(zookeeper) if zookeeper is not None else None
-        #: no leased work starts while our session may be ending (ZooKeeper only)
-        self.fence: Fence | None = None
-        if registry_factory is None and self._zookeeper is not None:
-            self.fence = Fence()
+        self.fence = Fence() if registry_factory is None and self._zookeeper else None  # leases
+        if self.fence is not None and self._zookeeper is not None:
             registry_factory = zookeeper_registry(self._zookeeper, self.settings.token, self.fence)
         self._registry_factory = registry_factory
         self.registry: Registry | None = None

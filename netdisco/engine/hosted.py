@@ -21,9 +21,9 @@ from netdisco.frontiers import is_shared
 log = structlog.get_logger(__name__)
 
 if TYPE_CHECKING:
+    from netdisco._fence import Fence
     from netdisco.cluster.settings import ZooKeeperSettings
     from netdisco.engine.engine import SpiderEngine  # which imports this module: types only
-    from netdisco.frontiers.fence import Fence
     from netdisco.frontiers.redis.recovery import LeaseRecovery  # redis-py only when asked
 
 
@@ -68,7 +68,7 @@ def zookeeper_registry(
 ) -> RegistryFactory:
     """A factory for the engine's ZooKeeper registration; with the engine ``token`` its
     node and tombstone carry proofs (netdisco.cluster.proof); its session drives
-    ``fence`` (netdisco.frontiers.fence)."""
+    ``fence`` (netdisco._fence)."""
     from netdisco.cluster.proof import proof_key
     from netdisco.cluster.registry import Registration  # kazoo only when configured
 

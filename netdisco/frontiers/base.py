@@ -49,8 +49,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import ClassVar, Generic, Protocol, TypeVar
 
+from netdisco._fence import Fence
 from netdisco.frontiers.failed import FailedPage, FailedRecord, MemoryFailed
-from netdisco.frontiers.fence import Fence
 
 
 class Queued(Protocol):
@@ -125,7 +125,7 @@ class Frontier(abc.ABC, Generic[R]):
     reserves_hosts: ClassVar[bool] = False
 
     #: set by an engine registered in ZooKeeper whose leases others may recover
-    #: (``netdisco.frontiers.fence``); None: nothing fences this frontier's leases
+    #: (``netdisco._fence``); None: nothing fences this frontier's leases
     fence: Fence | None = None
 
     # -- required ------------------------------------------------------------------

@@ -15,11 +15,11 @@ from pathlib import Path
 from aiohttp import web
 
 from netdisco import Crawler, Settings, SpiderState
+from netdisco._fence import Fence
 from netdisco.cluster.contract import payload_from_dict
 from netdisco.cluster.registry import Registration
 from netdisco.cluster.settings import ZooKeeperSettings
 from netdisco.crawl.codec import frontier_for
-from netdisco.frontiers.fence import Fence
 from netdisco.frontiers.redis.recovery import lease_recovery
 from netdisco.testing import eventually
 from tests.faults.proxy import DelayProxy

@@ -1,4 +1,4 @@
-"""Fencing (``netdisco/frontiers/fence.py``) at the frontier, on a real Redis: a closed
+"""Fencing (``netdisco/_fence.py``) at the frontier, on a real Redis: a closed
 fence takes and starts nothing; a new epoch gives every earlier lease back. The cut of a
 real ZooKeeper link under two engines is in the fault suite (tests/faults/test_fence_cut.py).
 """
@@ -12,8 +12,8 @@ import pytest
 from redis import asyncio as aioredis
 
 from netdisco import Request, Settings
+from netdisco._fence import Fence
 from netdisco.crawl.codec import frontier_for
-from netdisco.frontiers.fence import Fence
 from netdisco.frontiers.redis import RedisFrontier
 from netdisco.frontiers.redis.leases import recover_owner
 from netdisco.testing import RedisServer

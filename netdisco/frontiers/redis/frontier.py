@@ -72,9 +72,7 @@ class RedisFrontier(Frontier[R]):
         self._ttl_ms = int(options.lease_ttl * 1000)
         self._ids: dict[int, str] = {}  # id(request) -> Redis id, for requests we hold
         self._buffer: deque[tuple[str, bytes]] = deque()  # leased, not yet handed out
-        self._epoch = 0  # the fence's epoch our leases were taken in (``_through_fence``)
-        self._stale: set[int] = set()  # id(request): taken before the fence's epoch
-        self._stale_buffer: set[str] = set()  # buffered ids taken before it
+        self._epoch, self._stale = 0, set[int | str]()  # the fence's epoch; taken before it
         self._acks: list[str] = []  # done, ack not sent yet
         self._unacked: set[str] = set()  # done, ack not confirmed yet
         self._flusher: asyncio.Task[None] | None = None
@@ -89,8 +87,7 @@ class RedisFrontier(Frontier[R]):
         self._open_lock = asyncio.Lock()
         self._down_since: float | None = None
         self._heartbeat: asyncio.Task[None] | None = None
-        self.epoch = ""  # the crawl we joined: see open()
-        self.handed_back = 0  # leases returned by close()
+        self.epoch, self.handed_back = "", 0  # the crawl we joined (open()); returned by close()
         self._pages: RedisPages | None = None
 
     async def open(self) -> None:
@@ -287,8 +284,8 @@ class RedisFrontier(Frontier[R]):
                 await self._release([rid], requeue=False)
                 continue
             self._ids[id(request)] = rid
-            if rid in self._stale_buffer:
-                self._stale_buffer.discard(rid)
+            if rid in self._stale:
+                self._stale.discard(rid)
                 self._stale.add(id(request))
             return request
 
@@ -298,14 +295,14 @@ class RedisFrontier(Frontier[R]):
 
     async def _through_fence(self) -> None:
         """Wait while the fence is closed; once its epoch moved on, every lease we hold
-        is stale (``netdisco.frontiers.fence``)."""
+        is stale (``netdisco._fence``)."""
         if self.fence is None:
             return
         epoch = await self.fence.passage()
         if epoch != self._epoch:
             self._epoch = epoch
             self._stale.update(self._ids)
-            self._stale_buffer.update(rid for rid, _ in self._buffer)
+            self._stale.update(rid for rid, _ in self._buffer)
             log.warning(
                 "frontier_leases_fenced",
                 owner=self.owner,
