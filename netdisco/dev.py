@@ -201,6 +201,9 @@ def _check_ports(base: int) -> dict[str, int]:
     ports = {name: base + offset for name, offset in OFFSETS.items()}
     for name, port in ports.items():
         with socket.socket() as sock:
+            # as every server here binds: a port whose last connection is in TIME_WAIT
+            # (just after ``dev down``) is free to listen on again
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind((HOST, port))
             except OSError:

@@ -214,6 +214,30 @@ def test_a_taken_port_or_a_bad_state_file_is_a_clear_error(tmp_path: Path) -> No
     assert "not a state file" in result.stderr, result.stderr
 
 
+def time_wait_on(port: int) -> None:
+    """Leave a closed connection in TIME_WAIT on ``port``'s listening side, as a server
+    that ``dev down`` stopped does (the side that closes first keeps it)."""
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", port))
+        server.listen()
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()  # the server closes first: its side waits out TIME_WAIT
+        client.recv(1)
+        client.close()
+
+
+def test_ports_just_freed_by_a_stopped_server_are_free(tmp_path: Path) -> None:
+    """``dev up`` right after ``dev down``: a port in TIME_WAIT is no port taken."""
+    base = free_base()
+    time_wait_on(base)
+    with socket.socket() as probe:  # the kernel does keep it: a plain bind is refused
+        with pytest.raises(OSError):
+            probe.bind(("127.0.0.1", base))
+    assert dev._check_ports(base)["zookeeper"] == base
+
+
 @pytest.mark.timeout(120)
 def test_a_failed_up_stops_what_it_had_started(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
