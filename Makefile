@@ -90,10 +90,19 @@ typecheck: $(STAMP)
 # replaces (up to 4 times, then it stops starting them); after SUITE_DEADLINE s the run
 # names the tests still running and fails (tests/conftest.py); `timeout` is the backstop
 # (--foreground: Ctrl-C still reaches pytest; the workers end when the controller does).
+# Every process the run starts carries NDTEST_RUN (tests/reaper.py): the run stops what a
+# crashed worker or a leaking test left and fails on the latter; the check after pytest is
+# the backstop for a run that was itself killed.
 SUITE_DEADLINE ?= 1500
+PYTEST_ARGS ?=
 unit: $(STAMP) system-deps
-	NETDISCO_SUITE_DEADLINE=$(SUITE_DEADLINE) timeout --foreground -k 30 $$(( $(SUITE_DEADLINE) + 60 )) \
-	  $(BIN)/pytest -n 2 --dist load --max-worker-restart 4 -m "not memory"
+	@run=$$($(BIN)/python -c 'import uuid; print(uuid.uuid4().hex)'); status=0; \
+	NDTEST_RUN=$$run NETDISCO_SUITE_DEADLINE=$(SUITE_DEADLINE) \
+	  timeout --foreground -k 30 $$(( $(SUITE_DEADLINE) + 60 )) \
+	  $(BIN)/pytest -n 2 --dist load --max-worker-restart 4 -m "not memory" $(PYTEST_ARGS) \
+	  || status=$$?; \
+	$(BIN)/python -m tests.reaper $$run || status=$${status/#0/1}; \
+	exit $$status
 
 # The memory bounds of long queues (issue 28): a million requests queued with state_dir,
 # and in the memory frontier (spilled); minutes each, so not in make test.

@@ -8,12 +8,14 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
 
 from netdisco import logs
 from netdisco.testing import ZooKeeperServer
+from tests import reaper
 
 # tests call the CLIs' main() in-process, which configure logging each time: a logger
 # cached by the first would hide its lines from capture_logs in every later test
@@ -113,6 +115,7 @@ def _deadline_passed(config: pytest.Config, deadline: float, own_stacks: bool) -
     os.write(2, ("\n".join(lines) + "\n").encode())
     if own_stacks:  # without xdist the tests run here: show where
         faulthandler.dump_traceback(all_threads=True)
+    _report_reaped(reaper.reap(os.environ[reaper.MARK]), "the suite deadline")
     os._exit(3)
 
 
@@ -157,3 +160,38 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if when == "???":  # the worker running it crashed: it will not finish
         with _running_lock:
             _running.pop(report.nodeid, None)
+
+
+# -- nothing left behind: every process a test starts carries the run's mark -------------
+#
+# The run's id goes into the environment before xdist starts its workers, so every server,
+# engine and CLI a test starts inherits it (tests/reaper.py). A crashed worker's processes
+# are stopped as it goes down; at the end, anything still marked is a test that leaked a
+# process: it is stopped and the run fails.
+
+
+def _report_reaped(found: list[reaper.Leftover], when: str) -> None:
+    for leftover in found:
+        os.write(2, f"!!! stopped at {when}: pid {leftover.pid}: {leftover.command}\n".encode())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.setdefault(reaper.MARK, uuid.uuid4().hex)
+
+
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """xdist's hook: a worker ended; if it crashed, what it started goes with it."""
+    if error:
+        worker = str(node.gateway.id)
+        _report_reaped(reaper.reap(os.environ[reaper.MARK], worker), f"{worker}'s crash")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the controller looks once every worker ended
+        return
+    found = reaper.reap(os.environ[reaper.MARK])
+    if found:
+        _report_reaped(found, "the end of the run (a test leaked them)")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
