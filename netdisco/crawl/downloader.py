@@ -239,9 +239,8 @@ class Downloader:
             raise RobotsDenied("disallowed by robots.txt", url=hop.url)
         host = hop.host_key
         self.throttle.crawl_delay(host, self.robots.crawl_delay(hop.url))
-        since = time.monotonic() - self.robots.fetched_at(hop.url)
-        if since < (delay := self.throttle.delay(host)):  # robots.txt was a request there too
-            await asyncio.sleep(delay - since)
+        # robots.txt was a request there too: the host's delay runs from its end
+        await self.politeness.went_out(host, self.robots.fetched_at(hop.url))
 
     def drain(self) -> list[Request]:
         """Every request set aside (to hand back to the frontier on close)."""

@@ -26,6 +26,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from netdisco.crawl.lru import LRU
@@ -43,6 +44,27 @@ UNREACHABLE_RECHECK = 0.25
 Placement = Literal["go", "parked", "back"]
 
 
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """One decision of a host's pace, with the clock reading it was made on
+    (``time.monotonic``), kept when ``ReadyHosts.record_paces`` asked for it:
+
+    * ``turn``: a request may go now (``at``); it waited until ``due``, its host's next
+      start then (``at >= due`` always);
+    * ``start``: it went out at ``at``; nothing more of its host before ``due``;
+    * ``rest``: the host rests from ``at`` until ``due`` (a 429, a 503, a failure);
+      ``told``: the server said how long.
+
+    Tests check the delays where they are decided, not where a loaded loop stamps them.
+    """
+
+    kind: Literal["turn", "start", "rest"]
+    host: str
+    at: float
+    due: float
+    told: bool = False
+
+
 class HostSlot:
     """Politeness for one host: how many requests at once, when the next may start, and
     the requests set aside until it is due (``ReadyHosts``)."""
@@ -54,6 +76,7 @@ class HostSlot:
         "mark",
         "next_start",
         "pending",
+        "record",
         "semaphore",
         "starting",
         "throttle",
@@ -72,6 +95,7 @@ class HostSlot:
         self.pending = 0  # of those, with a delay, not yet at their turn
         self.waiting: deque[Request] = deque()
         self.mark = 0.0  # when its idle share was last counted (``ReadyHosts._account``)
+        self.record: list[Pace] | None = None  # its decisions (``ReadyHosts.record_paces``)
 
     async def __aenter__(self) -> None:
         self.users += 1
@@ -110,8 +134,20 @@ class HostSlot:
         """Start nothing for ``seconds`` (a 429, a 503, a failure): the whole host waits,
         not only the request that was told to. ``told``: the server said how long
         (Retry-After); the next start is then when it said, not later."""
-        until = time.monotonic() + seconds
+        now = time.monotonic()
+        until = now + seconds
         self.next_start = until if told else max(self.next_start, until)
+        if self.record is not None:
+            self.record.append(Pace("rest", self.host, now, self.next_start, told))
+
+    def went_out(self, at: float) -> None:
+        """A request that took no turn (robots.txt) went out at ``at``: the next start
+        waits the delay from then."""
+        due = at + self.delay()
+        if due > self.next_start:
+            self.next_start = due
+            if self.record is not None:
+                self.record.append(Pace("start", self.host, at, due))
 
     async def wait_turn(self) -> Start | None:
         """Wait until the host's delay has passed since the previous request went out;
@@ -124,18 +160,27 @@ class HostSlot:
         when the wait began: autothrottle may have changed it meanwhile.
         """
         if self.delay() <= 0:
-            while (left := self.next_start - time.monotonic()) > 0:  # noqa: ASYNC110 - resting
-                await asyncio.sleep(left)
+            self._turn(await self._due())
             return None
         await self.starting.acquire()
         try:
-            while (left := self.next_start - time.monotonic()) > 0:  # noqa: ASYNC110 - a deadline, not an event
-                await asyncio.sleep(left)
+            now = await self._due()
         except BaseException:
             self.starting.release()
             raise
-        self.next_start = time.monotonic() + self.delay()  # until the handler says it sent
+        self._turn(now)
+        self.next_start = now + self.delay()  # until the handler says it sent
         return Start(self)
+
+    async def _due(self) -> float:
+        """Sleep until the next start is due: the clock reading that found it due."""
+        while (left := self.next_start - (now := time.monotonic())) > 0:  # noqa: ASYNC110 - a deadline, not an event
+            await asyncio.sleep(left)
+        return now
+
+    def _turn(self, now: float) -> None:
+        if self.record is not None:
+            self.record.append(Pace("turn", self.host, now, self.next_start))
 
 
 class Start:
@@ -150,8 +195,10 @@ class Start:
     def __call__(self) -> None:
         if not self.done:
             self.done = True
-            slot = self.slot
-            slot.next_start = max(slot.next_start, time.monotonic() + slot.delay())
+            slot, now = self.slot, time.monotonic()
+            slot.next_start = max(slot.next_start, now + slot.delay())
+            if slot.record is not None:
+                slot.record.append(Pace("start", slot.host, now, slot.next_start))
             self.slot.starting.release()
 
 
@@ -197,6 +244,15 @@ class ReadyHosts:
         #: and slot-seconds while it had requests waiting: their ratio is the idle share
         self.slot_idle = 0.0
         self.slot_waited = 0.0
+        self._record: list[Pace] | None = None
+
+    def record_paces(self) -> list[Pace]:
+        """From now on, every host's pace decisions (``Pace``), in order, in the list
+        returned (unbounded: for tests and short diagnostic crawls)."""
+        record = self._record = self._record if self._record is not None else []
+        for slot in filter(None, map(self._slots.peek, self._slots)):
+            slot.record = record
+        return record
 
     def idle_share(self) -> float | None:
         """Of the slot-time of hosts with requests waiting aside, the share that was free
@@ -228,6 +284,7 @@ class ReadyHosts:
         slot = self._slots.get(host)
         if slot is None:
             slot = self._slots.put(host, HostSlot(host, self.throttle))
+            slot.record = self._record
         return slot
 
     def peek(self, host: str) -> HostSlot | None:

@@ -221,6 +221,12 @@ class Politeness(ABC):
     async def retry_later(self, request: Request, delay: float, told: bool) -> Deferred | None:
         """Wait ``delay`` before the retry, the whole host with it (None: retry now)."""
 
+    async def went_out(self, host: str, at: float) -> None:
+        """A request to ``host`` that took no turn (its robots.txt) ended at ``at``
+        (monotonic): nothing more starts there before its delay has passed since."""
+        if (left := at + self.throttle.delay(host) - time.monotonic()) > 0:
+            await asyncio.sleep(left)
+
     @contextlib.asynccontextmanager
     async def turn(self, host: str, reports_sent: bool) -> AsyncIterator[None]:
         """The host's slot and delay around the innermost transfer (``reports_sent``: the
@@ -296,6 +302,10 @@ class LocalPoliteness(Politeness):
         self.rest(request, delay, told)
         await asyncio.sleep(delay)
         return None
+
+    async def went_out(self, host: str, at: float) -> None:
+        """The host's slot counts it as a start: its next turn waits the delay."""
+        self.hosts.slot(host).went_out(at)
 
     @contextlib.asynccontextmanager
     async def turn(self, host: str, reports_sent: bool) -> AsyncIterator[None]:

@@ -232,9 +232,8 @@ def test_ports_just_freed_by_a_stopped_server_are_free(tmp_path: Path) -> None:
     """``dev up`` right after ``dev down``: a port in TIME_WAIT is no port taken."""
     base = free_base()
     time_wait_on(base)
-    with socket.socket() as probe:  # the kernel does keep it: a plain bind is refused
-        with pytest.raises(OSError):
-            probe.bind(("127.0.0.1", base))
+    with socket.socket() as probe, pytest.raises(OSError, match="in use"):
+        probe.bind(("127.0.0.1", base))  # the kernel does keep it: a plain bind is refused
     assert dev._check_ports(base)["zookeeper"] == base
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections import defaultdict
 from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings
@@ -26,7 +25,7 @@ from netdisco.crawl.codec import RequestCodec
 from netdisco.frontiers.redis import RedisOptions
 from netdisco.frontiers.redis.hosts import HostQueueFrontier
 from netdisco.testing import RedisServer
-from tests.netdisco.hosts_support import trace_events
+from tests.netdisco.hosts_support import assert_host_scripts_paced, trace_events
 from tests.netdisco.redis_support import SiteSpider, make_request
 
 
@@ -102,24 +101,7 @@ async def work(taker: HostQueueFrontier[Request], plan: random.Random) -> None:
 
 def check(events: list[list[str]], case: Case) -> None:
     delay = case.delay_ms * 1000
-    cap = 1 if delay else case.per_host
-    held: dict[str, set[str]] = defaultdict(set)
-    last_end: dict[str, int] = {}
-    last_start: dict[str, int] = {}
-    for what, when, host, rid in events:
-        at = int(when)
-        if what == "start":
-            assert rid not in held[host]
-            held[host].add(rid)
-            assert len(held[host]) <= cap, f"{host}: {len(held[host])} slots held, cap {cap}"
-            if delay and host in last_end:
-                assert at - last_end[host] >= delay, f"{host}: start {at - last_end[host]} us"
-                assert at - last_start[host] >= delay
-            last_start[host] = at
-        else:
-            held[host].remove(rid)  # an end only for a start
-            last_end[host] = at
-    assert not any(held.values()), "a slot never released"
+    assert_host_scripts_paced(events, delay_us=delay, slots=1 if delay else case.per_host)
 
 
 @settings(
