@@ -143,8 +143,8 @@ class HostSlot:
     def went_out(self, at: float) -> None:
         """A request that took no turn (robots.txt) went out at ``at``: the next start
         waits the delay from then."""
-        due = at + self.delay()
-        if due > self.next_start:
+        due = at + (delay := self.delay())
+        if delay > 0 and due > self.next_start:
             self.next_start = due
             if self.record is not None:
                 self.record.append(Pace("start", self.host, at, due))
