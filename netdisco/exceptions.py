@@ -38,6 +38,7 @@ NetdiscoError
 ├── DuplicateSpider          a spider of that name already runs in the engine
 ├── RegistrationError        ZooKeeper registration cannot proceed
 │   └── TombstoneRefused     a leave without its tombstone: the tombstone root is not ours
+├── LeaseFenced              a leased request reached its start after the fence closed
 ├── FrontierUnavailable      the shared frontier (Redis) cannot be reached
 ├── FrontierFailed           the frontier cannot go on; the spider ends ``failed``
 │   ├── CrawlLost            Redis lost a shared crawl (restart without persistence, FLUSHALL)
@@ -176,6 +177,12 @@ class TombstoneRefused(RegistrationError):
             "was deleted without one (the monitor reports engine_lost)"
         )
         self.root = root
+
+
+class LeaseFenced(NetdiscoError):
+    """A leased request came to its start after the lease fence closed (its lease may be
+    another engine's now): it goes back to the frontier unstarted. Not a request error:
+    no middleware recovers it and it fails nothing."""
 
 
 class FrontierUnavailable(NetdiscoError):

@@ -37,6 +37,7 @@ from netdisco.exceptions import (
     BrowserCrashed,
     DownloadFailed,
     HttpStatusError,
+    LeaseFenced,
     RequestError,
     RobotsDenied,
     TooManyRedirects,
@@ -197,9 +198,12 @@ class Downloader:
             await self._check_robots(hop)
             if (deferred := await politeness.before_hop(request, hop, count)) is not None:
                 return deferred
-            if not await self.frontier.may_start(request):  # the last moment before it goes
+            if not await self.frontier.may_start(request):
                 return Deferred("its lease may be another engine's now", give_back=True)
-            response = await self.chain(hop)
+            try:
+                response = await self.chain(hop)
+            except LeaseFenced:  # the fence closed while it waited for its host's turn
+                return Deferred("its lease may be another engine's now", give_back=True)
             politeness.responded(request)
             location = response.headers.get("Location")
             if response.status not in REDIRECT_STATUSES or not location:
@@ -258,6 +262,8 @@ class Downloader:
             handler = self._renderer()
         host = request.host_key  # the one key of politeness, placement and robots.txt
         async with self.politeness.turn(host, self._own_session and handler is self._http):
+            if not self.frontier.may_start_now():  # the last moment before it goes
+                raise LeaseFenced(f"{request.url}: the lease fence closed before it went out")
             began = time.monotonic()
             response = await handler.fetch(request)
         took = time.monotonic() - began

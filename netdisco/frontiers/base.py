@@ -157,6 +157,12 @@ class Frontier(abc.ABC, Generic[R]):
         its lease may be another engine's now; give it back). Default: True."""
         return True
 
+    def may_start_now(self) -> bool:
+        """Whether a request that passed ``may_start`` may go out at this instant: the
+        fence is still open, in the same epoch (checked with no wait in between and the
+        send, so that waiting for the host's turn cannot outlast the lease). Default: True."""
+        return True
+
     # -- connection ----------------------------------------------------------------
 
     async def open(self) -> None:

@@ -9,14 +9,16 @@ import asyncio
 import uuid
 
 import pytest
+from aiohttp import web
 from redis import asyncio as aioredis
 
-from netdisco import Request, Settings
+from netdisco import Crawler, Request, Settings, Spider
 from netdisco._fence import Fence
 from netdisco.crawl.codec import frontier_for
+from netdisco.crawl.middleware import Middleware
 from netdisco.frontiers.redis import RedisFrontier
 from netdisco.frontiers.redis.leases import recover_owner
-from netdisco.testing import RedisServer
+from netdisco.testing import RedisServer, eventually, serve
 from tests.netdisco.redis_support import SiteSpider, make_request
 
 SESSION_TIMEOUT = 2.0
@@ -98,3 +100,57 @@ def test_the_fence_of_a_frontier_nobody_fences_is_open() -> None:
     frontier: MemoryFrontier[Request] = MemoryFrontier()
     assert frontier.fence is None
     assert asyncio.run(frontier.may_start(Request("http://127.0.0.1:1/")))
+
+
+class Waiting(Middleware):
+    """Holds ``/b`` between the fence's check and its send, once: what any await there
+    (a middleware, the host's turn) may do while the fence closes."""
+
+    def __init__(self) -> None:
+        self.reached, self.release = asyncio.Event(), asyncio.Event()
+
+    async def process_request(self, request: Request, spider: Spider) -> None:
+        if request.url.endswith("/b") and not self.reached.is_set():
+            self.reached.set()
+            await asyncio.wait_for(self.release.wait(), 30)
+
+
+async def test_a_fence_that_closes_after_its_check_still_sends_nothing(
+    redis_server: RedisServer,
+) -> None:
+    """The fence is asked again at the last instant before a request goes out: ``/b``
+    passed the check, then waited while the fence closed; it is not sent, goes back, and
+    is fetched once the fence opens in a new epoch."""
+    fence, waiting = Fence(), Waiting()
+    sent: list[tuple[str, bool]] = []  # (path, whether the fence was closed then)
+
+    async def page(request: web.Request) -> web.Response:
+        sent.append((request.path, not fence.is_open))
+        return web.Response(text="<html>page</html>", content_type="text/html")
+
+    class Held(SiteSpider):
+        def middlewares(self) -> list[Middleware]:
+            return [waiting]
+
+    app = web.Application()
+    app.router.add_get("/{name}", page)
+    async with serve(app) as base:
+        url = f"{redis_server.url}?prefix=w{uuid.uuid4().hex[:10]}&politeness=engine"
+        spider = Held(start_urls=[f"{base}/b"])
+        settings = Settings(frontier=url, obey_robots=False, retries=0, progress_interval=0)
+        crawler = Crawler(spider, settings, frontier=frontier_for(settings, spider, "ours"))
+        crawler.frontier.fence = fence
+        run = asyncio.ensure_future(crawler.run())
+        try:
+            await asyncio.wait_for(waiting.reached.wait(), 30)
+            fence.close("test: connection suspended")
+            waiting.release.set()
+            await eventually(lambda: crawler.stats.in_flight == 0, "b given back")
+            assert sent == []
+            fence.lose()  # the session ended: a new epoch; what was taken before goes back
+            fence.open()
+            stats = await asyncio.wait_for(run, 30)
+        finally:
+            run.cancel()
+    assert sent == [("/b", False)]  # once, and only once the fence was open again
+    assert stats.succeeded == 1

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
-from netdisco.exceptions import MiddlewareError, MiddlewareTypeError, RequestError
+from netdisco.exceptions import LeaseFenced, MiddlewareError, MiddlewareTypeError, RequestError
 
 if TYPE_CHECKING:
     from netdisco.crawl.spider import Spider
@@ -107,6 +107,8 @@ class Chain:
     async def _download(self, request: Request) -> Response:
         try:
             return await self.download(request)
+        except LeaseFenced:  # not the middlewares' to recover: it goes back unstarted
+            raise
         except Exception as exc:
             if not self._exceptions:
                 raise

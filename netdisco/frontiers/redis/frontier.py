@@ -293,6 +293,10 @@ class RedisFrontier(Frontier[R]):
         await self._through_fence()
         return id(request) not in self._stale
 
+    def may_start_now(self) -> bool:
+        fence = self.fence
+        return fence is None or (fence.is_open and fence.epoch == self._epoch)
+
     async def _through_fence(self) -> None:
         """Wait while the fence is closed; once its epoch moved on, every lease we hold
         is stale (``netdisco._fence``)."""
