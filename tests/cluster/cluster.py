@@ -55,8 +55,9 @@ def http(method: str, url: str, token: str | None = None, body: Any = None) -> A
 
 
 class Cluster:
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, broken: str = "") -> None:
         self.work = work
+        self.broken = broken  # NDC_BREAK: "unfenced" engines or an "inventive" monitor
         self.net = Network(MACHINES, work / "logs")
         self.engine_token = secrets.token_hex(16)
         self.monitor_token = secrets.token_hex(16)
@@ -158,7 +159,7 @@ class Cluster:
     def start_monitor(self) -> None:
         config = self.work / "monitor.toml"
         config.write_text(self.monitor_toml())
-        argv = [str(BIN / "netdisco-monitor"), "--config", str(config),
+        argv = [*self._command("netdisco-monitor", "inventive"), "--config", str(config),
                 "--state-file", str(self.work / "monitor-state.json")]  # fmt: skip
         self.net.spawn("monitor", "monitor", argv, self.env())
         wait_for("the monitor", lambda: http("GET", f"{self.monitor}/netdiscovery/health"), 60)
@@ -186,8 +187,15 @@ class Cluster:
         config = self.work / machine / "engine.toml"
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(self.engine_toml(engine_id, crawl, extra))
-        argv = [str(BIN / "netdisco"), "--log-json", "engine", "--config", str(config)]
+        argv = [*self._command("netdisco", "unfenced"), "--log-json", "engine", "--config",
+                str(config)]  # fmt: skip
         self.net.spawn(engine_id, machine, argv, self.env() | {"UV_OFFLINE": "1"})
+
+    def _command(self, script: str, broken: str) -> list[str]:
+        """The CLI, or its deliberately broken twin (tests/cluster/broken.py)."""
+        if self.broken == broken:
+            return [sys.executable, "-m", "tests.cluster.broken", broken]
+        return [str(BIN / script)]
 
     def engine_url(self, engine_id: str, path: str) -> str:
         return f"http://{MACHINES[ENGINES[engine_id]]}:{ENGINE_PORT}{path}"

@@ -145,6 +145,30 @@ def cleanup() -> None:
         ip("netns", "del", ns, check=False)
 
 
+def leftovers(mark: tuple[str, str]) -> list[str]:
+    """What a run left behind after ``close``: namespaces and links of ours (in the host's
+    own namespace, read through pid 1), and processes whose environment carries
+    ``mark`` (a variable every process of the run was given)."""
+    found = [f"namespace {ns}" for ns in ours()]
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/1/net/dev").read_text().splitlines()[2:]:
+            name = line.split(":", 1)[0].strip()
+            if name.startswith("ndc"):
+                found.append(f"link {name}")
+    wanted = f"{mark[0]}={mark[1]}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if wanted in environ:
+            found.append(f"process {entry.name}: {command[:120]}")
+    return found
+
+
 def _others(ns: str) -> set[int]:
     """The processes in ``ns`` but this one and its children (``ip`` listing them)."""
     me = os.getpid()

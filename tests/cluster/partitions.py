@@ -9,7 +9,8 @@ out, then the site is made fast so the crawl ends. Scenarios:
   sides); its session expires on a cut longer than ``SESSION_TIMEOUT``;
 * ``engine-redis``: one engine and Redis (``lease_ttl`` 5 s, so some cuts outlast it);
 * ``monitor-zk``: the monitor and the three ZooKeeper servers;
-* ``zk-minority``: one ZooKeeper server's link down (the leader, every other cut).
+* ``zk-follower``: one ZooKeeper follower's link down;
+* ``zk-leader``: the ZooKeeper leader's link down (a new leader is elected).
 
 Per scenario: pages never fetched (lost), pages fetched twice (counted at the site),
 late starts (requests the cut engine *began* at the site after its leases could be
@@ -17,6 +18,11 @@ handed to others: after the cut plus the session timeout, or plus ``lease_ttl``)
 false events (``engine_lost``/``engine_left`` of an engine not cut, or of a cut engine
 whose cut was too short to expire its session), and the time from the heal until the
 cut part works again. ``NDC_SCENARIOS=engine-zk,monitor-zk`` picks some.
+
+The run fails (exit 1) on any page lost, any late start, any false event, a crawl not
+finished ``END_LIMIT`` s after the last cut healed (the site made fast), a cut part that
+never recovered, or anything left behind (namespaces, links, processes). ``NDC_BREAK``
+starts broken engines or a broken monitor (tests/cluster/broken.py) to show it does.
 """
 
 from __future__ import annotations
@@ -34,12 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from tests.cluster.cluster import ENGINES, MACHINES, SESSION_TIMEOUT, ZKS, Cluster, http, wait_for
+from tests.cluster.machines import leftovers
 from tests.cluster.site import PAGES, page_paths
 
 LEASE_TTL = 5.0
 CUTS = int(os.environ.get("NDC_CUTS", "20"))
 SLOW, FAST = 1.0, 0.002  # the site's delay while links are cut, then to end the crawl
 RECOVERY_LIMIT = 60.0
+#: a crawl must be finished this long after the last heal (the site made fast then)
+END_LIMIT = 240.0
 
 
 @dataclass
@@ -61,6 +70,23 @@ class Result:
     false_events: list[str] = field(default_factory=list)
     events: int = 0
     crawl: float = 0.0
+    ended: float | None = None  # from the last heal to the crawl finished (None: never)
+
+    def failures(self) -> list[str]:
+        """Why this scenario fails the run (empty: it passed)."""
+        found = []
+        if self.lost:
+            found.append(f"{self.lost} pages lost")
+        if self.late:
+            found.append(f"{self.late} late starts by a fenced engine")
+        if self.false_events:
+            found.append(f"false events: {', '.join(self.false_events[:5])}")
+        if self.ended is None:
+            found.append(f"the crawl did not end within {END_LIMIT:.0f} s of the last heal")
+        never = sum(c.recovered is None for c in self.cuts)
+        if never:
+            found.append(f"{never} cuts never recovered within {RECOVERY_LIMIT:.0f} s")
+        return found
 
     def row(self) -> str:
         times = [c.recovered for c in self.cuts if c.recovered is not None]
@@ -96,11 +122,12 @@ class Partitions:
 
     def finish(self, result: Result, began: float) -> None:
         http("POST", f"{self.c.site}/delay/{FAST}")
-
+        healed = time.time()
         try:
-            wait_for("a finished crawl", self.c.crawl_finished, 600, 1.0)
+            wait_for("a finished crawl", self.c.crawl_finished, END_LIMIT, 1.0)
+            result.ended = time.time() - healed
         except TimeoutError as exc:
-            print(f"     {result.name}: {exc}", flush=True)
+            print(f"     {result.name}: {exc}; engines: {self.states()}", flush=True)
         result.crawl = time.time() - began
         counts = self.c.counts()
         result.lost = len(page_paths() - set(counts))
@@ -159,10 +186,22 @@ class Partitions:
         done.recovered = self.until(done, self.monitor_whole)
         return done
 
-    def zk_minority(self, seconds: float) -> Cut:
-        leader = next((z for z in ZKS if self.c.zk_mode(z) == "leader"), ZKS[0])
-        followers = [z for z in ZKS if z != leader]
-        server = leader if self.rng.random() < 0.5 else self.rng.choice(followers)
+    def zk_follower(self, seconds: float) -> Cut:
+        leader = self.leader()
+        return self.zk_cut(self.rng.choice([z for z in ZKS if z != leader]), leader, seconds)
+
+    def zk_leader(self, seconds: float) -> Cut:
+        leader = self.leader()
+        return self.zk_cut(leader, leader, seconds)
+
+    def leader(self) -> str:
+        return wait_for(
+            "a ZooKeeper leader",
+            lambda: next((z for z in ZKS if self.c.zk_mode(z) == "leader"), None),
+            RECOVERY_LIMIT,
+        )
+
+    def zk_cut(self, server: str, leader: str, seconds: float) -> Cut:
         began = time.time()
         fetched = len(self.fetches())
         self.c.net.cut(server)
@@ -182,6 +221,17 @@ class Partitions:
         except TimeoutError:
             return None
         return time.time() - cut.healed
+
+    def states(self) -> dict[str, Any]:
+        """Each engine's spiders and their states (what a crawl that did not end shows)."""
+        found: dict[str, Any] = {}
+        for engine in ENGINES:
+            try:
+                spiders = http("GET", self.c.engine_url(engine, "/netdiscovery/spiders"))
+                found[engine] = {s["name"]: s["state"] for s in spiders}
+            except Exception as exc:  # an engine that does not answer says so
+                found[engine] = repr(exc)
+        return found
 
     def registered(self, engine: str) -> bool | None:
         status = http("GET", self.c.engine_url(engine, "/netdiscovery/health"))
@@ -235,14 +285,15 @@ def main() -> int:
         print("make partitions needs root (network namespaces)", file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="netdisco-partitions-"))
-    cluster = Cluster(work)
+    cluster = Cluster(work, broken=os.environ.get("NDC_BREAK", ""))
     seed = int(os.environ.get("NDC_SEED", str(int(time.time()))))
     p = Partitions(cluster, random.Random(seed))
     scenarios: dict[str, tuple[Callable[[float], Cut], str]] = {
         "engine-zk": (p.engine_zk, ""),
         "engine-redis": (p.engine_redis, f"?lease_ttl={LEASE_TTL:g}"),
         "monitor-zk": (p.monitor_zk, ""),
-        "zk-minority": (p.zk_minority, ""),
+        "zk-follower": (p.zk_follower, ""),
+        "zk-leader": (p.zk_leader, ""),
     }
     chosen = os.environ.get("NDC_SCENARIOS", ",".join(scenarios)).split(",")
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -263,13 +314,19 @@ def main() -> int:
         print("interrupted", flush=True)
     finally:
         cluster.net.close()
+    left = leftovers(("NDC_ZK_DIGEST", cluster.digest))
     print("| scenario | cuts (long) | lost | twice | late starts | false events "
           "| recovery median / max | crawl |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
     for result in results:
         print(result.row())
     print(f"logs in {work / 'logs'}", flush=True)
-    return 0 if len(results) == len(chosen) and all(r.lost == 0 for r in results) else 1
+    failures = [f"{r.name}: {why}" for r in results for why in r.failures()]
+    failures += [f"not run: {name}" for name in chosen[len(results) :]]
+    failures += [f"left behind: {what}" for what in left]
+    for failure in failures:
+        print(f"FAIL {failure}", flush=True)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
