@@ -1,0 +1,92 @@
+"""``make partitions`` fails on what it promises to catch (tests/cluster/partitions.py):
+each failure condition on its own, judged from a site's log and a monitor's events as
+the harness reads them, and what a run leaves behind. The real runs that break the fence
+or invent an event (``NDC_BREAK``) need root and minutes; these need neither."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+from typing import Any
+
+import pytest
+
+from tests.cluster import partitions
+from tests.cluster.cluster import SESSION_TIMEOUT
+from tests.cluster.machines import leftovers
+from tests.cluster.partitions import END_LIMIT, Cut, Partitions, Result
+
+
+class Recorded:
+    """What the harness reads from a cluster, given instead of asked for."""
+
+    def __init__(self, fetches: list[tuple[float, str, str]], events: list[dict[str, Any]]):
+        self._fetches, self._events = fetches, events
+
+    def events(self) -> list[dict[str, Any]]:
+        return self._events
+
+
+def judged(name: str, cuts: list[Cut], fetches: list[Any], events: list[Any]) -> Result:
+    harness = Partitions(Recorded(fetches, events), random.Random(0))  # type: ignore[arg-type]
+    harness.fetches = lambda: fetches  # type: ignore[method-assign]
+    result = Result(name, cuts=cuts, ended=12.0)
+    harness.judge(result, began=0.0)
+    return result
+
+
+ENGINE = "engine-1"
+ADDRESS = partitions.MACHINES[partitions.ENGINES[ENGINE]]
+
+
+def test_a_clean_scenario_passes() -> None:
+    cut = Cut(100.0, 110.0, ENGINE, recovered=0.5)  # long enough to expire the session
+    fetches = [(101.0, ADDRESS, "/p/1"), (111.0, ADDRESS, "/p/2")]  # before, and after
+    lost = {"type": "engine_lost", "engine_id": ENGINE, "time": 104.5}
+    result = judged("engine-zk", [cut], fetches, [lost])
+    assert result.failures() == []
+    assert result.expired == 1
+
+
+def test_a_start_by_a_cut_engine_once_its_leases_could_be_recovered_fails() -> None:
+    cut = Cut(100.0, 110.0, ENGINE, recovered=0.5)
+    late = 100.0 + SESSION_TIMEOUT + 0.5
+    result = judged("engine-zk", [cut], [(late, ADDRESS, "/p/3")], [])
+    assert result.late == 1
+    assert result.failures() == ["1 late starts by a fenced engine"]
+
+
+@pytest.mark.parametrize("kind", ["engine_lost", "engine_left"])
+def test_an_event_nothing_explains_fails(kind: str) -> None:
+    cut = Cut(100.0, 102.0, ENGINE, recovered=0.5)  # too short to expire anything
+    event = {"type": kind, "engine_id": "engine-2", "time": 101.0}
+    result = judged("engine-redis", [cut], [], [event])
+    assert result.failures() == [f"false events: {kind} engine-2"]
+
+
+def test_a_loss_after_a_cut_too_short_to_expire_the_session_is_false() -> None:
+    cut = Cut(100.0, 100.0 + SESSION_TIMEOUT / 2, ENGINE, recovered=0.5)
+    lost = {"type": "engine_lost", "engine_id": ENGINE, "time": 101.0}
+    assert judged("engine-zk", [cut], [], [lost]).false_events == [f"engine_lost {ENGINE}"]
+
+
+def test_a_lost_page_a_crawl_that_never_ends_and_a_cut_never_recovered_fail() -> None:
+    result = Result("monitor-zk", cuts=[Cut(1.0, 2.0, "monitor", recovered=None)], lost=3)
+    assert result.failures() == [
+        "3 pages lost",
+        f"the crawl did not end within {END_LIMIT:.0f} s of the last heal",
+        f"1 cuts never recovered within {partitions.RECOVERY_LIMIT:.0f} s",
+    ]
+
+
+def test_a_process_of_the_run_left_behind_is_found() -> None:
+    mark = ("NDC_ZK_DIGEST", f"netdisco:test-{os.getpid()}")
+    child = subprocess.Popen(["sleep", "60"], env={**os.environ, mark[0]: mark[1]})
+    try:
+        found = leftovers(mark)
+        assert [f for f in found if f.startswith("process")] == [f"process {child.pid}: sleep 60 "]
+    finally:
+        child.kill()
+        child.wait()
+    assert not [f for f in leftovers(mark) if f.startswith("process")]
