@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.cluster import partitions
-from tests.cluster.cluster import SESSION_TIMEOUT
+from tests.cluster.cluster import ENGINES, MACHINES, SESSION_TIMEOUT
 from tests.cluster.machines import leftovers
 from tests.cluster.partitions import END_LIMIT, Cut, Partitions, Result
 
@@ -37,7 +37,7 @@ def judged(name: str, cuts: list[Cut], fetches: list[Any], events: list[Any]) ->
 
 
 ENGINE = "engine-1"
-ADDRESS = partitions.MACHINES[partitions.ENGINES[ENGINE]]
+ADDRESS = MACHINES[ENGINES[ENGINE]]
 
 
 def test_a_clean_scenario_passes() -> None:
