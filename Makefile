@@ -13,7 +13,7 @@ ZK_JAR := /usr/share/java/zookeeper.jar
 APT    := DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 
 .PHONY: test lint typecheck unit demo demo-keep bench compose-check cluster-check partitions \
-	faults memory system-deps \
+	faults memory system-deps test-stress \
 	clean lock test-newest test-lowest
 
 $(STAMP): pyproject.toml $(LOCK)
@@ -103,6 +103,11 @@ unit: $(STAMP) system-deps
 	  || status=$$?; \
 	$(BIN)/python -m tests.reaper $$run || status=$${status/#0/1}; \
 	exit $$status
+
+# The locked suite five times in a fresh clone of HEAD: three times beside two CPU
+# burners, once on one core, once in a random order (about an hour; tests/stress.sh).
+test-stress: system-deps
+	bash tests/stress.sh
 
 # The memory bounds of long queues (issue 28): a million requests queued with state_dir,
 # and in the memory frontier (spilled); minutes each, so not in make test.
