@@ -25,7 +25,7 @@ import structlog
 from aiohttp import web
 
 from netdisco import Crawler, Request, Response, Settings, Spider
-from netdisco.cluster.contract import payload_from_dict
+from netdisco.cluster.contract import CONTRACT, payload_from_dict
 from netdisco.cluster.registry import Registration
 from netdisco.cluster.settings import ZooKeeperSettings
 from netdisco.crawl.codec import RequestCodec
@@ -100,7 +100,13 @@ async def engine(redis_url: str, zk_hosts: str, base: str, engine_id: str) -> di
     )
     crawler = Crawler(spider, crawl_settings(redis_url), frontier=frontier)
     zk = ZooKeeperSettings(hosts=zk_hosts, session_timeout=SESSION_TIMEOUT, audit_interval=1.0)
-    data = {"id": engine_id, "incarnation": incarnation, "pid": os.getpid(), "spiders": []}
+    data = {
+        "id": engine_id,
+        "incarnation": incarnation,
+        "pid": os.getpid(),
+        "spiders": [],
+        "contract": CONTRACT,
+    }  # as engines write: a leave is told by its tombstone
     registration = Registration(zk, engine_id, lambda: payload_from_dict(data))
     recovery = lease_recovery(redis_url, zk, incarnation)
     await frontier.open()
