@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -36,6 +35,7 @@ from netdisco.exceptions import ConfigError
 from netdisco.frontiers.redis.hosts import HostQueueFrontier
 from netdisco.testing import RedisServer, serve
 from tests.netdisco.hosts_support import assert_host_scripts_paced, frontier_trace
+from tests.netdisco.pace_support import assert_paced, of_host
 
 FAST = {"retry_backoff": 0.01, "timeout": 5.0, "connect_timeout": 2.0}
 
@@ -130,27 +130,6 @@ async def paced_run(spider: Spider, **settings: Any) -> tuple[Crawler, list[Pace
     record = crawler.politeness.hosts.record_paces()
     await asyncio.wait_for(crawler.run(), 60)
     return crawler, record
-
-
-def of_host(record: list[Pace], base: str) -> list[Pace]:
-    host = base.removeprefix("http://")
-    return [pace for pace in record if pace.host == host]
-
-
-def assert_paced(paces: list[Pace], delay: float | None = None) -> None:
-    """No turn of the host came before the due time the start before it set: the delay
-    decided when that one went out, obeyed exactly (a loaded loop only makes a turn
-    later); and each start counted ``delay``, if given."""
-    starts = [p for p in paces if p.kind == "start"]
-    assert starts
-    if delay is not None:
-        assert all(p.due - p.at == pytest.approx(delay, abs=1e-9) for p in starts), starts
-    due = -math.inf
-    for pace in paces:
-        if pace.kind == "turn":
-            assert pace.at >= due, f"a turn {due - pace.at:.6f} s before the host was due"
-        elif pace.kind == "start":
-            due = pace.due
 
 
 def simulate_loaded_site(throttle: Throttle, requests: int) -> tuple[list[int], int]:

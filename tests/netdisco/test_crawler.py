@@ -197,6 +197,11 @@ async def test_invalid_transitions_are_errors(site: Site) -> None:
         await crawler.stop()
 
 
+def parked_on(event: asyncio.Event) -> int:
+    """How many tasks wait on ``event`` now."""
+    return len(getattr(event, "_waiters", ()))
+
+
 def _slow_spider(site: Site, count: int, seconds: float) -> Spider:
     return seeds(*(site.url(f"/slow/{n}?s={seconds}") for n in range(count)))
 
@@ -210,8 +215,10 @@ async def test_pause_resume_and_stop(site: Site) -> None:
     assert crawler.pause() is SpiderState.PAUSED
     await eventually(lambda: crawler.stats.in_flight == 0, "in-flight requests to finish")
     fetched = len(site.paths("/slow/"))
-    await asyncio.sleep(0.4)  # paused: nothing new may start meanwhile
+    # paused: both workers come to wait on the pause itself, so nothing new may start
+    await eventually(lambda: parked_on(crawler._unpaused) == 2, "workers paused", timeout=30)
     assert len(site.paths("/slow/")) == fetched
+    assert crawler.stats.in_flight == 0
     assert crawler.resume() is SpiderState.RUNNING
     await eventually(lambda: len(site.paths("/slow/")) > fetched, "the crawl to go on")
     assert crawler.pause() is SpiderState.PAUSED

@@ -37,6 +37,16 @@ async def restart(server: RedisServer, sig: int) -> None:
     await asyncio.to_thread(server.start)
 
 
+async def aof_written(url: str) -> bool:
+    """Whether Redis holds no AOF buffer that it has not written to its file yet."""
+    client = aioredis.Redis.from_url(url)
+    try:
+        info = await client.info("persistence")
+    finally:
+        await client.aclose()
+    return bool(info["aof_enabled"] == 1 and info["aof_buffer_length"] == 0)
+
+
 def crawler_on(url: str, base: str) -> Crawler:
     spider = site_spider(base)
     frontier = RedisFrontier(RedisOptions.from_url(url), spider.name, RequestCodec(spider))
@@ -64,10 +74,12 @@ async def test_redis_sigkilled_and_restarted_on_its_aof_loses_no_page(
     counting_site: SiteServer,
 ) -> None:
     with RedisServer(appendonly=True, appendfsync="everysec") as server:
-        await asyncio.sleep(1.5)  # the AOF holds the crawl's creation (fsync every second)
         crawler = crawler_on(server.url, counting_site.base)
         await crawler.start()
         await eventually(lambda: counting_site.fetched >= PAGES // 2, "half the site")
+        # the crawl's creation is in the AOF file: Redis wrote out its buffer since (a
+        # SIGKILL keeps what was written; fsync is for the machine's crash, not ours)
+        await eventually(lambda: aof_written(server.url), "the AOF written out")
         await restart(server, signal.SIGKILL)
         assert await asyncio.wait_for(crawler.wait(), 300) is SpiderState.FINISHED
     assert counting_site.fetched == PAGES

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -11,6 +10,7 @@ from typing import Any
 
 import pytest
 from redis import asyncio as aioredis
+from structlog.testing import capture_logs
 
 from netdisco import Request, Settings
 from netdisco.cluster.settings import ZooKeeperSettings
@@ -213,10 +213,20 @@ async def test_expired_leases_are_swept_and_live_ones_renewed(
     await live.add(requests_for(spider, 4))
     assert await live.take() is not None
     assert await dead.take() is not None
+    (held,) = await live._redis.smembers(live.keys.owned("live"))
+    first_deadline = await live._redis.zscore(live.keys.leases, held)
+    assert first_deadline is not None
     await dead.close(hand_back=False)  # its heartbeat stops: as if SIGKILLed, unwatched
     await eventually(lambda: _queued_is(sweeper, 3, trigger=sweeper.beat))
-    await asyncio.sleep(1.5)  # past the lease deadline: only a renewed lease survives
-    await sweeper.beat()
+
+    async def renewed_past_its_first_deadline() -> bool:  # by the Redis clock, as the sweep
+        seconds, micros = await live._redis.time()
+        now = seconds * 1000 + micros // 1000
+        deadline = await live._redis.zscore(live.keys.leases, held)
+        return now > first_deadline and deadline is not None and deadline > now
+
+    await eventually(renewed_past_its_first_deadline, "the live lease renewed", timeout=30)
+    await sweeper.beat()  # only a renewed lease survives
     assert await sweeper.counts() == (3, 1, 4)
 
 
@@ -316,16 +326,26 @@ async def test_operations_wait_while_redis_restarts(spider: SiteSpider, tmp_path
     try:
         f = RedisFrontier(RedisOptions.from_url(server.url), spider.name, RequestCodec(spider))
         await f.add(requests_for(spider, 3))
-        restart = threading.Thread(target=server.restart, args=(1.0,))
-        restart.start()
-        await asyncio.sleep(0.3)  # down now: these wait instead of failing
-        taken = [await f.take() for _ in range(3)]
-        restart.join()
+        await asyncio.to_thread(server.stop)
+        with capture_logs() as logs:  # down now: these wait instead of failing
+            takes = asyncio.create_task(_take(f, 3))
+            await eventually(
+                lambda: any(e["event"] == "frontier_unavailable_waiting" for e in logs),
+                "a take waiting for Redis",
+                timeout=30,
+            )
+            assert not takes.done()
+            await asyncio.to_thread(server.start)
+            taken = await asyncio.wait_for(takes, 30)
         assert all(taken)
         assert await f.counts() == (0, 3, 3)
         await f.close()
     finally:
         server.stop()
+
+
+async def _take(f: RedisFrontier[Request], count: int) -> list[Request | None]:
+    return [await f.take() for _ in range(count)]
 
 
 def test_options_from_url_and_frontier_for(spider: SiteSpider):

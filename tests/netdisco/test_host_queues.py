@@ -28,7 +28,12 @@ from tests.netdisco.hosts_support import (
     trace_events,
 )
 from tests.netdisco.redis_support import SiteSpider, make_request
-from tests.netdisco.test_politeness import Host, TwoHosts, hosts  # noqa: F401 - a fixture
+from tests.netdisco.test_politeness import (  # noqa: F401 - hosts: a fixture
+    Host,
+    TwoHosts,
+    gated_crawl,
+    hosts,
+)
 
 Factory = Callable[..., HostQueueFrontier[Request]]
 
@@ -199,22 +204,37 @@ async def test_expired_and_returned_leases_free_their_host(
     assert path(await dead.take()) == "p0"
     assert await live.take() is None
     await dead.close(hand_back=False)  # as if killed: its lease runs out
-    await asyncio.sleep(1.2)
-    await live.beat()  # the sweep puts p0 back; the next take frees the slot
-    assert path(await live.take()) == "p0"
+
+    async def swept() -> bool:
+        await live.beat()  # once the lease ran out, the sweep puts p0 back
+        return await live.counts() == (2, 0, 2)
+
+    await eventually(swept, "p0 back once its lease ran out", timeout=30)
+    assert path(await live.take()) == "p0"  # the take frees the slot
     await live.close()  # a graceful stop hands p0 back and frees the slot again
     other = frontier("other", per_host=1, url=url)
     assert path(await other.take()) == "p0"
     assert await other.counts() == (1, 1, 2)
 
 
-async def test_robots_txt_is_fetched_by_one_engine_for_all(frontier: Factory):
+async def test_robots_txt_is_fetched_by_one_engine_for_all(
+    frontier: Factory, monkeypatch: pytest.MonkeyPatch
+):
     engines = [frontier(f"e{i}") for i in range(3)]
     fetched: list[str] = []
+    askers: set[asyncio.Task[Any] | None] = set()  # who tried to lock the origin
+    for engine in engines:
+
+        def counting(key: str, lock: Any = engine._lock) -> Any:
+            askers.add(asyncio.current_task())
+            return lock(key)
+
+        monkeypatch.setattr(engine, "_lock", counting)
 
     async def fetch() -> str:
         fetched.append("x")
-        await asyncio.sleep(0.2)  # the others ask meanwhile, and wait for this copy
+        # held until all six askers tried the lock: the five others wait for this copy
+        await eventually(lambda: len(askers) >= 6, "the others asking meanwhile", timeout=30)
         return "User-agent: *\nDisallow: /private\n"
 
     texts = await asyncio.gather(
@@ -255,15 +275,11 @@ async def test_a_slow_host_holds_no_worker_across_engines(
         per_host_concurrency=1,
         obey_robots=False,
     )
+    # two engines on one crawl (the second's seeds are seen); one slow request at a time
+    # for the whole crawl, held until every fast page came: they did not wait for it
     crawlers = [Crawler(TwoHosts(slow.base, fast.base), settings) for _ in range(2)]
-    for crawler in crawlers:  # two engines on one crawl (the second's seeds are seen)
-        await crawler.start()
-    for crawler in crawlers:
-        await crawler.wait()
+    await gated_crawl(slow, fast, *crawlers)
     assert sum(c.stats.succeeded for c in crawlers) == 16
-    # one slow request at a time for the whole crawl; the fast pages did not wait for it
-    second_slow = sorted(slow.arrivals.values())[1]
-    assert max(fast.arrivals.values()) < second_slow
 
 
 async def test_every_host_script_refuses_a_lost_crawl(frontier: Factory, spider: SiteSpider):
@@ -281,9 +297,9 @@ async def test_every_host_script_refuses_a_lost_crawl(frontier: Factory, spider:
 
 
 async def test_a_slot_is_free_when_the_response_ends_not_when_the_ack_is_flushed(
-    redis_url: str,
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    delay, flush = 0.05, 3.0  # acks wait for the items' flush, every 3 s
+    delay = 0.05
     site = LoggingHost(latency=0.01)
     async with serve(site.app(), "127.0.0.1") as base:
         settings = Settings(
@@ -291,15 +307,27 @@ async def test_a_slot_is_free_when_the_response_ends_not_when_the_ack_is_flushed
             concurrency=4,
             download_delay=delay,
             obey_robots=False,
-            flush_interval=flush,
+            # no flush until every page's item is in: a start that waited for an ack
+            # would wait for ever (the deadline below), not a flush interval
+            flush_interval=3600,
+            flush_items=PAGES,
             progress_interval=0,
         )
-        stats = await Crawler(HostsSpider(start_urls=[f"{base}/p0.html"]), settings).run()
+        crawler = Crawler(HostsSpider(start_urls=[f"{base}/p0.html"]), settings)
+        flushed_after: list[int] = []  # the pages the site had served at each flush
+        flush = crawler.acks.flush
+
+        async def counted() -> None:
+            flushed_after.append(len(site.visits))
+            await flush()
+
+        monkeypatch.setattr(crawler.acks, "flush", counted)
+        stats = await asyncio.wait_for(crawler.run(), 60)
     assert stats.succeeded == PAGES
+    assert flushed_after[0] == PAGES  # no ack was flushed before the last page started
     visits = sorted(site.visits, key=lambda v: v.start)
     gaps = [b.start - a.end for a, b in itertools.pairwise(visits)]
     assert min(gaps) >= delay  # one at a time, the delay after each response's end
-    assert max(gaps) < flush  # and no start waited for an ack's flush
 
 
 async def test_the_last_lease_ending_wakes_the_takers(

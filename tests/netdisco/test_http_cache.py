@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 from aiohttp import web
 
 from netdisco import CallablePipeline, Crawler, Request, Response, Settings, Spider
+from netdisco.crawl.middleware import httpcache
 from netdisco.testing import serve
 
 
@@ -96,14 +96,28 @@ async def test_another_method_or_body_is_never_served_from_the_cache(
     }  # fmt: skip
 
 
+class Clock:
+    """The cache's wall clock (``time.time``), moved by the test only."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def time(self) -> float:
+        return self.now
+
+
 async def test_entries_expire_and_without_the_setting_nothing_is_cached(
-    server: Server, tmp_path: Path
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cache = str(tmp_path / "cache")
+    cache, clock = str(tmp_path / "cache"), Clock(1_800_000_000.0)
+    monkeypatch.setattr(httpcache, "time", clock)  # ages in the cache's own clock
     await crawl(spider_for(server.base), http_cache=cache, http_cache_expiration=0.2)
-    await asyncio.sleep(0.3)
+    clock.now += 0.1
     await crawl(spider_for(server.base), http_cache=cache, http_cache_expiration=0.2)
-    assert server.asked[("GET", "/p/0", b"")] == 2
+    assert server.asked[("GET", "/p/0", b"")] == 1  # still fresh
+    clock.now += 0.2
+    await crawl(spider_for(server.base), http_cache=cache, http_cache_expiration=0.2)
+    assert server.asked[("GET", "/p/0", b"")] == 2  # expired, fetched again
     await crawl(spider_for(server.base))
     await crawl(spider_for(server.base))
     assert server.asked[("GET", "/p/0", b"")] == 4

@@ -22,6 +22,7 @@ from netdisco.cluster.jobs import (
 )
 from netdisco.engine.joblog import LogWriter, follow, job_dir, tail
 from netdisco.exceptions import ConfigError
+from netdisco.testing import eventually
 
 ID = "0123456789ab"
 
@@ -143,7 +144,9 @@ async def test_follow_reads_new_lines_across_a_rotation_until_done(tmp_path):
     assert lines == [f"line {n:03d}".encode() for n in range(40)]  # none lost, none twice
 
 
-async def test_a_log_followed_while_its_job_starts_waits_for_the_job(tmp_path):
+async def test_a_log_followed_while_its_job_starts_waits_for_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A follower that comes between the job's taking and its child's start (its
     directory there, the job not yet running) keeps the stream open for what follows."""
     from types import SimpleNamespace
@@ -167,6 +170,14 @@ async def test_a_log_followed_while_its_job_starts_waits_for_the_job(tmp_path):
     directory = job_dir(runner.directory, ID)
     directory.mkdir(parents=True)
     runner._starting.add(ID)  # taken; its child not started yet
+    asked: list[bool] = []  # each time the follower asked whether the job is still on
+    active = runner.active
+
+    def counted(job_id: str) -> bool:
+        asked.append(active(job_id))
+        return asked[-1]
+
+    monkeypatch.setattr(runner, "active", counted)
 
     async def route(request: web.Request) -> web.StreamResponse:
         return await job_log(request, fake)  # type: ignore[arg-type]
@@ -181,7 +192,9 @@ async def test_a_log_followed_while_its_job_starts_waits_for_the_job(tmp_path):
     try:
         async with aiohttp.ClientSession() as http, http.get(url, params={"follow": "1"}) as answer:
             assert answer.status == 200
-            await asyncio.sleep(0.3)  # the follower polls meanwhile
+            # the follower found nothing yet and asked twice: it waits, it did not end
+            await eventually(lambda: len(asked) >= 2, "the follower polling", timeout=30)
+            assert all(asked)
             writer.write(b'{"event": "job_running"}')
             writer.flush()
             runner._starting.discard(ID)  # started, ran, ended: the stream ends after it

@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,7 @@ from netdisco.crawl.codec import RequestCodec
 from netdisco.exceptions import ConfigError, CrawlLost
 from netdisco.frontiers import is_shared
 from netdisco.frontiers.redis import hosts as hosts_module
+from netdisco.frontiers.redis import replication
 from netdisco.frontiers.redis.host_scripts import HostKeys
 from netdisco.frontiers.redis.hosts import HostQueueFrontier
 from netdisco.frontiers.redis.leases import recover_owner, shard_of
@@ -197,6 +199,16 @@ async def test_an_add_the_replica_missed_lands_on_it_when_the_master_dies(
     them is acknowledged; an add no replica confirmed is sent again, so it lands on the
     promoted replica."""
     monkeypatch.setattr(hosts_module, "ADD_TRIES", 50)  # still trying when the master dies
+    unconfirmed = 0  # tries of the add whose WAIT ran out short of the replica
+    eval_and_wait = replication._eval_and_wait
+
+    async def counted(*args: Any) -> tuple[Any, int]:
+        nonlocal unconfirmed
+        answer, replicated = await eval_and_wait(*args)
+        unconfirmed += replicated < args[-1]  # the replicas it wanted
+        return answer, replicated
+
+    monkeypatch.setattr(replication, "_eval_and_wait", counted)
     spider = SiteSpider(start_urls=[])
     links = [make_request(spider, f"http://127.0.0.9:80/p{i}") for i in range(5)]
     with RedisClusterServer(node_timeout_ms=1000) as cluster:
@@ -213,7 +225,8 @@ async def test_an_add_the_replica_missed_lands_on_it_when_the_master_dies(
             adding = asyncio.create_task(frontier.add(links))
             queue = shard.host_queue(links[0].host_key)
             await eventually(lambda: cluster.cli(master, "exists", queue).strip() == "1", "add")
-            await asyncio.sleep(0.3)  # its WAIT ran out: sent once, the add would end here
+            # its WAIT ran out: sent once, the add would end here
+            await eventually(lambda: unconfirmed >= 1, "an unconfirmed try", timeout=30)
             master.stop(signal.SIGKILL)
         finally:
             os.kill(replica.process.pid, signal.SIGCONT)

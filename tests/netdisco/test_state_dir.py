@@ -7,6 +7,8 @@ back after the kill to know exactly which requests were unacknowledged.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -14,11 +16,12 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from aiohttp import web
 
 from netdisco.crawl.request import Request
 from netdisco.crawl.scheduler import fingerprint
@@ -70,9 +73,45 @@ def closed_totals(log: Path) -> dict[str, int]:
 
 @pytest.fixture
 def spider_file(tmp_path: Path, counting_site: SiteServer) -> str:
-    path = tmp_path / "gen_spider.py"
-    path.write_text(gen_spider_source(counting_site.base))
+    return write_spider(tmp_path, counting_site)
+
+
+def write_spider(directory: Path, site: SiteServer) -> str:
+    path = directory / "gen_spider.py"
+    path.write_text(gen_spider_source(site.base))
     return f"{path}:Gen"
+
+
+class GatedSite(SiteServer):
+    """The counting site, whose pages answer only while ``open`` is set."""
+
+    def __init__(self, root: Path, delay: float = 0.0) -> None:
+        super().__init__(root, delay)
+        self.open = asyncio.Event()
+        self.open.set()
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        await self.open.wait()
+        return await super()._handle(request)
+
+
+@pytest.fixture
+async def gated_site(site_dir: Path) -> AsyncIterator[GatedSite]:
+    server = GatedSite(site_dir, delay=0.002)
+    await server.start()
+    yield server
+    server.open.set()  # nothing held outlives the test
+    await server.stop()
+
+
+def logged(log: Path, event: str) -> bool:
+    """Whether a crawl's JSON log has a line of ``event`` (a line being written is not)."""
+    for line in log.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and record.get("event") == event:
+                return True
+    return False
 
 
 @pytest.mark.slow
@@ -102,14 +141,19 @@ async def test_kill_9_halfway_then_the_same_command_refetches_only_unacknowledge
 
 @pytest.mark.slow
 async def test_sigterm_then_rerun_fetches_nothing_twice_and_a_second_process_is_refused(
-    tmp_path: Path, counting_site: SiteServer, spider_file: str
+    tmp_path: Path, gated_site: GatedSite
 ) -> None:
+    counting_site = gated_site
     state, output, log = tmp_path / "state", tmp_path / "items.jl", tmp_path / "crawl.log"
-    argv = crawl_argv(spider_file, state, "-o", str(output))
+    # a generous timeout: the held pages must not time out while the site holds them
+    argv = crawl_argv(write_spider(tmp_path, counting_site), state, "-o", str(output))
+    argv += ["-s", "timeout=300"]
     first = start(argv, log)
     try:
         await eventually(lambda: counting_site.fetched >= PAGES // 4, "a quarter of the site")
-        counting_site.delay = 0.05  # the rest slowly: still crawling while a second starts
+        # the site holds every page from here until the first crawl is stopping: it is
+        # still crawling while a second starts, however long that start takes
+        counting_site.open.clear()
         second = start(argv, tmp_path / "second.log")
         assert await finish(second, 60) == 2
         refused = (tmp_path / "second.log").read_text()
@@ -117,12 +161,14 @@ async def test_sigterm_then_rerun_fetches_nothing_twice_and_a_second_process_is_
             f"state_dir '{state}': in use by another netdisco process (pid {first.pid})" in refused
         )
         first.send_signal(signal.SIGTERM)
+        await eventually(lambda: logged(log, "stopping"), "the first crawl stopping", timeout=60)
+        counting_site.open.set()  # the requests in flight end, and nothing new starts
         assert await finish(first, 60) == 128 + signal.SIGTERM  # stopped, not finished
     finally:
+        counting_site.open.set()
         if first.poll() is None:
             first.kill()
     assert counting_site.fetched < PAGES, "the crawl ended before the stop"
-    counting_site.delay = 0.002
     assert await finish(start(argv, log)) == 0, log.read_text()[-3000:]
     assert counting_site.fetched == PAGES
     assert counting_site.duplicates == 0

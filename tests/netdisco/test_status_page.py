@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import aiohttp
@@ -51,7 +50,8 @@ def test_browsers_get_html_and_clients_json() -> None:
     assert not wants_html("application/json, text/html;q=0.5")
     assert not wants_html("text/html;q=bogus")
     assert when(None) == "-"
-    assert when(time.time() - 120).endswith("(2.0 min ago)")
+    now = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC
+    assert when(now - 120, now=now) == "2025-12-31 23:58:00 UTC (2.0 min ago)"
 
 
 def test_every_value_is_escaped() -> None:
