@@ -86,7 +86,9 @@ async def test_flap_inside_grace_sends_nothing(zk_hosts, start_monitor, engines,
     await eventually(lambda: rec.of("engine_lost", "flappy"))
     await asyncio.to_thread(engine.join)
     flapped = await eventually(lambda: rec.of("engine_flapped", "flappy"))
-    await asyncio.sleep(2.0)  # past the grace period: nothing may go out
+    # nothing left that could still send: no grace timer running (cancelled by the join,
+    # not merely forgotten), no batch waiting, no delivery going (no wait past the grace)
+    await eventually(lambda: _settled(monitor.alerts), "the alerts settled", timeout=20)
     assert smtp.mailbox.messages == []
     assert len(flapped) == 1
     assert _value(monitor, "netdisco_monitor_alerts_sent_total", "email") == 0
@@ -95,7 +97,7 @@ async def test_flap_inside_grace_sends_nothing(zk_hosts, start_monitor, engines,
 async def test_events_in_one_window_make_one_email(zk_hosts, start_monitor, engines, smtp):
     email = _email(smtp, events=["engine_lost", "cluster_empty"])
     config = monitor_config(zk_hosts, email=email, alerts={"batch_window": 0.8})
-    _, rec = await start_monitor(config)
+    monitor, rec = await start_monitor(config)
     pair = [await asyncio.to_thread(engines, name) for name in ("x1", "x2")]
     for engine in pair:
         await asyncio.to_thread(engine.join)
@@ -104,7 +106,8 @@ async def test_events_in_one_window_make_one_email(zk_hosts, start_monitor, engi
         await asyncio.to_thread(engine.vanish)
     await eventually(lambda: smtp.mailbox.messages)
     await eventually(lambda: rec.of("cluster_empty"))
-    await asyncio.sleep(1.0)  # let a wrongly split second message show up
+    # a wrongly split second message would still be batched or being sent
+    await eventually(lambda: _settled(monitor.alerts), "the alerts settled", timeout=20)
     assert len(smtp.mailbox.messages) == 1
     msg = smtp.mailbox.messages[0]
     assert msg["Subject"].startswith("[netdisco] 3 events")
@@ -223,14 +226,28 @@ async def test_no_offline_alert_while_the_view_is_stale():
     alerts.submit(Event(type=EventType.ENGINE_LOST, engine_id="a"))
     alerts.submit(Event(type=EventType.ENGINE_LOST, engine_id="b"))
     alerts.submit(Event(type=EventType.ENGINE_LOST, engine_id="a"))  # the same absence
-    await asyncio.sleep(0.3)
+    # both grace periods are over and both timers wait for a fresh view
+    await eventually(lambda: len(fresh._waiters) == 2, "the timers waiting", timeout=20)
     assert hook.got == []  # stale: nothing yet
     present.add("b")  # b came back while we could not see
     fresh.set()
-    await eventually(lambda: hook.got)
-    await asyncio.sleep(0.1)
-    assert [e.engine_id for e in hook.got] == ["a"]
+    # both timers looked again (each decides at once: sends, or drops), then what they
+    # sent was delivered (close waits for deliveries in flight)
+    await eventually(lambda: not alerts.view()["waiting"], "both decided", timeout=20)
     await alerts.close()
+    assert [e.engine_id for e in hook.got] == ["a"]
+
+
+def _settled(alerts: Alerts) -> bool:
+    """Whether no alert can go out any more: none waits out its grace (``view``), and no
+    task of the alerts is left (a grace timer, a batch window, a delivery or its retry)."""
+    pending = [t for t in asyncio.all_tasks() if not t.done() and _of_alerts(t)]
+    return not alerts.view()["waiting"] and not pending
+
+
+def _of_alerts(task: asyncio.Task[Any]) -> bool:
+    name = getattr(task.get_coro(), "__qualname__", "")
+    return isinstance(name, str) and name.startswith("Alerts.")
 
 
 def _storm_alerts(hook: Any, **settings: Any) -> Alerts:

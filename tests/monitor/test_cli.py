@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import sys
+import threading
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -170,15 +174,18 @@ async def test_an_engine_whose_loop_is_blocked_is_reported_stalled_then_recovere
     zk_hosts: str, tmp_path: Path
 ) -> None:
     """The engine (in this process) blocks its loop in a callback; the monitor (its own
-    process) reads the znode its watchdog thread marks, and says so, once each way."""
-    import time as clock
-
+    process) reads the znode its watchdog thread marks, and says so, once each way. The
+    callback blocks until a thread has seen the monitor report the stall (at most 30 s),
+    so the report is never raced against a fixed block."""
     from aiohttp import web
 
     from netdisco import Request, Response, Settings, Spider
     from netdisco.engine import SpiderEngine
     from netdisco.engine.config import EngineSettings
     from netdisco.testing import serve
+
+    reported = threading.Event()  # the monitor said engine_stalled, read by a thread
+    released: list[bool] = []  # whether the callback was released before its cap
 
     class Blocking(Spider):
         name = "blocking"
@@ -189,7 +196,8 @@ async def test_an_engine_whose_loop_is_blocked_is_reported_stalled_then_recovere
             yield Request(self.start_urls[0])
 
         def parse(self, response: Response) -> Any:
-            clock.sleep(3.0)  # the whole loop stops: only kazoo's and the watchdog's threads run
+            # the whole loop stops: only kazoo's, the watchdog's and the reader's threads run
+            released.append(reported.wait(30.0))
             yield {"url": response.url}
 
     async def page(_request: web.Request) -> web.Response:
@@ -214,9 +222,13 @@ async def test_an_engine_whose_loop_is_blocked_is_reported_stalled_then_recovere
             engine.add_spider(spider, Settings(progress_interval=0))
             await engine.start()
             await eventually(lambda: daemon.named("engine_joined"), what="the join")
+            reader = threading.Thread(target=_until_stalled, args=(port, reported), daemon=True)
+            reader.start()
             spider.go.set()
-            await engine.wait()  # blocked in here for 3 s
+            await engine.wait()  # blocked in here until the monitor has reported the stall
             await eventually(lambda: daemon.named("engine_recovered"), what="the recovery")
+            await asyncio.to_thread(reader.join, 30)
+        assert released == [True], "engine_stalled was not reported while the loop was blocked"
         (stalled,) = daemon.named("engine_stalled")
         assert stalled["engine_id"] == "stuck"
         assert stalled["loop_lag"] >= 1.0
@@ -226,3 +238,18 @@ async def test_an_engine_whose_loop_is_blocked_is_reported_stalled_then_recovere
         daemon.proc.kill()
         await daemon.proc.wait()
         daemon.reader.cancel()
+
+
+def _until_stalled(port: int, reported: threading.Event) -> None:
+    """Ask the monitor's recent events (from a thread: the test's loop is blocked) until
+    one says engine_stalled, then set ``reported``; give up after 30 s."""
+    url = f"http://127.0.0.1:{port}/netdiscovery/events"
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            with urllib.request.urlopen(url, timeout=5) as reply:
+                events = json.loads(reply.read())["events"]
+            if any(e["type"] == "engine_stalled" for e in events):
+                reported.set()
+                return
+        time.sleep(0.05)

@@ -17,15 +17,18 @@ from typing import Any
 
 import aiohttp
 import pytest
+import redis.asyncio as aioredis
+from aiohttp import web
 
 from monitor.daemon import Monitor
 from monitor.settings import ControlSettings
-from netdisco.testing import eventually, free_port
+from netdisco.frontiers.redis import RedisOptions
+from netdisco.testing import eventually, free_port, serve
 from tests.monitor.conftest import monitor_config
 from tests.monitor.test_dashboard import shows
 from tests.monitor.test_http import CHROMIUM, chromium
 from tests.netdisco.conftest import redis_server, redis_url  # noqa: F401 - fixtures
-from tests.netdisco.engine_site import start_site
+from tests.netdisco.engine_site import page, robots, start_site
 
 TOKEN = "monitor-secret"
 Spawn = Callable[..., Awaitable[asyncio.subprocess.Process]]
@@ -212,33 +215,84 @@ async def test_jobs_placed_logged_cancelled_and_kept(
     }
 
 
+class HeldSite:
+    """``engine_site``'s pages, of which only the first ``free`` are served at once: the
+    later ones wait until ``release`` (so a job is surely mid-crawl, whatever the load)."""
+
+    def __init__(self, free: int) -> None:
+        self.free = free
+        self.served = 0
+        self.held = 0
+        self.release = asyncio.Event()
+
+    async def page(self, request: web.Request) -> web.StreamResponse:
+        if self.served >= self.free and not self.release.is_set():
+            self.held += 1
+            with contextlib.suppress(TimeoutError):  # a broken run still ends
+                await asyncio.wait_for(self.release.wait(), 60)
+        self.served += 1
+        return await page(request)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/{speed:fast|slow}/p/{number:\\d+}", self.page)
+        app.router.add_get("/robots.txt", robots)
+        return app
+
+
+async def acknowledged(frontier: str) -> int:
+    """Requests of the crawls under the frontier URL's prefix acknowledged in Redis:
+    seen, and no longer queued or leased (their JSON goes with the ack)."""
+    options = RedisOptions.from_url(frontier)
+    client = aioredis.Redis.from_url(options.url)
+    try:
+        done = 0
+        async for key in client.scan_iter(match=f"{options.prefix}:*:req"):
+            seen = key.decode().removesuffix(":req") + ":seen"
+            done += await client.scard(seen) - await client.hlen(key)
+        return done
+    finally:
+        await client.aclose()
+
+
 async def test_job_on_a_killed_engine_is_lost_requeued_and_finished(
     zk_hosts,
     start_monitor,
     spawn_engine,
-    site,
     redis_url,  # noqa: F811 - the fixture
 ):
     monitor, rec = await start_monitor(with_token(monitor_config(zk_hosts)))
-    first = await spawn_engine("e1", job_frontier=redis_url)
-    await eventually(lambda: len(monitor.jobs.slots()) == 1, "one engine with slots", timeout=30)
-    client = Client(monitor)
-    slow = {"spider": "tests.monitor.job_spiders:Walk", "on_lost": "requeue",
-            "args": {"site": site, "speed": "slow"},
-            # about 13 s of pages: still running when e1 is killed, on a loaded machine too
-            "settings": {"concurrency": "1", "depth_limit": "5",
-                         "download_delay": "0.2"}}  # fmt: skip
-    (job,) = await client.start(**slow)
-    await state_of(client, job["id"], "running")
-    await spawn_engine("e2", job_frontier=redis_url)
-    await eventually(lambda: len(monitor.jobs.slots()) == 2, "the second engine", timeout=30)
-    await asyncio.sleep(1.0)  # some pages done on e1
-    first.send_signal(signal.SIGKILL)
-    await first.wait()
-    await eventually(lambda: rec.of("job_lost"), "the job lost with its engine", timeout=20)
-    done = await state_of(client, job["id"], "finished", timeout=60)
+    held = HeldSite(free=3)  # e1 fetches 3 pages, then waits on the 4th until it is killed
+    async with serve(held.app()) as site:
+        first = await spawn_engine("e1", job_frontier=redis_url)
+        await eventually(lambda: len(monitor.jobs.slots()) == 1, "one engine", timeout=30)
+        client = Client(monitor)
+        walk = {"spider": "tests.monitor.job_spiders:Walk", "on_lost": "requeue",
+                "args": {"site": site},
+                "settings": {"concurrency": "1", "depth_limit": "5"}}  # fmt: skip
+        (job,) = await client.start(**walk)
+        await state_of(client, job["id"], "running")
+        await spawn_engine("e2", job_frontier=redis_url)
+        await eventually(lambda: len(monitor.jobs.slots()) == 2, "the second engine", timeout=30)
+        # e1 is mid-crawl (a page held) and its pages so far are acknowledged: the resume
+        # must not fetch them again
+        await eventually(lambda: held.held, "e1 waiting on a page", timeout=30)
+        await eventually(
+            lambda: _equals(acknowledged(redis_url), held.free), "e1's acks", timeout=30
+        )
+        first.send_signal(signal.SIGKILL)
+        await first.wait()
+        await eventually(lambda: rec.of("job_lost"), "the job lost with its engine", timeout=20)
+        held.release.set()  # the page e1 held, and the rest, for e2
+        done = await state_of(client, job["id"], "finished", timeout=60)
     assert (done["engine"], done["attempts"]) == ("e2", 2)
-    assert 0 < done["stats"]["succeeded"] < 63  # resumed: e1's pages were not fetched again
+    # resumed: none of the pages e1 had acknowledged is fetched again (e1's job process,
+    # orphaned, may still finish the page it held: then e2 has one fewer to fetch)
+    assert 0 < done["stats"]["succeeded"] <= 63 - held.free
+
+
+async def _equals(value: Awaitable[int], wanted: int) -> bool:
+    return await value == wanted
 
 
 @pytest.mark.browser

@@ -5,7 +5,6 @@ Each rule fires exactly once however many polls see the same condition.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +55,8 @@ async def test_each_spider_rule_fires_once_by_mail(
 ) -> None:
     email = {"sender": "netdisco@example.org", "to": ["ops@example.org"], "port": smtp.port,
              "events": RULES}  # fmt: skip
-    rules = {"stall_after": 1.0, "grace": 0.0, "disk_free_below": 1 << 60}  # every disk is low
+    rules = {"stall_after": 1.0, "grace": 0.0, "disk_free_below": 1 << 60,  # every disk is low
+             "tick": 0.2}  # fmt: skip
     config = monitor_config(zk_hosts, email=email, http={"poll_status": 0.2}, rules=rules)
     monitor, rec = await start_monitor(config)
     engine = SpiderEngine(EngineSettings(id="rules-1", port=0, feeds_dir=str(tmp_path)),
@@ -69,12 +69,29 @@ async def test_each_spider_rule_fires_once_by_mail(
     stuck = Settings(progress_interval=0, concurrency=1, timeout=60.0)
     engine.add_spider(SiteSpider(name="stuck", start_urls=[f"{site}/hang", f"{site}/fast/p/1"]),
                       stuck)  # fmt: skip
+    polls: list[str] = []  # the status reads the rules ran on (by engine), and "tick"s
+    spiders, tick = monitor.rules.spiders, monitor.rules.tick
+
+    def read(engine_id: str, body: Any, now: float) -> Any:
+        polls.append(engine_id)
+        return spiders(engine_id, body, now)
+
+    def ticked(now: float, answers_within: float) -> Any:
+        polls.append("tick")
+        return tick(now, answers_within)
+
+    monitor.rules.spiders, monitor.rules.tick = read, ticked
     await engine.start()
     try:
         await eventually(lambda: all(rec.of(kind, "rules-1")
                                      for kind in [*RULES, "spider_items_invalid"]),
                          "every rule fired", timeout=30)  # fmt: skip
-        await asyncio.sleep(2.0)  # ten more polls of the same conditions
+        # five more polls and ticks over the same conditions (counted, not a wait): none
+        # fires again
+        more = {name: polls.count(name) + 5 for name in ("rules-1", "tick")}
+        await eventually(
+            lambda: all(polls.count(k) >= n for k, n in more.items()), "5 more", timeout=20
+        )
         fired = [(e.type.value, e.detail["spider"]) for e in rec.events if e.type.value in RULES]
         assert sorted(fired) == [
             ("disk_free_below", None),
@@ -84,7 +101,10 @@ async def test_each_spider_rule_fires_once_by_mail(
         ]
         assert rec.of("disk_free_below")[0].detail["disk"] == "feeds"
         await eventually(lambda: len(smtp.mailbox.messages) >= 4, "four mails", timeout=10)
-        await asyncio.sleep(0.5)
+        # and nothing more to come: no delivery still going or waiting to retry
+        await eventually(
+            lambda: not monitor.alerts.view()["sending"], "deliveries done", timeout=20
+        )
         subjects = sorted(str(m["Subject"]) for m in smtp.mailbox.messages)
         assert len(subjects) == 4, subjects
         mails = smtp.mailbox.messages  # quoted-printable once a line is long: decoded

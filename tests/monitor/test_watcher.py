@@ -105,14 +105,18 @@ async def test_first_listing_is_a_baseline_and_state_file_reports_the_gap(
     new = await asyncio.to_thread(engines, "new")
     await asyncio.to_thread(new.join)
     second, rec2 = await start_monitor(config)
-    await eventually(lambda: len(rec2.events) >= 2)
-    await asyncio.sleep(0.3)
+    # a sentinel joins after the first listing: once its join is reported, every event
+    # of that listing is out, and a wrong extra one would be too (no fixed wait)
+    sentinel = await asyncio.to_thread(engines, "sentinel")
+    await asyncio.to_thread(sentinel.join)
+    await eventually(lambda: rec2.of("engine_joined", "sentinel"), "its join", timeout=30)
     # "go" left while nobody watched: its tombstone says so.
     assert sorted((e.type.value, e.engine_id) for e in rec2.events) == [
         ("engine_joined", "new"),
+        ("engine_joined", "sentinel"),
         ("engine_left", "go"),
     ]
-    assert [m.name for m in second.watcher.members()] == ["new", "stay"]
+    assert [m.name for m in second.watcher.members()] == ["new", "sentinel", "stay"]
 
 
 async def test_root_deleted_and_recreated(zk_hosts, start_monitor, engines):

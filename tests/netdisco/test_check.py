@@ -13,9 +13,11 @@ from kazoo.client import KazooClient
 from kazoo.security import make_acl, make_digest_acl
 
 from monitor.cli import main as monitor_main
+from netdisco import check as netdisco_check
 from netdisco.cli import main
-from netdisco.cluster.check import trust
+from netdisco.cluster.check import Check, trust
 from netdisco.cluster.settings import ZooKeeperSettings
+from netdisco.engine.config import EngineConfig
 from netdisco.testing import free_port
 
 SPIDER = """
@@ -43,10 +45,22 @@ def _engine_toml(tmp_path: Path, zk_hosts: str, redis_url: str, **engine: str) -
 
 
 def _check(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]]:
+    """``netdisco check ARGV --timeout 1``: its exit status and lines, once it is known
+    that every check was given that timeout (the decided bound, not a measured one)."""
     capsys.readouterr()
+    given: list[float] = []
+    checks = netdisco_check.engine_checks
+
+    def recorded(config: EngineConfig, timeout: float) -> list[Check]:
+        given.append(timeout)
+        return checks(config, timeout)
+
     started = time.monotonic()
-    code = main(["check", *argv, "--timeout", "1"])
-    assert time.monotonic() - started < 10
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(netdisco_check, "engine_checks", recorded)
+        code = main(["check", *argv, "--timeout", "1"])
+    assert given == [1.0]
+    assert time.monotonic() - started < 30  # only a hang: each check is bounded by 1 s
     return code, capsys.readouterr().out.splitlines()
 
 

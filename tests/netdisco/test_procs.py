@@ -96,6 +96,26 @@ def workers(parent: int) -> list[int]:
     return found
 
 
+def children(parent: int) -> list[int]:
+    """The pids of ``parent``'s children, whichever of its threads started them."""
+    found = []
+    for task in Path(f"/proc/{parent}/task").iterdir():
+        try:
+            found += [int(pid) for pid in (task / "children").read_text().split()]
+        except OSError:  # a thread that ended meanwhile
+            continue
+    return found
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a reparented zombie holds nothing: it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 async def until(check: Any, timeout: float = 20.0) -> None:
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
@@ -177,9 +197,12 @@ async def test_kill_9_of_the_crawl_resumes_with_state_dir(
     args = (spider_file(tmp_path, site), "-j", "2", "-o", str(out), "-s", f"state_dir={state}")
     process = await start(*args)
     await until(lambda: site.fetched >= PAGES // 3)
+    started = children(process.pid)  # its workers and its redis-server
+    assert len(started) >= 3, started
     process.kill()
     await process.wait()
-    await asyncio.sleep(0.3)  # the workers and the server end with it (PR_SET_PDEATHSIG)
+    # the workers and the server end with it (PR_SET_PDEATHSIG): wait until they have
+    await until(lambda: not [pid for pid in started if running(pid)])
     code, lines = await finish(await start(*args))
     assert code == 0
     assert events(lines, "leases_recovered")

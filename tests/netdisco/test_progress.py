@@ -15,7 +15,7 @@ import struct
 import subprocess
 import termios
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -56,15 +56,16 @@ def _spider(tmp_path: Path, site: Site, name: str = "slow") -> str:
     return f"{path}:Slow"
 
 
+#: how long a run may take before the test fails (not a measure: a deadline for a hang)
+DEADLINE = 45.0
+
+
 def _on_terminal(
-    args: list[str],
-    env: dict[str, str],
-    stop_after: float | None = None,
-    stop_on: bytes | None = None,
+    args: list[str], env: dict[str, str], stop_on: Callable[[str], bool] | None = None
 ) -> str:
     """Run ``netdisco ARGS`` with a 160x40 pseudo-terminal as stdin, stdout and stderr; all
-    it wrote. ``stop_after``: SIGTERM it after so many seconds (an engine serves on), and
-    not before ``stop_on`` was written (a loaded machine starts slowly)."""
+    it wrote. ``stop_on``: SIGTERM it once what it wrote satisfies this (an engine serves
+    on until then); without, it must end by itself. Either way within ``DEADLINE``."""
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
     process = subprocess.Popen(
@@ -72,13 +73,12 @@ def _on_terminal(
         stderr=follower, close_fds=True, start_new_session=True,
     )  # fmt: skip
     os.close(follower)
-    out, start = b"", time.monotonic()
+    out, deadline = b"", time.monotonic() + DEADLINE
     try:
-        while time.monotonic() - start < 40:
-            seen = stop_on is None or stop_on in out
-            if stop_after is not None and time.monotonic() - start > stop_after and seen:
+        while time.monotonic() < deadline:
+            if stop_on is not None and stop_on(out.decode(errors="replace")):
                 process.send_signal(signal.SIGTERM)
-                stop_after = None
+                stop_on = None
             if select.select([leader], [], [], 0.2)[0]:
                 try:
                     chunk = os.read(leader, 65536)
@@ -87,6 +87,10 @@ def _on_terminal(
                 if not chunk:
                     break
                 out += chunk
+        else:
+            raise AssertionError(
+                f"still running after {DEADLINE:g} s: {out.decode(errors='replace')!r}"
+            )
         process.wait(10)
     finally:
         if process.poll() is None:
@@ -172,13 +176,22 @@ async def test_engine_on_a_terminal_shows_one_row_per_spider(site: Site, tmp_pat
     config = tmp_path / "engine.toml"
     config.write_text(f'[engine]\nid = "live-engine"\nport = {free_port()}\n' + "".join(entries))
     args = ["engine", "--config", str(config)]
-    out = await asyncio.to_thread(_on_terminal, args, _env(), 4.0)
+
+    def drawn(out: str) -> bool:
+        """Redrawn in place, with both spiders' rows showing pages (stopped then, not at
+        a fixed time: a loaded machine starts slowly)."""
+        frames = [f for f in _frames(out) if "engine live-engine" in f]
+        running = [rf"{name}\s+running\s+[1-9]" for name in ("alpha", "beta")]
+        return (
+            len(frames) >= 3
+            and out.count(CURSOR_UP) >= 5
+            and any("zookeeper: standalone" in f for f in frames)
+            and all(any(re.search(row, f) for f in frames) for row in running)
+        )
+
+    out = await asyncio.to_thread(_on_terminal, args, _env(), drawn)
     frames = [f for f in _frames(out) if "engine live-engine" in f]
-    assert len(frames) >= 3, out
-    assert out.count(CURSOR_UP) >= 5, out
-    assert any("zookeeper: standalone" in f for f in frames), out
-    for name in ("alpha", "beta"):
-        assert any(re.search(rf"{name}\s+running\s+[1-9]", f) for f in frames), out
+    assert drawn(out), out
     last = frames[-1]  # stays once the engine stopped: both spiders' final rows
     assert re.search(r"alpha\s+(stopped|finished)", last), out
     assert re.search(r"beta\s+(stopped|finished)", last), out
@@ -194,7 +207,11 @@ async def test_engine_display_names_an_unreachable_zookeeper(site: Site, tmp_pat
         f'[[spiders]]\nspider = "{_spider(tmp_path, site)}"\n'
     )
     args = ["engine", "--config", str(config)]
-    out = await asyncio.to_thread(_on_terminal, args, _env(), 3.0, b"unreachable since")
-    frames = [" ".join(f.split()) for f in _frames(out) if "engine lonely" in f]
     said = rf"zookeeper: unregistered: ZooKeeper {re.escape(hosts)} unreachable since 20\d\d-"
-    assert any(re.search(said, f) for f in frames), out
+
+    def named(out: str) -> bool:
+        frames = [" ".join(f.split()) for f in _frames(out) if "engine lonely" in f]
+        return any(re.search(said, f) for f in frames)
+
+    out = await asyncio.to_thread(_on_terminal, args, _env(), named)
+    assert named(out), out

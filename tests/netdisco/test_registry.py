@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from netdisco.cluster.contract import CONTRACT, tombstone_path, tombstone_root
 from netdisco.cluster.registry import Registration, ZooKeeperSettings
 from netdisco.cluster.zk import _mark_kazoo_thread, wait_result
 from netdisco.exceptions import ConfigError, RegistrationError
-from netdisco.testing import ZooKeeperServer, eventually
+from netdisco.testing import ZooKeeperServer, eventually, four_letter
 from tests.faults.proxy import DelayProxy
 
 from .registry_support import Describe, Guard, hijack_session, read_node
@@ -181,7 +182,13 @@ async def test_data_changes_are_coalesced_into_one_write(
         return node is not None and node.data["spiders"] == spiders
 
     await eventually(rewritten, "node data shows the new spider")
-    await asyncio.sleep(0.3)  # let the watch-triggered re-check run: it must not write again
+    # The write's own watch wakes a re-check, which must not write again. It has ended
+    # once a later look has begun (reconciles run one at a time): wait for that look,
+    # which the test asks for itself (nothing changed: it must not write either).
+    wrote = max(i for i, (name, _) in enumerate(guard.calls) if name == "set_async")
+    await eventually(lambda: _looks_after(guard, wrote) >= 1, "the re-check", timeout=20)
+    registration.data_changed()
+    await eventually(lambda: _looks_after(guard, wrote) >= 2, "a look after it", timeout=20)
     assert guard.count("set_async") == writes_before + 1
 
 
@@ -274,11 +281,19 @@ async def test_twenty_engines_at_once_race_for_the_root(
 async def test_missing_chroot_is_an_error_not_a_busy_loop(
     zk_server: ZooKeeperServer, make: Make, guard: Guard
 ) -> None:
-    registration = await make(f"{zk_server.hosts}/no-such-chroot-{os.getpid()}")
+    # no audit meanwhile: every look at the node is one that the test asked for
+    hosts = f"{zk_server.hosts}/no-such-chroot-{os.getpid()}"
+    registration = await make(hosts, audit_interval=3600.0)
     await eventually(lambda: registration.status()["state"] == "error", "error reported")
     assert "chroot" in registration.status()["detail"]
-    await asyncio.sleep(0.5)  # a retry loop without a pause would make hundreds of calls here
-    assert guard.count("create_async") <= 6
+    # after each try it waits to be woken (a retry loop without a pause never would),
+    # having made one look and one create (the root's create then finds the chroot gone)
+    await eventually(lambda: _idle(registration), "waiting after the first try", timeout=20)
+    assert guard.count("exists_async") == guard.count("create_async", PATH) == 1
+    registration.data_changed()
+    await eventually(lambda: guard.count("exists_async") >= 2, "a second look", timeout=20)
+    await eventually(lambda: _idle(registration), "waiting after the second try", timeout=20)
+    assert guard.count("exists_async") == guard.count("create_async", PATH) == 2
 
 
 # -- processes and the server going away ----------------------------------------------
@@ -290,14 +305,23 @@ async def _owner(observer: KazooClient, path: str) -> int | None:
 
 
 async def test_sigkill_node_gone_within_session_timeout(
-    zk_hosts: str, observer: KazooClient, spawn: Callable[[str, str], subprocess.Popen[bytes]]
+    zk_server: ZooKeeperServer,
+    zk_hosts: str,
+    observer: KazooClient,
+    spawn: Callable[[str, str], subprocess.Popen[bytes]],
 ) -> None:
     proc = spawn(zk_hosts, "engine-k")
     path = "/netdiscovery/engine-k"
     await eventually(lambda: _exists(observer, path), "subprocess registered")
+    owner = await _owner(observer, path)
+    assert owner, "an ephemeral node"
+    # The issue's fix, as decided: the node lives by a session that ZooKeeper granted T
+    # (it expires T after the last ping, on its own clock), not by a longer default.
+    granted = await asyncio.to_thread(_granted_ms, zk_server, owner)
+    assert granted == T * 1000, f"session 0x{owner:x} was granted {granted} ms, not {T} s"
     proc.kill()
-    # the one deadline the issue fixes: the session timeout plus one second
-    await eventually(lambda: _gone(observer, path), "node gone after SIGKILL", timeout=T + 1.0)
+    # ZooKeeper's expiry ends this wait; the deadline only bounds a broken run
+    await eventually(lambda: _gone(observer, path), "node gone after SIGKILL", timeout=8 * T)
 
 
 async def test_sigstop_beyond_timeout_then_sigcont_node_back(
@@ -321,27 +345,47 @@ async def test_sigstop_beyond_timeout_then_sigcont_node_back(
     assert await read_node(observer, path) is None  # left cleanly on SIGTERM
 
 
+async def test_a_server_gone_past_the_session_timeout_reads_as_expired(
+    own_zk: ZooKeeperServer, make: Make
+) -> None:
+    await asyncio.to_thread(own_zk.start)
+    registration = await make(own_zk.hosts)  # T: expired locally T/3 after the loss
+    await _registered(registration)
+    await asyncio.to_thread(own_zk.stop)
+    # local expiry: a session timeout without a connection means "not registered"
+    await eventually(lambda: registration.status()["state"] == "expired", "locally expired")
+    assert not registration.healthy
+    await asyncio.to_thread(own_zk.start)
+    await _registered(registration)  # and once the server answers, registered again
+
+
 async def test_server_restart_keeps_the_node_without_a_storm(
     own_zk: ZooKeeperServer, make: Make, guard: Guard
 ) -> None:
     await asyncio.to_thread(own_zk.start)
     # The restarted server gives the session a fresh timeout from the moment it loads,
     # which may be before its port answers (a slow JVM start under load), and the
-    # client backs off up to a second between tries: 2 s is too tight a window there.
-    registration = await make(own_zk.hosts, session_timeout=6.0)
+    # client backs off up to a second between tries: the longest session the server
+    # grants (20 ticks), so that the client is back well within it.
+    registration = await make(own_zk.hosts, session_timeout=10.0)
     await _registered(registration)
     before = await _read_once(own_zk.hosts, PATH)
     creates = guard.count("create_async", PATH)
+    session = registration.status()["session_id"]
 
     await asyncio.to_thread(own_zk.stop)
-    # local expiry: a session timeout without a connection means "not registered"
-    await eventually(lambda: registration.status()["state"] == "expired", "locally expired")
-    assert not registration.healthy
+    await eventually(lambda: registration.status()["connection"] != "connected", "the loss")
+    looks = guard.count("exists_async", PATH)
     await asyncio.to_thread(own_zk.start)
+    # back: the look that follows the reconnection has ended once another has begun
+    await eventually(lambda: guard.count("exists_async", PATH) > looks, "a look, reconnected")
+    registration.data_changed()
+    await eventually(lambda: guard.count("exists_async", PATH) > looks + 1, "a look after it")
     await _registered(registration)
 
     after = await _read_once(own_zk.hosts, PATH)
     assert after == before  # same node, same owner: the session survived
+    assert registration.status()["session_id"] == session
     assert registration.status()["registrations"] == 1
     assert guard.count("create_async", PATH) == creates  # not one re-registration
 
@@ -368,6 +412,28 @@ async def _exists(observer: KazooClient, path: str) -> bool:
 
 async def _gone(observer: KazooClient, path: str) -> bool:
     return await read_node(observer, path) is None
+
+
+def _granted_ms(server: ZooKeeperServer, session: int) -> int | None:
+    """The session timeout that ``server`` granted ``session`` (its ``cons`` list), in ms."""
+    for line in four_letter(server.host, server.port, "cons").splitlines():
+        if f"sid=0x{session:x}," in line:
+            found = re.search(r"\bto=(\d+)", line)
+            return int(found[1]) if found else None
+    return None
+
+
+def _looks_after(guard: Guard, index: int) -> int:
+    """How many looks at our node (``exists``) were made after call ``index``."""
+    return sum(
+        1 for name, args in guard.calls[index + 1 :] if (name, args[0]) == ("exists_async", PATH)
+    )
+
+
+def _idle(registration: Registration) -> bool:
+    """Whether the reconcile task waits to be woken (not woken already, not running)."""
+    wake = registration._wake
+    return bool(wake._waiters) and not wake.is_set()
 
 
 async def _read_once(hosts: str, path: str) -> Any:
@@ -492,8 +558,9 @@ async def test_own_tombstones_past_their_age_are_deleted_at_start(
     base = tombstone_root("/netdiscovery")
     for name in ("engine-1@a", "engine-1@b", "engine-2@c"):
         await wait_result(observer.create_async(f"{base}/{name}", b"{}", makepath=True))
-    await asyncio.sleep(0.2)
-    registration = await make(zk_hosts, tombstone_max_age=0.1)
+    # past their age by construction: created (ctime) before the registration reads the
+    # clock, so no sleep is needed to age them
+    registration = await make(zk_hosts, tombstone_max_age=1e-6)
     await _registered(registration)
 
     async def swept() -> bool:

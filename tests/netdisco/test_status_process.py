@@ -8,10 +8,14 @@ dies, says so when the engine's loop stops answering, and fails the start cleanl
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
+import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -108,7 +112,8 @@ async def test_a_stop_in_the_same_turn_as_a_change_still_ends() -> None:
     await engine.start()
     made = front(engine)
     try:
-        await asyncio.sleep(0.3)  # the publisher has sent its first batch and waits
+        # the publisher has sent its first batch and waits for a change (not a fixed time)
+        await eventually(lambda: made._changed._waiters, "the publisher waits", timeout=10)
         made._changed.set()
         async with asyncio.timeout(10):
             await made.stop()
@@ -126,23 +131,34 @@ async def test_a_blocked_engine_loop_reads_as_unresponsive_not_ok(site: str) -> 
     await engine.start()
     try:
         assert (await get(engine.port, "/netdiscovery/health"))[0] == 200
-        # the engine's loop blocks (a CPU-bound callback, say); a thread asks meanwhile
-        asked = asyncio.get_running_loop().run_in_executor(None, _health_after, engine.port, 1.5)
-        time.sleep(4.5)  # noqa: ASYNC251 - blocking the loop is the point
+        # the engine's loop blocks (a CPU-bound callback, say) until a thread, asking
+        # meanwhile, has read it as unresponsive (at most 30 s: then the assert fails)
+        unblock = threading.Event()
+        asked = asyncio.get_running_loop().run_in_executor(
+            None, _health_until_unresponsive, engine.port, unblock
+        )
+        unblock.wait(30.0)  # blocking the loop is the point
         status, code = await asked
         assert (status, code) == (503, "engine_unresponsive")
-        assert (await eventually(lambda: _health_after(engine.port, 0)[0] == 200)) is True
+        assert (await eventually(lambda: _health(engine.port)[0] == 200)) is True
     finally:
         await engine.stop(deadline=1.0)
 
 
-def _health_after(port: int, delay: float) -> tuple[int, str | None]:
-    """Status and error code of GET /health, asked from a thread after ``delay`` s."""
-    import json
-    import urllib.error
-    import urllib.request
+def _health_until_unresponsive(port: int, unblock: threading.Event) -> tuple[int, str | None]:
+    """GET /health from a thread until it reads as unresponsive (or 30 s passed), then
+    ``unblock``: the last status and error code."""
+    deadline = time.monotonic() + 30.0
+    while True:
+        said = _health(port)
+        if said == (503, "engine_unresponsive") or time.monotonic() > deadline:
+            unblock.set()
+            return said
+        time.sleep(0.05)
 
-    time.sleep(delay)
+
+def _health(port: int) -> tuple[int, str | None]:
+    """Status and error code of GET /health (blocking: for a thread)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/netdiscovery/health") as reply:
             return reply.status, None
@@ -170,7 +186,14 @@ async def test_a_malformed_line_is_ignored_and_the_child_serves_on(engine: Spide
     assert proc is not None
     assert proc.stdin is not None
     proc.stdin.write(b"not json\n" + b'{"path": "/x", "status": "NaN", "body": 1}\n')
+    # then a good line: once it is served, the child has read past the bad ones
+    probe = {"path": "/netdiscovery/probe", "status": 200, "body": '{"probe": 1}'}
+    proc.stdin.write(json.dumps(probe).encode() + b"\n")
     await proc.stdin.drain()
-    await asyncio.sleep(0.2)
+
+    async def probe_served() -> bool:
+        return await get(engine.port, "/netdiscovery/probe") == (200, {"probe": 1})
+
+    await eventually(probe_served, "the line after the bad ones, served", timeout=10)
     assert (await get(engine.port, "/netdiscovery/spiders/one"))[0] == 200
     assert alive(proc.pid)
