@@ -82,10 +82,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Two workers, each taking the next test: most tests wait on servers (ZooKeeper sessions,
-# crawls over loopback), so two halve the time on two cores. Not --dist loadfile: after a
-# worker crash it re-queues the crashed file's unit and can hang at the end with both
-# workers idle (seen: no test running, the deadline passed).
+# Four workers, each taking the next test: most tests wait on servers (ZooKeeper sessions,
+# crawls over loopback, child processes), and two workers kept two cores half idle; no
+# test may depend on a quiet machine (docs/development.md: a suite that never lies).
+# Not --dist loadfile: after a worker crash it re-queues the crashed file's unit and can
+# hang at the end with the workers idle (seen: no test running, the deadline passed).
 # It always ends: a test overrunning its timeout (pyproject) ends its worker, which xdist
 # replaces (up to 4 times, then it stops starting them); after SUITE_DEADLINE s the run
 # names the tests still running and fails (tests/conftest.py); `timeout` is the backstop
@@ -94,12 +95,14 @@ typecheck: $(STAMP)
 # crashed worker or a leaking test left and fails on the latter; the check after pytest is
 # the backstop for a run that was itself killed.
 SUITE_DEADLINE ?= 1500
+WORKERS ?= 4
 PYTEST_ARGS ?=
 unit: $(STAMP) system-deps
 	@run=$$($(BIN)/python -c 'import uuid; print(uuid.uuid4().hex)'); status=0; \
 	NDTEST_RUN=$$run NETDISCO_SUITE_DEADLINE=$(SUITE_DEADLINE) \
 	  timeout --foreground -k 30 $$(( $(SUITE_DEADLINE) + 60 )) \
-	  $(BIN)/pytest -n 2 --dist load --max-worker-restart 4 -m "not memory" $(PYTEST_ARGS) \
+	  $(BIN)/pytest -n $(WORKERS) --dist load --max-worker-restart 4 -m "not memory" \
+	    $(PYTEST_ARGS) \
 	  || status=$$?; \
 	$(BIN)/python -m tests.reaper $$run || status=$${status/#0/1}; \
 	exit $$status
