@@ -55,13 +55,15 @@ def _stat(pid: int) -> list[str]:
 
 
 def _ours() -> set[int]:
-    """This process, its parents and its xdist workers: they carry the mark, and they
-    are the run itself, not what it left behind."""
+    """This process, its parents and, in xdist's controller, its workers: they carry the
+    mark, and they are the run itself, not what it left behind."""
     me = os.getpid()
     pids, pid = {me}, me
     while pid > 1 and (fields := _stat(pid)):
         pid = int(fields[1])
         pids.add(pid)
+    if "PYTEST_XDIST_WORKER" in os.environ:  # a worker's children are what its tests made
+        return pids
     for entry in Path("/proc").iterdir():
         pid = int(entry.name) if entry.name.isdigit() else 0
         fields = _stat(pid) if pid else []

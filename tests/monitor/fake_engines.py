@@ -34,6 +34,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError
+from kazoo.retry import KazooRetry
 
 from netdisco.cluster.contract import CONTRACT, tombstone_root
 from netdisco.cluster.proof import engine_proof, proof_key, tombstone_proof
@@ -97,7 +98,10 @@ class FakeEngine:
         self.legacy = legacy
         self.node: tuple[int, int] = (0, 0)  # czxid, version of our node
         self.shared = client is not None
-        self.client = client or KazooClient(hosts=hosts, timeout=timeout)
+        # retrying for ever, as engines do (netdisco.cluster.zk): kazoo's default gives up
+        # on a server that restarts slowly, and the session then expires for real
+        retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0)
+        self.client = client or KazooClient(hosts=hosts, timeout=timeout, connection_retry=retry)
         if not self.shared:
             self.client.start(timeout=15)
         self.data = b""

@@ -109,14 +109,16 @@ async def _bye(proc: asyncio.subprocess.Process, grace: float = 30.0) -> None:
 
 
 async def test_zookeeper_restart_gives_no_false_events(start_monitor, tmp_path):
-    server = ZooKeeperServer(data_dir=tmp_path)
+    # sessions of 30 s (tickTime 2 s allows them): a restart of a JVM on a loaded machine
+    # must not outlast them, or the engines' expiry is real, not a false event
+    server = ZooKeeperServer(data_dir=tmp_path, tick_ms=2000)
     await asyncio.to_thread(server.start)
     made: list[FakeEngine] = []
     try:
-        config = monitor_config(server.hosts, zookeeper={"session_timeout": 10})
+        config = monitor_config(server.hosts, zookeeper={"session_timeout": 30})
         monitor, rec = await start_monitor(config)
         for name in ("a", "b"):
-            engine = await asyncio.to_thread(FakeEngine, server.hosts, "/netdiscovery", name, 10)
+            engine = await asyncio.to_thread(FakeEngine, server.hosts, "/netdiscovery", name, 30)
             made.append(engine)
             await asyncio.to_thread(engine.join)
         await eventually(lambda: len(monitor.watcher.members()) == 2)
