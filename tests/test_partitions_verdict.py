@@ -65,6 +65,22 @@ def test_an_event_nothing_explains_fails(kind: str) -> None:
     assert result.failures() == [f"false events: {kind} engine-2"]
 
 
+def test_a_loss_zookeeper_made_is_true_and_a_loss_it_did_not_is_false() -> None:
+    """A ZooKeeper server cut under an engine's session may end it (the leader's, in an
+    election): the engine comes back on a new session, and its loss was real. A loss
+    reported while the engine stays on its session is invented."""
+    old, new = {"session": "0x1000"}, {"session": "0x2000"}
+    lost = {"type": "engine_lost", "engine_id": ENGINE, "time": 101.0, "engine": old}
+    back = {"type": "engine_joined", "engine_id": ENGINE, "time": 101.5, "engine": new}
+    cut = Cut(100.0, 105.0, "zk1 (leader, 10 pages meanwhile)", recovered=0.5)
+    real = judged("zk-leader", [cut], [], [back, lost])  # in any order from the monitor
+    assert real.failures() == []
+    assert real.expiries == 1
+    same = {"type": "engine_joined", "engine_id": ENGINE, "time": 101.5, "engine": old}
+    invented = judged("zk-leader", [cut], [], [lost, same])
+    assert invented.failures() == [f"false events: engine_lost {ENGINE}"]
+
+
 def test_a_loss_after_a_cut_too_short_to_expire_the_session_is_false() -> None:
     cut = Cut(100.0, 100.0 + SESSION_TIMEOUT / 2, ENGINE, recovered=0.5)
     lost = {"type": "engine_lost", "engine_id": ENGINE, "time": 101.0}

@@ -67,6 +67,7 @@ class Result:
     twice: int = 0
     late: int = 0
     expired: int = 0  # cuts long enough to end a session (or a lease)
+    expiries: int = 0  # engine_lost of an uncut engine whose session ZooKeeper did end
     false_events: list[str] = field(default_factory=list)
     events: int = 0
     crawl: float = 0.0
@@ -94,7 +95,7 @@ class Result:
         never = sum(c.recovered is None for c in self.cuts)
         return (
             f"| {self.name} | {len(self.cuts)} ({self.expired} long) | {self.lost} | "
-            f"{self.twice} | {self.late} | {len(self.false_events)} | {slow}"
+            f"{self.twice} | {self.late} | {len(self.false_events)} | {self.expiries} | {slow}"
             f"{f' ({never} never)' if never else ''} | {self.crawl:.0f} s |"
         )
 
@@ -261,23 +262,46 @@ class Partitions:
                 result.late += sum(
                     cut.began + limit < t <= cut.healed and a == address for t, a, _ in fetches
                 )
-        events = [e for e in self.c.events() if e["time"] >= began]
+        events = sorted(
+            (e for e in self.c.events() if e["time"] >= began),
+            key=lambda e: (e["time"], e.get("seq", 0)),
+        )
         result.events = len(events)
-        for event in events:
+        for n, event in enumerate(events):
             if event["type"] not in ("engine_lost", "engine_left"):
                 continue
-            if not self.explained(result, event):
+            if not self.explained(result, event, events[n + 1 :]):
                 result.false_events.append(f"{event['type']} {event['engine_id']}")
 
-    def explained(self, result: Result, event: dict[str, Any]) -> bool:
-        """An engine_lost of the engine cut from ZooKeeper long enough to expire."""
-        if result.name != "engine-zk" or event["type"] != "engine_lost":
+    def explained(self, result: Result, event: dict[str, Any], later: list[Any]) -> bool:
+        """An engine_lost of the engine cut from ZooKeeper long enough to expire; in the
+        other scenarios, one whose session ZooKeeper did end (a ZooKeeper server cut
+        under it): the engine came back on a new session. A loss that nothing ended,
+        the engine still on its session, is false."""
+        if event["type"] != "engine_lost":
             return False
-        return any(
-            c.target == event["engine_id"] and c.healed - c.began > SESSION_TIMEOUT * 0.9
-            and c.began <= event["time"] <= c.healed + RECOVERY_LIMIT
-            for c in result.cuts
-        )  # fmt: skip
+        if result.name == "engine-zk":
+            return any(
+                c.target == event["engine_id"] and c.healed - c.began > SESSION_TIMEOUT * 0.9
+                and c.began <= event["time"] <= c.healed + RECOVERY_LIMIT
+                for c in result.cuts
+            )  # fmt: skip
+        session = (event.get("engine") or {}).get("session")
+        if session is not None and expired_session(event, later):
+            result.expiries += 1
+            return True
+        return False
+
+
+def expired_session(lost: dict[str, Any], later: list[dict[str, Any]]) -> bool:
+    """Whether the engine of ``lost`` came back on another session: its old one ended."""
+    engine, session = lost["engine_id"], lost["engine"]["session"]
+    return any(
+        e["engine_id"] == engine
+        and e["type"] in ("engine_joined", "engine_restarted")
+        and (e.get("engine") or {}).get("session") not in (None, session)
+        for e in later
+    )
 
 
 def main() -> int:
@@ -316,8 +340,8 @@ def main() -> int:
         cluster.net.close()
     left = leftovers(("NDC_ZK_DIGEST", cluster.digest))
     print("| scenario | cuts (long) | lost | twice | late starts | false events "
-          "| recovery median / max | crawl |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+          "| sessions ended | recovery median / max | crawl |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     for result in results:
         print(result.row())
     print(f"logs in {work / 'logs'}", flush=True)
