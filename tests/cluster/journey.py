@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,14 @@ class Journey:
             return seen if seen == sorted(ENGINES) else None
 
         seen = wait_for("three engines at the monitor", all_seen, 30)
-        return f"the monitor sees {seen}"
+
+        def running(engine_id: str) -> bool | None:  # an engine serves before its spider runs
+            spiders = http("GET", self.c.engine_url(engine_id, "/netdiscovery/spiders"))
+            return True if {s["state"] for s in spiders} == {"running"} else None
+
+        for engine_id in ENGINES:  # pausing a spider not running yet is refused (409)
+            wait_for(f"{engine_id}'s spider running", partial(running, engine_id), 60)
+        return f"the monitor sees {seen}, their spiders running"
 
     def shared_crawl(self) -> str:
         wait_for("a finished crawl", self.c.crawl_finished, 300, 1.0)
