@@ -72,6 +72,12 @@ def _ours() -> set[int]:
     return pids
 
 
+def alive(pid: int) -> bool:
+    """Alive and not a zombie (a reparented zombie holds nothing: it is gone)."""
+    fields = _stat(pid)
+    return bool(fields) and fields[0] != "Z"
+
+
 def marked(run: str, worker: str | None = None) -> list[Leftover]:
     """The live processes of run ``run`` (of one xdist ``worker`` only, if given), this
     process and its ancestors aside. Zombies are not counted: they run nothing."""

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.reaper import alive as running
+
 pytestmark = pytest.mark.zookeeper  # the demo starts its own ZooKeeper
 
 ENGINES = ("engine-1", "engine-2", "engine-3")
@@ -30,15 +32,6 @@ def clean_env() -> dict[str, str]:
 def announced_pids(output: str) -> set[int]:
     """Every pid the demo told the user about (ZooKeeper, monitor, engines)."""
     return {int(pid) for pid in re.findall(r"\bpid (\d+)", output)}
-
-
-def running(pid: int) -> bool:
-    """Alive and not a zombie (a reparented zombie is gone for every practical purpose)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def assert_nothing_left(output: str) -> None:

@@ -27,14 +27,6 @@ def test_leaks() -> None:
 """
 
 
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def run_leaking(tmp_path: Path, *, crash: bool, workers: int) -> tuple[int, str, int]:
     """An inner run whose one test starts ``sleep 300`` and leaves it: exit, output, pid."""
     pidfile = tmp_path / "pid"
@@ -53,7 +45,7 @@ def test_a_process_a_test_leaks_is_stopped_and_fails_the_run(tmp_path: Path, wor
     assert code == 1, output
     assert f"pid {pid}: sleep 300" in output
     assert "a test leaked them" in output
-    assert not alive(pid)
+    assert not reaper.alive(pid)
 
 
 def test_what_a_crashed_worker_started_goes_with_it(tmp_path: Path) -> None:
@@ -61,7 +53,7 @@ def test_what_a_crashed_worker_started_goes_with_it(tmp_path: Path) -> None:
     assert code != 0, output
     assert f"pid {pid}: sleep 300" in output
     assert "gw0's crash" in output
-    assert not alive(pid)
+    assert not reaper.alive(pid)
 
 
 def test_the_reaper_finds_only_its_own_run() -> None:

@@ -24,6 +24,7 @@ from kazoo.client import KazooClient
 
 from netdisco import dev
 from netdisco.testing import ZooKeeperServer, free_port, redis_ping
+from tests.reaper import alive as running
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.redis]
 
@@ -52,15 +53,6 @@ def free_base() -> int:
                 continue
             return base
     raise RuntimeError("no five free ports in a row")
-
-
-def running(pid: int) -> bool:
-    """Alive and not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def kill_recorded(state_dir: Path) -> None:

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from netdisco.testing import write_site
 from tests.netdisco.redis_support import SiteServer, gen_spider_source
+from tests.reaper import alive as running
 
 NETDISCO = str(Path(sys.executable).with_name("netdisco"))
 PAGES = 240
@@ -105,15 +106,6 @@ def children(parent: int) -> list[int]:
         except OSError:  # a thread that ended meanwhile
             continue
     return found
-
-
-def running(pid: int) -> bool:
-    """Alive and not a zombie (a reparented zombie holds nothing: it is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 async def until(check: Any, timeout: float = 20.0) -> None:
