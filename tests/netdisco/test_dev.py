@@ -164,7 +164,7 @@ def test_up_serves_everything_then_down_stops_exactly_it(state_dir: Path, tmp_pa
     assert "nothing is up" in after.stdout
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(180)
 def test_down_leaves_a_pid_that_is_no_longer_the_recorded_process(tmp_path: Path) -> None:
     """A pid reused by another program (another start time or command line) is not signalled."""
     other = subprocess.Popen(["sleep", "60"], start_new_session=True)
@@ -189,7 +189,7 @@ def test_down_leaves_a_pid_that_is_no_longer_the_recorded_process(tmp_path: Path
         other.wait(5)
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(180)
 def test_a_taken_port_or_a_bad_state_file_is_a_clear_error(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

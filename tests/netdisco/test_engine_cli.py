@@ -194,7 +194,7 @@ async def test_a_second_signal_forces_the_exit(tmp_path: Path, site: str) -> Non
     assert proc.returncode == 130
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(180)
 async def test_read_until_fails_when_the_output_ends_first() -> None:
     """An engine that exits before it is ready (say its port was taken meanwhile) fails
     the test at once, naming what it wrote; it once made the test spin until killed."""

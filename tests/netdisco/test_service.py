@@ -241,7 +241,9 @@ async def test_a_shared_crawl_runs_each_tick_once_across_engines(site: str) -> N
             def counts() -> list[dict[str, Any]]:
                 return [e.spider_status("shared") for e in engines]
 
-            await eventually(lambda: sum(c["runs"] for c in counts()) >= 4, what="four runs")
+            await eventually(
+                lambda: sum(c["runs"] for c in counts()) >= 4, what="four runs", timeout=150
+            )
             # freeze the counters together: one engine stopping while the other still ticks
             # (a loaded machine) would run ticks that nobody else looks at
             await asyncio.gather(*(engine.stop(deadline=0.5) for engine in engines))

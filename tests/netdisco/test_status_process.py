@@ -103,7 +103,7 @@ async def test_the_child_and_its_socket_go_with_the_engine(site: str) -> None:
         await get(engine.port, "/netdiscovery/health")
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(180)
 async def test_a_stop_in_the_same_turn_as_a_change_still_ends() -> None:
     """A change notice and the stop in one loop turn (a spider stopping sends both): the
     publisher must not take its cancel for the wake-up and publish on forever (it did on
