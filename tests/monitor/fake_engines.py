@@ -88,9 +88,12 @@ class FakeEngine:
         *,
         legacy: bool = False,
         token: str | None = None,
+        retry_forever: bool = False,
     ) -> None:
         """``client``: share a session with other fake engines (the churn benchmark);
-        ``token``: the cluster's engine token, whose proofs it writes."""
+        ``token``: the cluster's engine token, whose proofs it writes; ``retry_forever``:
+        reconnect as engines do (netdisco.cluster.zk), where kazoo's default gives up on a
+        server that restarts slowly and the session then expires for real."""
         self.key = None if legacy else proof_key(token)
         self.root = root
         self.path = f"{root.rstrip('/')}/{engine_id}"
@@ -98,9 +101,7 @@ class FakeEngine:
         self.legacy = legacy
         self.node: tuple[int, int] = (0, 0)  # czxid, version of our node
         self.shared = client is not None
-        # retrying for ever, as engines do (netdisco.cluster.zk): kazoo's default gives up
-        # on a server that restarts slowly, and the session then expires for real
-        retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0)
+        retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0) if retry_forever else None
         self.client = client or KazooClient(hosts=hosts, timeout=timeout, connection_retry=retry)
         if not self.shared:
             self.client.start(timeout=15)

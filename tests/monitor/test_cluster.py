@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from collections import Counter
+from functools import partial
 from typing import Any
 
 import pytest
@@ -118,7 +119,9 @@ async def test_zookeeper_restart_gives_no_false_events(start_monitor, tmp_path):
         config = monitor_config(server.hosts, zookeeper={"session_timeout": 30})
         monitor, rec = await start_monitor(config)
         for name in ("a", "b"):
-            engine = await asyncio.to_thread(FakeEngine, server.hosts, "/netdiscovery", name, 30)
+            engine = await asyncio.to_thread(
+                partial(FakeEngine, server.hosts, "/netdiscovery", name, 30, retry_forever=True)
+            )
             made.append(engine)
             await asyncio.to_thread(engine.join)
         await eventually(lambda: len(monitor.watcher.members()) == 2)
