@@ -15,9 +15,10 @@ import contextlib
 import os
 import signal
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from netdisco.testing import wait_for
 
 #: the environment variable every process of one test run carries
 MARK = "NDTEST_RUN"
@@ -103,9 +104,8 @@ def reap(run: str, worker: str | None = None, grace: float = 5.0) -> list[Leftov
     for leftover in found:
         with contextlib.suppress(ProcessLookupError):
             os.kill(leftover.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while marked(run, worker) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    with contextlib.suppress(TimeoutError):
+        wait_for("the run's processes gone", lambda: None if marked(run, worker) else True, grace)
     for leftover in marked(run, worker):
         with contextlib.suppress(ProcessLookupError):
             os.kill(leftover.pid, signal.SIGKILL)

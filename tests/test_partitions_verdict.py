@@ -19,17 +19,17 @@ from tests.cluster.partitions import END_LIMIT, Cut, Partitions, Result
 
 
 class Recorded:
-    """What the harness reads from a cluster, given instead of asked for."""
+    """The monitor's events the harness reads from a cluster, given instead of asked for."""
 
-    def __init__(self, fetches: list[tuple[float, str, str]], events: list[dict[str, Any]]):
-        self._fetches, self._events = fetches, events
+    def __init__(self, events: list[dict[str, Any]]):
+        self._events = events
 
     def events(self) -> list[dict[str, Any]]:
         return self._events
 
 
 def judged(name: str, cuts: list[Cut], fetches: list[Any], events: list[Any]) -> Result:
-    harness = Partitions(Recorded(fetches, events), random.Random(0))  # type: ignore[arg-type]
+    harness = Partitions(Recorded(events), random.Random(0))  # type: ignore[arg-type]
     harness.fetches = lambda: fetches  # type: ignore[method-assign]
     result = Result(name, cuts=cuts, ended=12.0)
     harness.judge(result, began=0.0)

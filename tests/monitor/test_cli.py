@@ -9,14 +9,13 @@ import os
 import signal
 import sys
 import threading
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from netdisco.testing import eventually, free_port
+from netdisco.testing import eventually, free_port, wait_for
 from tests.monitor.conftest import REPO
 
 TOML = """
@@ -244,12 +243,12 @@ def _until_stalled(port: int, reported: threading.Event) -> None:
     """Ask the monitor's recent events (from a thread: the test's loop is blocked) until
     one says engine_stalled, then set ``reported``; give up after 30 s."""
     url = f"http://127.0.0.1:{port}/netdiscovery/events"
-    deadline = time.monotonic() + 30.0
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError, ValueError):
-            with urllib.request.urlopen(url, timeout=5) as reply:
-                events = json.loads(reply.read())["events"]
-            if any(e["type"] == "engine_stalled" for e in events):
-                reported.set()
-                return
-        time.sleep(0.05)
+
+    def stalled() -> bool | None:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            events = json.loads(reply.read())["events"]
+        return True if any(e["type"] == "engine_stalled" for e in events) else None
+
+    with contextlib.suppress(TimeoutError):
+        wait_for("engine_stalled", stalled, 30.0, every=0.05)
+        reported.set()

@@ -1,5 +1,5 @@
 """Rules on a clock, end to end: a real ``netdisco engine`` process whose spider blocks
-its loop until the test releases it (at most 40 s), a real ZooKeeper, the real monitor.
+its loop until the test releases it (a FIFO it reads), a real ZooKeeper, the real monitor.
 
 The engine's watchdog writes ``stalled`` into its znode once; nothing else is read
 while the loop is stuck (the status polls time out). The monitor must still report
@@ -21,11 +21,10 @@ from aiohttp import web
 from netdisco.testing import eventually, free_port, get_json, serve
 from tests.monitor.conftest import monitor_config
 
-BLOCK = 40.0
+STALL_WAIT = 40.0  # a hang guard: how long a stall may take to be reported
 SPIDER = """
 import asyncio
 import os
-import time
 from netdisco import Request, Spider
 
 
@@ -39,12 +38,16 @@ class Blocking(Spider):
 
     def parse(self, response):
         open("blocking.started", "w").close()
-        deadline = time.monotonic() + {block}
-        while not os.path.exists("release") and time.monotonic() < deadline:
-            time.sleep(0.05)  # a callback that blocks the engine's loop until released
+        with open("release") as fifo:  # blocks the engine's loop until the test writes
+            fifo.read()
         open("blocking.done", "w").close()
         yield {{"url": response.url}}
 """
+
+
+def release(fifo: Path) -> None:
+    """Open the FIFO the blocked callback reads, and close it: its read ends (EOF)."""
+    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the reader is there: no wait
 
 
 async def _registered(session: aiohttp.ClientSession, url: str) -> bool:
@@ -68,7 +71,8 @@ async def test_a_stuck_loop_is_reported_while_stuck(
         monitor_config(zk_hosts, rules=rules, http={"poll_status": 0.5})
     )
     async with serve(app) as base:
-        (tmp_path / "blocking.py").write_text(SPIDER.format(block=BLOCK, base=base))
+        (tmp_path / "blocking.py").write_text(SPIDER.format(base=base))
+        os.mkfifo(tmp_path / "release")  # opening it to read waits for a writer
         config = tmp_path / "engine.toml"
         port = free_port()
         config.write_text(
@@ -94,10 +98,12 @@ async def test_a_stuck_loop_is_reported_while_stuck(
             (tmp_path / "go").touch()
             started = tmp_path / "blocking.started"
             await eventually(started.exists, "the callback blocks", timeout=30)
-            await eventually(lambda: rec.of("engine_stalled", "stuck"), "stalled", timeout=BLOCK)
+            await eventually(
+                lambda: rec.of("engine_stalled", "stuck"), "stalled", timeout=STALL_WAIT
+            )
             # reported while stuck: the callback still blocks the loop (until released)
             assert not (tmp_path / "blocking.done").exists()
-            (tmp_path / "release").touch()
+            release(tmp_path / "release")
             await eventually(lambda: rec.of("engine_recovered", "stuck"), timeout=30)
             async with aiohttp.ClientSession() as session:  # its loop serves again
                 await eventually(lambda: _registered(session, health), "serving", timeout=30)

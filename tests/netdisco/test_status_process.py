@@ -8,12 +8,12 @@ dies, says so when the engine's loop stops answering, and fails the start cleanl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import socket
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
@@ -27,7 +27,7 @@ from netdisco.crawl.settings import Settings
 from netdisco.engine import SpiderEngine
 from netdisco.engine.config import EngineSettings
 from netdisco.engine.sidecar import StatusProcess
-from netdisco.testing import eventually
+from netdisco.testing import eventually, wait_for
 
 from .engine_site import site_spider
 
@@ -148,13 +148,16 @@ async def test_a_blocked_engine_loop_reads_as_unresponsive_not_ok(site: str) -> 
 def _health_until_unresponsive(port: int, unblock: threading.Event) -> tuple[int, str | None]:
     """GET /health from a thread until it reads as unresponsive (or 30 s passed), then
     ``unblock``: the last status and error code."""
-    deadline = time.monotonic() + 30.0
-    while True:
-        said = _health(port)
-        if said == (503, "engine_unresponsive") or time.monotonic() > deadline:
-            unblock.set()
-            return said
-        time.sleep(0.05)
+    said: list[tuple[int, str | None]] = []
+
+    def unresponsive() -> bool | None:
+        said.append(_health(port))
+        return True if said[-1] == (503, "engine_unresponsive") else None
+
+    with contextlib.suppress(TimeoutError):
+        wait_for("an unresponsive /health", unresponsive, 30.0, every=0.05)
+    unblock.set()
+    return said[-1]
 
 
 def _health(port: int) -> tuple[int, str | None]:
