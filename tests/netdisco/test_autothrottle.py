@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -51,13 +50,13 @@ class Host:
     robots: str = ""
     statuses: dict[str, int] = field(default_factory=dict)  # path -> status, always
     throttle: dict[str, str] = field(default_factory=dict)
-    arrivals: list[tuple[float, str, int]] = field(default_factory=list)  # (at, path, load)
-    refused: list[float] = field(default_factory=list)  # when each 429/503 was sent
+    arrivals: list[tuple[str, int]] = field(default_factory=list)  # (path, load): no times
+    refused: list[str] = field(default_factory=list)  # the paths answered 429/503
     in_flight: int = 0
 
     async def page(self, request: web.Request) -> web.Response:
         self.in_flight += 1
-        self.arrivals.append((time.monotonic(), request.path, self.in_flight))
+        self.arrivals.append((request.path, self.in_flight))
         try:
             await asyncio.sleep(self.base + self.per_request * self.in_flight)
             return self._answer(request.path)
@@ -67,7 +66,7 @@ class Host:
     def _answer(self, path: str) -> web.Response:
         wait = self.throttle.pop(path, None)
         if wait is not None or self.in_flight > self.limit:
-            self.refused.append(time.monotonic())
+            self.refused.append(path)
             status = 503 if wait is None else 429
             return web.Response(status=status, headers={"Retry-After": wait or "0"})
         if path in self.statuses:
@@ -75,7 +74,7 @@ class Host:
         return web.Response(text="<html><body>page</body></html>", content_type="text/html")
 
     async def robots_txt(self, request: web.Request) -> web.Response:
-        self.arrivals.append((time.monotonic(), request.path, 0))
+        self.arrivals.append((request.path, 0))
         return web.Response(text=self.robots)
 
     def app(self) -> web.Application:
@@ -83,11 +82,6 @@ class Host:
         app.router.add_get("/p/{n}", self.page)
         app.router.add_get("/robots.txt", self.robots_txt)
         return app
-
-    def gaps(self) -> list[float]:
-        """Times between two arrivals in a row (robots.txt included: a request too)."""
-        starts = sorted(at for at, _, _ in self.arrivals)
-        return [b - a for a, b in itertools.pairwise(starts)]
 
 
 class Pages(Spider):
@@ -264,9 +258,9 @@ async def test_the_hosts_table_applies_per_host() -> None:
             Pages(*bases, pages=6), per_host_concurrency=4, obey_robots=False, hosts=table
         )
     assert crawler.stats.succeeded == 18
-    assert max(load for _, _, load in one_at_a_time.arrivals) == 1
+    assert max(load for _, load in one_at_a_time.arrivals) == 1
     assert_paced(of_host(record, bases[1]), 0.2)
-    assert max(load for _, _, load in plain.arrivals) > 1  # the crawl's own settings
+    assert max(load for _, load in plain.arrivals) > 1  # the crawl's own settings
     assert not [p for p in of_host(record, bases[2]) if p.kind == "start"]  # no delay
 
 
@@ -474,11 +468,11 @@ class Unavailable:
     """Its first ``refusals`` page requests get 503 with ``Retry-After: 1``; then pages."""
 
     refusals: int = 5
-    arrivals: list[tuple[float, int]] = field(default_factory=list)  # (at, status sent)
+    arrivals: list[int] = field(default_factory=list)  # the status each request got
 
     async def page(self, request: web.Request) -> web.Response:
         status = 503 if len(self.arrivals) < self.refusals else 200
-        self.arrivals.append((time.monotonic(), status))
+        self.arrivals.append(status)
         if status == 503:
             return web.Response(status=503, headers={"Retry-After": "1"})
         return web.Response(text="<html><body>page</body></html>", content_type="text/html")
@@ -500,7 +494,7 @@ async def test_retry_after_is_taken_at_its_word_and_the_pace_recovers() -> None:
             obey_robots=False, per_host_concurrency=1,
         )  # fmt: skip
     assert crawler.stats.succeeded == 21
-    assert [status for _, status in site.arrivals].count(503) == 5
+    assert site.arrivals.count(503) == 5
     paces = of_host(record, base)
     rests = [p for p in paces if p.kind == "rest"]
     assert len(rests) == 5
