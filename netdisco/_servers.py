@@ -140,14 +140,18 @@ class ServerProcess:
 class ZooKeeperServer(ServerProcess):
     """A standalone ZooKeeper server on loopback, for tests and the demo.
 
-    tickTime 500 ms lets tests negotiate session timeouts down to 1 s.
+    tickTime 500 ms lets tests negotiate session timeouts down to 1 s; the longest a
+    client may ask for is 20 ticks unless ``max_session_ms`` says more.
     """
 
     name = "ZooKeeper"
 
-    def __init__(self, data_dir: Path | None = None, tick_ms: int = 500) -> None:
+    def __init__(
+        self, data_dir: Path | None = None, tick_ms: int = 500, max_session_ms: int = 0
+    ) -> None:
         super().__init__(data_dir, "netdisco-zk-")
         self.tick_ms = tick_ms
+        self.max_session_ms = max_session_ms or 20 * tick_ms  # ZooKeeper's own default
 
     @property
     def hosts(self) -> str:
@@ -167,6 +171,7 @@ class ZooKeeperServer(ServerProcess):
             "4lw.commands.whitelist=*\n"
             "maxClientCnxns=0\n"
             "minSessionTimeout=1000\n"
+            f"maxSessionTimeout={self.max_session_ms}\n"
         )
         main = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
         return ["java", "-Xmx256m", "-cp", f"{ZK_CONF_DIR}:{ZK_JAR}", main, str(cfg)]

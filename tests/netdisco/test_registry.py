@@ -88,8 +88,12 @@ async def make(guard: Guard) -> AsyncIterator[Make]:
 
 @pytest.fixture
 def own_zk() -> Iterator[ZooKeeperServer]:
-    """A private server this test may stop and restart (never the shared one)."""
-    server = ZooKeeperServer()
+    """A private server this test may stop and restart (never the shared one).
+
+    It grants sessions up to a minute, for the restart test that needs one to outlive
+    a JVM's start on a loaded machine.
+    """
+    server = ZooKeeperServer(max_session_ms=60_000)
     yield server
     server.stop(signal.SIGKILL)
     server.close()
@@ -363,11 +367,12 @@ async def test_server_restart_keeps_the_node_without_a_storm(
     own_zk: ZooKeeperServer, make: Make, guard: Guard
 ) -> None:
     await asyncio.to_thread(own_zk.start)
-    # The restarted server gives the session a fresh timeout from the moment it loads,
-    # which may be before its port answers (a slow JVM start under load), and the
-    # client backs off up to a second between tries: the longest session the server
-    # grants (20 ticks), so that the client is back well within it.
-    registration = await make(own_zk.hosts, session_timeout=10.0)
+    # The session must outlive the stop and the restart: the restarted server gives it a
+    # fresh timeout from the moment it loads, which may be well before its port answers
+    # (a JVM's start took over 10 s beside a loaded CI run), and the registration gives
+    # a session up locally once it has been without a server for its whole timeout.
+    # Nothing here waits for the timeout, so a long one costs no time.
+    registration = await make(own_zk.hosts, session_timeout=45.0)
     await _registered(registration)
     before = await _read_once(own_zk.hosts, PATH)
     creates = guard.count("create_async", PATH)
