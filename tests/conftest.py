@@ -7,7 +7,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
@@ -15,7 +15,7 @@ from kazoo.client import KazooClient
 
 from netdisco import logs
 from netdisco.testing import ZooKeeperServer
-from tests import reaper
+from tests import hangs, reaper
 
 # tests call the CLIs' main() in-process, which configure logging each time: a logger
 # cached by the first would hide its lines from capture_logs in every later test
@@ -131,18 +131,46 @@ def _real_stderr(session: pytest.Session) -> int:
         capture.resume_global_capture()
 
 
+#: the real stderr of the process that runs the tests, for the hang witness and the stacks
+_witness_fd: list[int] = []
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
+    if not session.config.pluginmanager.has_plugin("dsession"):  # xdist's controller runs none
+        _witness_fd.append(_real_stderr(session))
     deadline = _suite_deadline()
     if deadline is None:
         return
     if os.environ.get("PYTEST_XDIST_WORKER"):  # the controller names the tests; we show where
-        faulthandler.dump_traceback_later(max(deadline - 10, 1), file=_real_stderr(session))
+        faulthandler.dump_traceback_later(max(deadline - 10, 1), file=_witness_fd[0])
         return
     controller = session.config.pluginmanager.has_plugin("dsession")  # xdist's, with -n
     args = (session.config, deadline, not controller)
     timer = threading.Timer(deadline, _deadline_passed, args=args)
     timer.daemon = True
     timer.start()
+
+
+def _timeout(item: pytest.Item) -> float:
+    """The test's pytest-timeout: its marker's, else the command line's, else the ini's."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and (marker.args or "timeout" in marker.kwargs):
+        return float(marker.args[0] if marker.args else marker.kwargs["timeout"])
+    value = item.config.getoption("timeout", None)
+    return float(value if value is not None else item.config.getini("timeout") or 0)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
+    """Arm the hang witness (tests/hangs.py) for as long as the test runs."""
+    if not _witness_fd:
+        yield
+        return
+    watch = hangs.Watch(_witness_fd[0], item.nodeid, _timeout(item))
+    try:
+        yield
+    finally:
+        watch.disarm()
 
 
 def pytest_runtest_logstart(nodeid: str) -> None:
