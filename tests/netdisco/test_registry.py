@@ -368,11 +368,14 @@ async def test_server_restart_keeps_the_node_without_a_storm(
 ) -> None:
     await asyncio.to_thread(own_zk.start)
     # The session must outlive the stop and the restart: the restarted server gives it a
-    # fresh timeout from the moment it loads, which may be well before its port answers
-    # (a JVM's start took over 10 s beside a loaded CI run), and the registration gives
-    # a session up locally once it has been without a server for its whole timeout.
-    # Nothing here waits for the timeout, so a long one costs no time.
-    registration = await make(own_zk.hosts, session_timeout=45.0)
+    # fresh timeout from the moment it loads, and kazoo waits up to the session timeout
+    # divided by the number of hosts for the answer to a connect. A connect that reaches
+    # the port while the JVM still starts (so slowly beside a loaded CI run that a 10 s
+    # and a 45 s session both ran out) may wait that long for nothing, so the one server
+    # is named three times: each try waits at most a third of the session, and the tries
+    # that follow come well within it. Nothing waits for the timeout itself.
+    hosts = ",".join([own_zk.hosts] * 3)
+    registration = await make(hosts, session_timeout=45.0)
     await _registered(registration)
     before = await _read_once(own_zk.hosts, PATH)
     creates = guard.count("create_async", PATH)
