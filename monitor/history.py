@@ -24,7 +24,7 @@ from monitor.series import MAX_POINTS, Rates, Tier, rates_between, sum_rates
 SPIDER_KEYS = ("name", "state", "succeeded", "failed", "items", "queue_size", "in_flight",
                "next_run", "last_error")  # fmt: skip
 #: states in which a spider fetches nothing, so its last minute's pages/s would mislead
-QUIET = frozenset({"idle", "paused", "stopped", "finished", "failed"})
+QUIET = frozenset({"idle", "starting", "paused", "stopped", "finished", "failed"})
 #: the counters the rates come from, in the order of :data:`monitor.series.RATES`
 COUNTERS = ("succeeded", "items", "failed")
 #: a counter above this is not a count (it would also lose precision as a float)

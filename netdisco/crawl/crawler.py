@@ -1,11 +1,11 @@
 """One spider's crawl: the data flow of steps 1-5, with its lifecycle.
 
-``Crawler`` makes the crawl's stages around one ``CrawlContext`` (spider, settings,
-counters, frontier): the scheduler (2), the downloader (3), the scraper (4) and the
-item stream (5), and, only when the settings ask for re-crawls, ``Recrawl``. It runs
-``concurrency`` workers, the seeding, the acknowledgements and the progress line in
-one ``TaskGroup``, and moves through ``SpiderState`` on start, pause, resume, stop and
-when the frontier is drained.
+``Crawler`` is the facade a user and the engine hold. It makes the crawl's stages
+around one ``CrawlContext`` (spider, settings, counters, frontier): the scheduler (2),
+the downloader (3), the scraper (4) and the item stream (5), and, only when the
+settings ask for re-crawls, ``Recrawl``. It opens them, hands the crawl to its run loop
+(``crawl.workers``) and closes them; its state is its ``Phase`` (``crawl.lifecycle``,
+the one table of a crawl's moves).
 
 One request's trip: ``Scheduler.admit_seeds`` (or ``push``, or a callback's links
 through ``Scraper.admit``) queues it in the frontier; a worker takes it (or a request
@@ -29,7 +29,7 @@ import structlog
 from reactivex import Observable
 
 from netdisco.crawl import settings as settings_module
-from netdisco.crawl.acks import Acker, release, return_parked
+from netdisco.crawl.acks import return_parked
 from netdisco.crawl.codec import frontier_for
 from netdisco.crawl.context import CrawlContext
 from netdisco.crawl.downloader import Downloader
@@ -38,13 +38,12 @@ from netdisco.crawl.feeds import feed_pipelines
 from netdisco.crawl.feeds.pipeline import FeedPipeline, WarcFeed
 from netdisco.crawl.feeds.warc import WarcMiddleware
 from netdisco.crawl.itemchain import ItemChain
-from netdisco.crawl.lifecycle import ALLOWED, TERMINAL, PushResult, SpiderState
+from netdisco.crawl.lifecycle import TERMINAL, Phase, PushResult, SpiderState
 from netdisco.crawl.middleware.base import Middleware
 from netdisco.crawl.pipelines import ItemStream, Pipeline
 from netdisco.crawl.politeness import Politeness
-from netdisco.crawl.recrawl import Recrawl, wants_pages
+from netdisco.crawl.recrawl import wants_pages
 from netdisco.crawl.request import Request, outputs
-from netdisco.crawl.response import Response
 from netdisco.crawl.scheduler import Scheduler
 from netdisco.crawl.schemas import field_names
 from netdisco.crawl.scraper import Scraper
@@ -52,21 +51,12 @@ from netdisco.crawl.settings import check_crawler
 from netdisco.crawl.spider import Spider
 from netdisco.crawl.stats import Stats
 from netdisco.crawl.transport import DownloadHandler
-from netdisco.exceptions import (
-    DownloadFailed,
-    FrontierFailed,
-    InvalidTransition,
-    NetdiscoError,
-    RequestError,
-)
+from netdisco.crawl.workers import PageScope, Workers
+from netdisco.exceptions import FrontierFailed, NetdiscoError
 from netdisco.frontiers import Frontier, crawl_identity
 
 log = structlog.get_logger(__name__)
 __all__ = ["TERMINAL", "Crawler", "PushResult", "SpiderState", "frontier_for"]
-
-
-#: how often a frontier that other engines share is polled for new work
-POLL_INTERVAL = 0.25
 
 
 class Crawler:
@@ -75,7 +65,8 @@ class Crawler:
     in feed paths (``{engine}``; the host name if None). ``download_handler`` fetches
     every hop and robots.txt in place of aiohttp (``MockHandler``: tests, no sockets).
     ``scrapy_settings`` are what Scrapy item pipelines' ``from_crawler`` reads (a Scrapy
-    project's settings.py; the spider's ``custom_settings`` if None)."""
+    project's settings.py; the spider's ``custom_settings`` if None). ``page_scope``
+    wraps each request's processing (a ``-j`` worker's page of items)."""
 
     def __init__(
         self,
@@ -88,12 +79,13 @@ class Crawler:
         engine: str | None = None,
         download_handler: DownloadHandler | None = None,
         scrapy_settings: Mapping[str, Any] | None = None,
+        page_scope: PageScope | None = None,
     ) -> None:
         self.spider, self.name = spider, spider.name
         self.settings = s = settings_module.for_spider(spider, settings)
         check_crawler(s)
         self.stats = Stats()
-        self.state = SpiderState.IDLE
+        self.phase = Phase(self.name, self._changed)
         self.started_at: float | None = None
         self.frontier: Frontier[Request] = frontier or frontier_for(s, spider, owner)
         self.ctx = ctx = CrawlContext(spider, s, self.stats, self.frontier)
@@ -103,20 +95,23 @@ class Crawler:
         self.scraper = Scraper(ctx, self.scheduler, self.stream, self.chain)
         self.feeds, last = _feeds(s, self.name, engine, spider.item_schema)
         self.downloader = Downloader(ctx, self.scheduler, handler=download_handler, last=last)
-        self.recrawl = Recrawl.wanted(ctx, self.downloader, self.scraper)
-        self.acks = Acker(ctx, self.stream)
+        self.workers = Workers(
+            ctx, self.phase, self.scheduler, self.downloader, self.scraper, self.stream,
+            self.failures, page_scope,
+        )  # fmt: skip
         self.run_id: str | None = None  # a schedule's tick: a finished crawl begins it anew
         self.already_finished: str | None = None  # finished before, nothing fetched: how
         self._ended_before = False  # to crawl again; the crawl had ended when this run began
         self._pipelines = [*pipelines, *spider.pipelines(), *self.feeds]
         self._listeners: list[Callable[[Crawler], None]] = []
-        self._unpaused = asyncio.Event()
-        self._taking = 0  # workers waiting in the frontier's take
-        self._seeding, self._stopping, self._opening = True, False, False
-        self._workers: list[asyncio.Task[None]] = []
         self._main: asyncio.Task[None] | None = None
         self._close_timeout: float | None = None  # for pending pipeline work, once stopping
         self._context = _logging_context(self.name)
+
+    @property
+    def state(self) -> SpiderState:
+        """Where the crawl is in its life (its ``Phase``)."""
+        return self.phase.state
 
     @property
     def politeness(self) -> Politeness:
@@ -148,12 +143,7 @@ class Crawler:
         """Call ``callback(crawler)`` after every state change."""
         self._listeners.append(callback)
 
-    def _check(self, action: str) -> None:
-        if self.state not in ALLOWED[action]:
-            raise InvalidTransition(self.name, self.state.value, action)
-
-    def _set_state(self, state: SpiderState) -> None:
-        self.state = state
+    def _changed(self) -> None:
         for callback in self._listeners:
             try:
                 callback(self)
@@ -162,10 +152,7 @@ class Crawler:
 
     async def start(self) -> None:
         """Begin crawling on the running loop; returns at once."""
-        self._check("start")
-        if self._opening:
-            raise InvalidTransition(self.name, "starting", "start")
-        self._opening = True
+        self.phase.move("start")
         try:
             await self.frontier.open()  # an unreachable Redis fails here, clearly
             await self._begin_run()
@@ -176,18 +163,20 @@ class Crawler:
                 from netdisco.crawl.render import check_available  # Playwright is an extra
 
                 check_available(self.settings)
-        except NetdiscoError as exc:  # terminal, so that whoever waits for it is told
-            self.stats.error(f"start: {exc}")
-            self._set_state(SpiderState.FAILED)
+        except BaseException as exc:  # terminal, so that whoever waits for it is told
+            if isinstance(exc, NetdiscoError):
+                self.stats.error(f"start: {exc}")
+            self.phase.end(SpiderState.FAILED)
             raise
-        finally:
-            self._opening = False
+        if self.phase.stopping:  # stopped while it opened: closed without a request
+            closing = self._close(SpiderState.STOPPED)
+            self._main = asyncio.create_task(closing, context=self._context)
+            return
         if self._resume():
             return
         self.started_at = time.time()
         self.stats.restart_clock()
-        self._unpaused.set()
-        self._set_state(SpiderState.RUNNING)
+        self.phase.move("opened")
         self._main = asyncio.create_task(
             self._run(), name=f"crawler:{self.name}", context=self._context
         )
@@ -221,48 +210,38 @@ class Crawler:
 
     def pause(self) -> SpiderState:
         """Stop dispatching new requests; those in flight finish."""
-        self._check("pause")
-        self._unpaused.clear()
-        self._set_state(SpiderState.PAUSED)
-        return self.state
+        return self.phase.move("pause")
 
     def resume(self) -> SpiderState:
         """Dispatch again after a pause."""
-        self._check("resume")
-        self._unpaused.set()
-        self._set_state(SpiderState.RUNNING)
-        return self.state
+        return self.phase.move("resume")
 
     async def retry_failed(
         self, reason: str | None = None, ids: Sequence[str] | None = None
     ) -> int:
         """Queue failed requests again (all, of ``reason``, or ``ids``), while running or
         paused: a crawl that ended has nobody to fetch them."""
-        self._check("retry")
+        self.phase.check("retry")
         requeued = await self.failures.retry(reason, ids)
         self.ctx.notify()
         return requeued
 
     async def stop(self, deadline: float | None = None) -> SpiderState:
         """Stop dispatching, give in-flight requests ``deadline`` s, cancel the rest, close."""
-        self._check("stop")
-        self._set_state(SpiderState.STOPPING)
-        self._stopping = True
-        self._unpaused.set()
-        self.ctx.notify()
+        self.phase.move("stop")
         limit = self.settings.stop_deadline if deadline is None else deadline
         self._close_timeout = limit
-        workers = [w for w in self._workers if not w.done()]
-        if workers:
-            _, late = await asyncio.wait(workers, timeout=limit)
-            for task in late:
-                task.cancel()
+        await self.workers.stop(limit)
         return await self.wait()
 
     async def wait(self) -> SpiderState:
-        """Wait until the spider is finished, stopped or failed."""
+        """Wait until the spider is finished, stopped or failed (at once if never started)."""
         if self._main is not None:
             await asyncio.shield(self._main)
+        elif self.state is not SpiderState.IDLE:  # still opening
+            await self.phase.ended()
+            if self._main is not None:  # opened, then closed: its close has ended too
+                await asyncio.shield(self._main)
         return self.state
 
     async def run(self) -> Stats:
@@ -273,7 +252,7 @@ class Crawler:
 
     async def push(self, urls: Iterable[str]) -> PushResult:
         """Queue URLs into the spider (depth 0, default callback); say which were refused."""
-        self._check("push")
+        self.phase.check("push")
         urls = list(urls)
         requests = [Request(url, callback=self.spider.parse) for url in urls]
         reasons = await self.scheduler.admit(requests)
@@ -298,25 +277,14 @@ class Crawler:
     async def _run(self) -> None:
         end = SpiderState.FAILED
         try:
-            async with asyncio.TaskGroup() as group:
-                progress = group.create_task(self._report_progress())
-                await self.downloader.open()
-                await self.stream.open(self._pipelines)
-                if self.chain is not None:
-                    await self.chain.open()
-                acking = group.create_task(self.acks.run())
-                seeding = group.create_task(self._seed())
-                self._workers = [
-                    group.create_task(self._worker()) for _ in range(self.settings.concurrency)
-                ]
-                await asyncio.wait(self._workers)
-                seeding.cancel()
-                progress.cancel()
-                await self.acks.close(max(self._close_limit(), 1.0))
-                acking.cancel()  # a flush that outlived the close's bound (a hung pipeline)
+            await self.downloader.open()
+            await self.stream.open(self._pipelines)
+            if self.chain is not None:
+                await self.chain.open()
+            await self.workers.run(self._close_limit)
             if self.ctx.failure is not None:
                 raise self.ctx.failure
-            end = SpiderState.STOPPED if self._stopping else SpiderState.FINISHED
+            end = SpiderState.STOPPED if self.phase.stopping else SpiderState.FINISHED
         except Exception as exc:  # reported as the spider's failure
             self._report_failure(_unwrap(exc))
         finally:
@@ -329,7 +297,7 @@ class Crawler:
     async def _close(self, end: SpiderState) -> None:
         """Acknowledge what is flushed, close pipelines and frontier, enter ``end``."""
         limit = self._close_limit()
-        await self.acks.close(max(limit, 1.0))  # at once if it closed already
+        await self.workers.acks.close(max(limit, 1.0))  # at once if it closed already
         await self.stream.close(self._close_timeout)
         if self.chain is not None:
             await self.chain.close()
@@ -343,7 +311,7 @@ class Crawler:
         if not self.frontier.finished and not await self._persist(end is SpiderState.FINISHED):
             end = SpiderState.FAILED
         await self._spider_closed(end)
-        self._set_state(end)
+        self.phase.end(end)
         log.info("spider_closed", state=end.value, **self.stats.closing())
         await self._close_frontier()
 
@@ -382,7 +350,7 @@ class Crawler:
         """Last gauges, bounded: a shared frontier that is down must not keep us open."""
         try:
             async with asyncio.timeout(1.0):
-                await self._refresh_counts()
+                await self.workers.refresh_counts()
         except (TimeoutError, NetdiscoError) as exc:
             log.warning("frontier_counts_unavailable", error=repr(exc))
 
@@ -399,157 +367,6 @@ class Crawler:
         error = str(exc) if clear else repr(exc)
         self.stats.error(f"spider failed: {error}")
         log.error("spider_failed", error=error, exc_info=None if clear else exc)
-
-    async def _refresh_counts(self) -> None:
-        """Copy the frontier's queue size and seen count, and the downloader's parked
-        requests per host, into the gauges."""
-        self.stats.parked = self.politeness.parked_by_host()
-        self.stats.idle_share = self.politeness.idle_share()
-        queued, _, seen = await self.frontier.counts()
-        self.stats.queue_size, self.stats.seen = queued, seen
-
-    async def _report_progress(self) -> None:
-        """Refresh gauges (and a stored frontier's totals) twice a second; log a progress
-        line every ``progress_interval``. A frontier that failed ends the crawl."""
-        last_line = time.monotonic()
-        while True:
-            await asyncio.sleep(0.5)
-            try:
-                await self._refresh_counts()
-            except FrontierFailed as exc:
-                self.ctx.fail(exc)
-                return
-            self.frontier.store_stats(self.stats.totals())
-            interval = self.settings.progress_interval
-            if interval and time.monotonic() - last_line >= interval:
-                last_line = time.monotonic()
-                log.info(
-                    "progress",
-                    pages=self.stats.succeeded,
-                    pages_per_second=round(self.stats.pages.per_second(5), 1),
-                    queue=self.stats.queue_size,
-                    in_flight=self.stats.in_flight,
-                )
-
-    async def _seed(self) -> None:
-        try:
-            await self.scheduler.admit_seeds(self.spider.start())
-        except Exception as exc:  # a broken seed source: the seeds it gave still count
-            self.stats.spider_error(exc)
-            self.stats.error(f"start(): {exc!r}")
-            log.error("seed_error", error=repr(exc), exc_info=exc)
-        finally:
-            self._seeding = False
-            self.ctx.notify()
-
-    async def _worker(self) -> None:
-        try:
-            await self._work_loop()
-        except FrontierFailed as exc:
-            self.ctx.fail(exc)
-
-    async def _work_loop(self) -> None:
-        while not (self._stopping or self.ctx.finished):
-            if not self._unpaused.is_set():
-                await self._unpaused.wait()
-                continue
-            if self._budget_spent():
-                await self._idle()
-                continue
-            request = self.politeness.ready()
-            if request is None and self.politeness.taking():
-                request = await self._take()
-                if request is not None and not await self._placed(request):
-                    continue
-            if request is None:
-                await self._idle()
-                continue
-            await self._process(request)
-
-    async def _placed(self, request: Request) -> bool:
-        """Whether a request just taken starts now; else it waits aside for its host, or
-        goes back to the frontier when there is no room (``crawl.hosts``)."""
-        placement = self.politeness.place(request)
-        if placement == "back":
-            await release(self.frontier, request, requeue=True, bounded=self._stopping)
-        return placement == "go"
-
-    async def _take(self) -> Request | None:
-        """The frontier's next request; a take under way counts against ``max_pages``
-        (a shared frontier's take waits, and every worker would pass the check)."""
-        self._taking += 1
-        try:
-            return await self.frontier.take()
-        finally:
-            self._taking -= 1
-
-    def _budget_spent(self) -> bool:
-        limit = self.settings.max_pages
-        if not limit:
-            return False
-        if self.stats.succeeded >= limit:
-            self.ctx.finish()
-        return self.stats.succeeded + self.stats.in_flight + self._taking >= limit
-
-    async def _idle(self) -> None:
-        """Wait for work, or end the crawl when nothing is queued or in flight anywhere."""
-        if not self._seeding and self.stats.in_flight == 0:
-            queued, leased, _ = await self.frontier.counts()
-            if queued == 0 and leased == 0:
-                self.ctx.finish()
-                return
-        due = self.politeness.next_due()  # a host's delay running out wakes nobody else
-        await self.ctx.wait_for_work(POLL_INTERVAL if due is None else min(due, POLL_INTERVAL))
-
-    async def _process(self, request: Request) -> None:
-        host = request.host_key
-        self.stats.begin(host)
-        finished = acknowledge = False
-        try:
-            try:
-                acknowledge = await self._fetch_and_scrape(request)
-            except RequestError as exc:
-                await self._failed(request, exc)
-                acknowledge = True
-            except FrontierFailed:
-                raise
-            except Exception as exc:  # an unforeseen failure costs one request, never a worker
-                log.error("download_error", url=request.url, error=repr(exc), exc_info=exc)
-                await self._failed(request, DownloadFailed(repr(exc), url=request.url))
-                acknowledge = True
-            finished = acknowledge
-        finally:
-            self.politeness.release(request)  # a re-crawl may have fetched nothing
-            self.stats.end(host)
-            if finished:  # acknowledged once its items are flushed
-                self.acks.add(request)
-            else:
-                await release(self.frontier, request, requeue=True, bounded=self._stopping)
-            self.ctx.notify()
-
-    async def _fetch_and_scrape(self, request: Request) -> bool:
-        """Steps 3 and 4 (a re-crawl may skip the download); False: give it back unfetched."""
-        if self.recrawl is not None:
-            deferred = await self.recrawl.process(request)
-        else:
-            outcome = await self.downloader.fetch(request)
-            if isinstance(outcome, Response):
-                await self.scraper.scrape(request, outcome)
-                return True
-            deferred = outcome
-        if deferred is not None and deferred.hop is not None:  # queued before we are acked
-            await self.scraper.admit([deferred.hop])
-        return deferred is None or not deferred.give_back
-
-    async def _failed(self, request: Request, exc: RequestError) -> None:
-        self.stats.count_failure(exc)
-        await self.failures.record(request, exc)
-        self.stats.error(f"{request.url}: {exc}")
-        log.warning("request_failed", url=request.url, error=str(exc), kind=type(exc).__name__)
-        if request.errback is not None:
-            await self.scraper.run(
-                request.errback, request, exc, url=request.url, depth=request.depth + 1
-            )
 
 
 #: ``Spider.closed``'s reason for how the crawl ended, in Scrapy's words

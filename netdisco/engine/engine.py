@@ -30,6 +30,7 @@ from netdisco._version import __version__
 from netdisco.cluster.contract import EnginePayload, NodeState, SpiderSummary
 from netdisco.crawl.arguments import make_spider
 from netdisco.crawl.crawler import TERMINAL, Crawler, PushResult, SpiderState
+from netdisco.crawl.lifecycle import allows
 from netdisco.engine.config import EngineConfig, EngineSettings, check_exposure
 from netdisco.engine.facts import NodeFacts
 from netdisco.engine.hosted import (
@@ -389,7 +390,7 @@ class SpiderEngine:
 
     async def _stop_crawler(self, crawler: Crawler, deadline: float | None) -> None:
         try:
-            if crawler.state in (SpiderState.RUNNING, SpiderState.PAUSED):
+            if allows(crawler.state, "stop"):  # also one still opening: closed once open
                 await crawler.stop(deadline)
             elif crawler.state is SpiderState.STOPPING:
                 await crawler.wait()

@@ -30,7 +30,7 @@ import structlog
 
 from netdisco.crawl.feeds import feed_pipelines
 from netdisco.crawl.feeds.pipeline import FeedPipeline
-from netdisco.crawl.lifecycle import SpiderState
+from netdisco.crawl.lifecycle import TERMINAL, Phase, SpiderState, allows
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.stats import Rate, Stats
 from netdisco.exceptions import ConfigError, StateDirError
@@ -59,7 +59,7 @@ class ProcessCrawl:
         if any(spec.format == "warc" for spec in settings.feeds):
             raise ConfigError("processes", "a warc feed is written by one process: use -j 1")
         self.args, self.name, self.settings = args, name, settings
-        self.state = SpiderState.IDLE
+        self.phase = Phase(name)
         self.stats = Stats()
         self.feeds: list[FeedPipeline] = feed_pipelines(
             settings.feeds, spider=name, engine=None, warc_max_size=settings.warc_max_size
@@ -73,11 +73,15 @@ class ProcessCrawl:
         self._stored: dict[str, Any] = {}  # counters of earlier runs of this state_dir
         self.already_finished: str | None = None  # how to crawl again a finished state_dir
         self._rate, self._counted = Rate(), 0
-        self._stopping = False
-        self._failed = False
+        self._failed = False  # a worker ended failed, or was given up
         self._redis: PrivateRedis | None = None
         self._client: Client | None = None
         self._lock: IO[str] | None = None
+
+    @property
+    def state(self) -> SpiderState:
+        """Where the crawl is in its life (its ``Phase``)."""
+        return self.phase.state
 
     @property
     def state_dir(self) -> Path | None:
@@ -86,8 +90,9 @@ class ProcessCrawl:
 
     async def stop(self) -> None:
         """Stop every worker gracefully (SIGTERM): they hand their leases back and end."""
-        self._stopping = True
-        self.state = SpiderState.STOPPING
+        if not allows(self.state, "stop"):  # not begun, or ending already
+            return
+        self.phase.move("stop")
         for process in self.processes.values():
             if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -96,12 +101,15 @@ class ProcessCrawl:
     async def run(self) -> None:
         """Crawl to the end (or the stop), then close everything that was started."""
         run_dir = run_directory()
+        self.phase.move("start")
         try:
             url = await self._open(run_dir)
             if not self._stored.get("finished"):
                 await self._crawl(url, run_dir)
         finally:
             await self._close()
+            if self.state not in TERMINAL:  # it could not open, or its crawl raised
+                self.phase.end(SpiderState.FAILED)
             shutil.rmtree(run_dir, ignore_errors=True)
         log.info("spider_closed", state=self.state.value, processes=self.count,
                  duplicate_pages=self.sink.duplicates, **self.stats.closing())  # fmt: skip
@@ -140,7 +148,7 @@ class ProcessCrawl:
         raw = await self._client.get(self._totals_key())
         self._stored = json.loads(raw) if raw else {}
         if self._stored.get("finished"):  # counters left at zero: this run fetches nothing
-            self.state = SpiderState.FINISHED
+            self.phase.end(SpiderState.FINISHED)
             self.already_finished = start_over_state_dir(self.state_dir)
             log.warning("crawl_already_finished", state_dir=str(self.state_dir),
                         to_crawl_again=self.already_finished)  # fmt: skip
@@ -158,7 +166,11 @@ class ProcessCrawl:
     async def _crawl(self, url: str, run_dir: Path) -> None:
         socket = run_dir / "crawl.sock"
         server = await asyncio.start_unix_server(self._serve, path=socket, limit=MAX_LINE)
-        self.state = SpiderState.RUNNING
+        if self.phase.stopping:  # stopped while it opened
+            server.close()
+            self.phase.end(SpiderState.STOPPED)
+            return
+        self.phase.move("opened")
         self.stats.restart_clock()
         self._rate = self.stats.pages  # pages/s of the crawl: every worker's pages
         log.info("processes_started", processes=self.count, frontier=url.partition("?")[0])
@@ -173,10 +185,10 @@ class ProcessCrawl:
                 ticker.cancel()
         finally:
             server.close()
-        self.state = self._end_state()
+        self.phase.end(self._end_state())
 
     def _end_state(self) -> SpiderState:
-        if self._stopping:
+        if self.phase.stopping:
             return SpiderState.STOPPED
         return SpiderState.FAILED if self._failed else SpiderState.FINISHED
 
@@ -196,7 +208,7 @@ class ProcessCrawl:
                 return
             log.warning("worker_died", worker=index, owner=owner, exit_code=code)
             await self._recover(owner, worker)
-            if self._stopping:
+            if self.phase.stopping:
                 return
         log.error("worker_given_up", worker=index, restarts=RESTARTS)
         self._failed = True
@@ -305,7 +317,8 @@ class ProcessCrawl:
         for feed in self.feeds:
             with contextlib.suppress(Exception):
                 await feed.close()
-        if self.state is not SpiderState.IDLE and not self._stored.get("finished"):
+        opened = self.state not in (SpiderState.IDLE, SpiderState.STARTING)
+        if opened and not self._stored.get("finished"):
             self._merge()
             with contextlib.suppress(Exception):
                 await self._store(finished=self.state is SpiderState.FINISHED)

@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
 import signal
 import sys
-from typing import Any
+from collections.abc import Iterator
 
 from netdisco import logs
 from netdisco._tasks import Tasks
 from netdisco.crawl.crawler import Crawler, SpiderState
 from netdisco.crawl.request import Request
+from netdisco.crawl.workers import PageScope
 from netdisco.procs.channel import CURRENT, MAX_LINE, Page, ParentLink
 
 #: seconds between two counter snapshots sent to the parent
@@ -54,24 +56,24 @@ class WorkerConfig:
         return cls(**{key: value for key, value in data.items() if key in names})
 
 
-class WorkerCrawler(Crawler):
-    """A crawler that tells the parent which page each item belongs to."""
+def page_scope(link: ParentLink) -> PageScope:
+    """What each request is processed inside: the items it yields are of its page, and
+    the parent is told once the page was handed to the acknowledgements."""
 
-    def __init__(self, *args: Any, link: ParentLink, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.link = link
-
-    async def _process(self, request: Request) -> None:
+    @contextlib.contextmanager
+    def scope(request: Request) -> Iterator[None]:
         page = Page(request.fingerprint.hex() or f"id{id(request)}")
         token = CURRENT.set(page)
         try:
-            await super()._process(request)
+            yield
         finally:  # no await since the page was handed to the acks: "e" goes before any flush
             CURRENT.reset(token)
-            self.link.page_done(page)
+            link.page_done(page)
+
+    return scope
 
 
-def _crawler(config: WorkerConfig, link: ParentLink) -> WorkerCrawler:
+def _crawler(config: WorkerConfig, link: ParentLink) -> Crawler:
     from netdisco.cli import spider_and_settings  # the same loading as `netdisco crawl`
 
     args = argparse.Namespace(**dataclasses.asdict(config))
@@ -86,8 +88,8 @@ def _crawler(config: WorkerConfig, link: ParentLink) -> WorkerCrawler:
         processes=1,
     )
     pipelines = [link] if config.feeds else []
-    return WorkerCrawler(
-        spider, settings, pipelines=pipelines, owner=config.owner, link=link,
+    return Crawler(
+        spider, settings, pipelines=pipelines, owner=config.owner, page_scope=page_scope(link),
         scrapy_settings=args.scrapy_settings,  # a Scrapy project's, for its pipelines
     )  # fmt: skip
 

@@ -216,14 +216,15 @@ async def test_pause_resume_and_stop(site: Site) -> None:
     await eventually(lambda: crawler.stats.in_flight == 0, "in-flight requests to finish")
     fetched = len(site.paths("/slow/"))
     # paused: both workers come to wait on the pause itself, so nothing new may start
-    await eventually(lambda: parked_on(crawler._unpaused) == 2, "workers paused", timeout=30)
+    paused = crawler.phase._dispatching
+    await eventually(lambda: parked_on(paused) == 2, "workers paused", timeout=30)
     assert len(site.paths("/slow/")) == fetched
     assert crawler.stats.in_flight == 0
     assert crawler.resume() is SpiderState.RUNNING
     await eventually(lambda: len(site.paths("/slow/")) > fetched, "the crawl to go on")
     assert crawler.pause() is SpiderState.PAUSED
     assert await asyncio.wait_for(crawler.stop(), 30) is SpiderState.STOPPED
-    assert states[:5] == ["running", "paused", "running", "paused", "stopping"]
+    assert states[:6] == ["starting", "running", "paused", "running", "paused", "stopping"]
     assert states[-1] == "stopped"
     assert crawler.stats.succeeded < 12
     assert crawler.status()["queue_size"] == 12 - crawler.stats.succeeded

@@ -96,6 +96,7 @@ async def test_stop_deregisters_before_the_crawl_drains(site: str) -> None:
     await engine.stop()
     assert order == [
         "registry.start",
+        "spider.starting",
         "spider.running",
         "registry.stop",
         "spider.stopping",
