@@ -48,10 +48,14 @@ log = structlog.get_logger(__name__)
 
 
 def crawl_settings(args: argparse.Namespace, custom: dict[str, Any]) -> Settings:
-    """Defaults < spider.custom_settings < --config < NETDISCO_* < -s."""
-    config = [Source(read_toml(args.config, key="--config"))] if args.config else []
-    pairs = Source(settings_module.parse_pairs(args.set))
-    return settings_module.layered(custom, *config, settings_module.env_source(), pairs)
+    """The crawl's settings from every source the command line names (their order:
+    ``settings.PRIORITIES``)."""
+    return settings_module.layered(
+        spider=settings_module.spider_source(custom),
+        file=Source(read_toml(args.config, key="--config")) if args.config else None,
+        environment=settings_module.env_source(),
+        command_line=Source(settings_module.parse_pairs(args.set)),
+    )
 
 
 def cli_feeds(args: argparse.Namespace) -> tuple[FeedSpec, ...]:

@@ -10,6 +10,8 @@ renders them for docs/configuration.md.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
 import re
@@ -532,13 +534,28 @@ def from_env(environ: Mapping[str, str] | None = None, *, base: Settings | None 
     return load(Settings, env_source(environ), base=base)
 
 
-def layered(
-    custom: Mapping[str, Any], *sources: Source, custom_name: str = "custom_settings.{key}"
-) -> Settings:
-    """Defaults < a spider's ``custom_settings`` < ``sources``, all through one load: the
-    one merge of settings sources that every entry point calls (the CLI, an engine's
-    TOML, a launch over HTTP, a job's child; a ``-j`` worker is handed the result)."""
-    return load(Settings, Source(custom, custom_name), *sources)
+#: where a crawl's settings come from, and which wins: a higher priority overrides a lower
+#: one (Scrapy's ``SETTINGS_PRIORITIES``). Entry points name their sources; the order is
+#: this table's alone. ``spider``: its ``custom_settings`` (a Scrapy project's settings.py
+#: under them); ``file``: a ``--config`` file, an engine's TOML table, an HTTP launch's
+#: settings, or what a program hands to ``add_spider``; ``environment``: ``NETDISCO_*``;
+#: ``command_line``: ``-s name=value``.
+PRIORITIES: Mapping[str, int] = {"spider": 10, "file": 20, "environment": 30, "command_line": 40}
+
+
+def layered(**sources: Source | None) -> Settings:
+    """The defaults under the named ``sources`` (keys of ``PRIORITIES``), merged in the
+    table's order through one load: the one merge every entry point calls."""
+    unknown = sources.keys() - PRIORITIES.keys()
+    if unknown:
+        raise TypeError(f"unknown settings sources: {sorted(unknown)}")
+    given = {name: source for name, source in sources.items() if source is not None}
+    return load(Settings, *(given[name] for name in sorted(given, key=PRIORITIES.__getitem__)))
+
+
+def spider_source(custom: Mapping[str, Any], name: str = "custom_settings.{key}") -> Source:
+    """A spider's ``custom_settings`` as the ``spider`` source of ``layered``."""
+    return Source(custom, name)
 
 
 #: what a crawler (and ``SpiderEngine.add_spider``) takes: settings, or a mapping of them
@@ -546,11 +563,28 @@ SettingsLike: TypeAlias = "Settings | Mapping[str, Any]"
 
 
 def for_spider(spider: Spider, settings: SettingsLike | None) -> Settings:
-    """What a crawler of ``spider`` runs with: ``settings`` as given, or a mapping of them
-    over the spider's ``custom_settings`` (``None``: those alone)."""
+    """What a crawler of ``spider`` runs with: ``settings`` (a mapping, or a ``Settings``
+    of which the values that differ from the defaults count) over the spider's
+    ``custom_settings``, as every other entry point merges them."""
     if isinstance(settings, Settings):
-        return settings
-    return layered(spider.custom_settings, Source(settings or {}))
+        merged = layered(spider=spider_source(spider.custom_settings))
+        return dataclasses.replace(merged, **_explicit(settings))
+    return layered(spider=spider_source(spider.custom_settings), file=Source(settings or {}))
+
+
+def _explicit(settings: Settings) -> dict[str, Any]:
+    """The values of ``settings`` that are not the defaults: what its maker chose."""
+    defaults = _defaults()
+    return {
+        f.name: getattr(settings, f.name)
+        for f in dataclasses.fields(Settings)
+        if f.init and getattr(settings, f.name) != getattr(defaults, f.name)
+    }
+
+
+@functools.cache
+def _defaults() -> Settings:
+    return Settings()
 
 
 def parse_pairs(pairs: list[str]) -> dict[str, str]:

@@ -170,13 +170,15 @@ class SpiderConfig:
         self.settings()  # fail at load time, not when the spider starts
 
     def settings(self, custom: Mapping[str, Any] | None = None) -> Settings:
-        """Defaults < the spider's ``custom_settings`` < file < environment < ``-s``."""
+        """The spider's settings from every source of an engine's entry (their order:
+        ``settings.PRIORITIES``)."""
         result = crawl_settings.layered(
-            custom or {},
-            Source(self.table, f"{self.key}.settings.{{key}}"),
-            from_environ(Settings, self.environ, "NETDISCO_{KEY}"),
-            Source(self.pairs, "-s {key}"),
-            custom_name=f"{self.spider} custom_settings.{{key}}",
+            spider=crawl_settings.spider_source(
+                custom or {}, f"{self.spider} custom_settings.{{key}}"
+            ),
+            file=Source(self.table, f"{self.key}.settings.{{key}}"),
+            environment=from_environ(Settings, self.environ, "NETDISCO_{KEY}"),
+            command_line=Source(self.pairs, "-s {key}"),
         )
         try:
             crawl_settings.check_recrawl(result)  # complete now: what is asked needs a store

@@ -209,8 +209,9 @@ class SpiderEngine:
     ) -> Crawler:
         """Add a spider; it starts at once if the engine runs (a scheduled one at its tick).
 
-        ``settings`` is a ``Settings``, or a mapping (``{"max_pages": 5}``) loaded like a
-        ``[[spiders]]`` table, over the spider's ``custom_settings``. ``args`` (checked by
+        ``settings`` is a ``Settings`` (the values that differ from the defaults count), or
+        a mapping (``{"max_pages": 5}``) loaded like a ``[[spiders]]`` table; either goes
+        over the spider's ``custom_settings``, as every entry point merges them. ``args`` (checked by
         the caller) go to a spider class as ``-a`` does (``make_spider``).
         """
         if self.state in (EngineState.STOPPING, EngineState.STOPPED):

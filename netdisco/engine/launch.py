@@ -136,7 +136,10 @@ def module_spiders(modules: Sequence[str]) -> dict[str, str]:
 
 def spider_settings(spider_class: type[Spider], table: Mapping[str, Any], key: str) -> Settings:
     """The spider's ``custom_settings`` under ``table``; errors name ``key.<setting>``."""
-    settings = crawl_settings.layered(spider_class.custom_settings, Source(table, f"{key}.{{key}}"))
+    settings = crawl_settings.layered(
+        spider=crawl_settings.spider_source(spider_class.custom_settings),
+        file=Source(table, f"{key}.{{key}}"),
+    )
     try:
         crawl_settings.check_recrawl(settings)
         return settings

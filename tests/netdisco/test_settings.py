@@ -196,7 +196,43 @@ def test_a_crawler_takes_a_mapping_over_the_spiders_custom_settings() -> None:
     crawler = Crawler(Custom(), {"max_pages": "5", "retries": 1})
     s = crawler.settings
     assert (s.concurrency, s.retries, s.max_pages) == (3, 1, 5)
-    assert Crawler(Custom(), Settings(retries=4)).settings.retries == 4  # Settings as they are
+    given = Crawler(Custom(), Settings(retries=4)).settings  # what the Settings chose wins
+    assert (given.retries, given.concurrency) == (4, 3)  # and custom_settings fill the rest
     with pytest.raises(ConfigError, match="must be greater than 0") as caught:
         Crawler(Custom(), {"concurrency": 0})
     assert caught.value.key == "concurrency"
+
+
+def test_add_spider_with_settings_honours_the_spiders_custom_settings() -> None:
+    from netdisco import Spider, SpiderEngine
+    from netdisco.engine import EngineSettings
+
+    class Custom(Spider):
+        name = "custom"
+        custom_settings = {"concurrency": 3, "retries": 5, "obey_robots": False}  # noqa: RUF012
+
+    engine = SpiderEngine(EngineSettings(port=0))
+    crawler = engine.add_spider(Custom(), Settings(retries=1, max_pages=7))
+    s = crawler.settings
+    # the program's choices over the spider's, and the spider's over the defaults, as the
+    # command line, an engine's file and an HTTP launch merge them
+    assert (s.retries, s.max_pages, s.concurrency, s.obey_robots) == (1, 7, 3, False)
+
+
+def test_every_entry_point_names_its_sources_and_the_table_orders_them() -> None:
+    from netdisco.crawl.settings import PRIORITIES, layered, spider_source
+    from netdisco.schema import Source
+
+    sources = {
+        "command_line": Source({"retries": 4}, "-s {key}"),
+        "environment": Source({"retries": 3, "concurrency": 9}),
+        "file": Source({"retries": 2, "concurrency": 8, "max_pages": 6}),
+        "spider": spider_source({"retries": 1, "concurrency": 7, "max_pages": 5, "depth_limit": 2}),
+    }
+    s = layered(**sources)  # given highest first: the order is the table's, not the caller's
+    assert (s.retries, s.concurrency, s.max_pages, s.depth_limit) == (4, 9, 6, 2)
+    assert sorted(PRIORITIES, key=PRIORITIES.__getitem__) == [
+        "spider", "file", "environment", "command_line"
+    ]  # fmt: skip
+    with pytest.raises(TypeError, match="unknown settings sources"):
+        layered(project=Source({}))
