@@ -211,8 +211,8 @@ class SpiderEngine:
 
         ``settings`` is a ``Settings`` (the values that differ from the defaults count), or
         a mapping (``{"max_pages": 5}``) loaded like a ``[[spiders]]`` table; either goes
-        over the spider's ``custom_settings``, as every entry point merges them. ``args`` (checked by
-        the caller) go to a spider class as ``-a`` does (``make_spider``).
+        over the spider's ``custom_settings``, as every entry point merges them. ``args``
+        (checked by the caller) go to a spider class as ``-a`` does (``make_spider``).
         """
         if self.state in (EngineState.STOPPING, EngineState.STOPPED):
             raise RuntimeError(f"engine {self.id!r} is {self.state}; it takes no new spiders")
