@@ -315,13 +315,13 @@ async def test_a_slot_is_free_when_the_response_ends_not_when_the_ack_is_flushed
         )
         crawler = Crawler(HostsSpider(start_urls=[f"{base}/p0.html"]), settings)
         flushed_after: list[int] = []  # the pages the site had served at each flush
-        flush = crawler.acks.flush
+        flush = crawler.workers.acks.flush
 
         async def counted() -> None:
             flushed_after.append(len(site.visits))
             await flush()
 
-        monkeypatch.setattr(crawler.acks, "flush", counted)
+        monkeypatch.setattr(crawler.workers.acks, "flush", counted)
         stats = await asyncio.wait_for(crawler.run(), 60)
     assert stats.succeeded == PAGES
     assert flushed_after[0] == PAGES  # no ack was flushed before the last page started
