@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
-import structlog
+from structlog.testing import capture_logs
 
+from netdisco import Crawler, Response, Settings, Spider
 from netdisco.crawl.lifecycle import ENDINGS, MOVES, STAYS, TERMINAL, Phase, SpiderState, allows
+from netdisco.crawl.transport import MockHandler
 from netdisco.exceptions import InvalidTransition
+from netdisco.testing import eventually
 
 ACTIONS = sorted({action for _, action in MOVES} | set(STAYS))
 
@@ -26,7 +32,7 @@ def test_every_move_the_table_lacks_is_refused_logged_and_changes_nothing(
 ) -> None:
     heard: list[SpiderState] = []
     phase = _at(state, heard)
-    with structlog.testing.capture_logs() as logs, pytest.raises(InvalidTransition) as refused:
+    with capture_logs() as logs, pytest.raises(InvalidTransition) as refused:
         phase.move(action)
     assert str(refused.value) == f"spider 's' cannot {action} while {state.value}"
     assert phase.state is state
@@ -81,3 +87,54 @@ def test_actions_that_move_nothing_are_checked_against_the_state() -> None:
     assert phase.move("push") is SpiderState.STARTING  # allowed, and no move
     with pytest.raises(InvalidTransition, match="cannot retry while starting"):
         phase.check("retry")
+
+
+class _Pages(Spider):
+    name = "pages"
+    start_urls = ("http://site.test/a",)
+
+    def parse(self, response: Response) -> Iterator[Any]:
+        yield {"url": response.url}
+
+
+def _crawler() -> tuple[Crawler, MockHandler]:
+    handler = MockHandler.pages({"http://site.test/a": "<title>a</title>"})
+    settings = Settings(obey_robots=False, progress_interval=0)
+    return Crawler(_Pages(), settings, download_handler=handler), handler
+
+
+async def test_a_stop_while_the_crawl_opens_closes_it_once_open_with_nothing_fetched() -> None:
+    crawler, handler = _crawler()
+    gate = asyncio.Event()
+    opening = crawler.frontier.open
+
+    async def slow_open() -> None:  # a Redis that takes its time to answer
+        await gate.wait()
+        await opening()
+
+    crawler.frontier.open = slow_open  # type: ignore[method-assign]
+    heard: list[str] = []
+    crawler.add_listener(lambda c: heard.append(c.state.value))
+    starting = asyncio.create_task(crawler.start())
+    await eventually(lambda: crawler.state is SpiderState.STARTING, "starting")
+    stopping = asyncio.create_task(crawler.stop())
+    await eventually(lambda: crawler.state is SpiderState.STOPPING, "a stop taken while opening")
+    assert not stopping.done()  # it waits for the crawl to end, not only for the move
+    gate.set()
+    await starting
+    assert await asyncio.wait_for(stopping, 30) is SpiderState.STOPPED
+    assert heard == ["starting", "stopping", "stopped"]
+    assert crawler.stats.succeeded == 0
+    assert handler.requests == []
+
+
+async def test_a_real_crawl_refuses_an_illegal_move_and_says_so() -> None:
+    crawler, handler = _crawler()
+    await crawler.run()
+    assert [r.url for r in handler.requests] == ["http://site.test/a"]
+    assert crawler.state is SpiderState.FINISHED
+    with capture_logs() as logs, pytest.raises(InvalidTransition, match="cannot pause while"):
+        crawler.pause()
+    assert {"event": "crawl_move_refused", "spider": "pages", "state": "finished",
+            "action": "pause", "log_level": "warning"} in logs  # fmt: skip
+    assert crawler.state is SpiderState.FINISHED
