@@ -51,7 +51,7 @@ def crawl_settings(args: argparse.Namespace, custom: dict[str, Any]) -> Settings
     """The crawl's settings from every source the command line names (their order:
     ``settings.PRIORITIES``)."""
     return settings_module.layered(
-        spider=settings_module.spider_source(custom),
+        spider=Source(custom, settings_module.CUSTOM),
         file=Source(read_toml(args.config, key="--config")) if args.config else None,
         environment=settings_module.env_source(),
         command_line=Source(settings_module.parse_pairs(args.set)),

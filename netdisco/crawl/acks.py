@@ -17,7 +17,7 @@ from contextlib import suppress
 import structlog
 
 from netdisco.crawl.context import CrawlContext
-from netdisco.crawl.pipelines import ItemStream
+from netdisco.crawl.itemstream import ItemStream
 from netdisco.crawl.request import Request
 from netdisco.exceptions import NetdiscoError
 from netdisco.frontiers import Frontier

@@ -11,8 +11,8 @@ One request's trip: ``Scheduler.admit_seeds`` (or ``push``, or a callback's link
 through ``Scraper.admit``) queues it in the frontier; a worker takes it (or a request
 the downloader parked for its busy host), ``Downloader.fetch`` downloads it through
 the middleware chain and the download handler, ``Scraper.scrape`` runs its callback
-(items to the ``ItemStream``, links back to the scheduler), and ``Acker`` ends its
-lease once its items are flushed.
+(items to the ``ItemStream``, the one item chain; links back to the scheduler), and
+``Acker`` ends its lease once its items are flushed.
 """
 
 from __future__ import annotations
@@ -38,14 +38,15 @@ from netdisco.crawl.feeds import feed_pipelines
 from netdisco.crawl.feeds.pipeline import FeedPipeline, WarcFeed
 from netdisco.crawl.feeds.warc import WarcMiddleware
 from netdisco.crawl.itemchain import ItemChain
+from netdisco.crawl.itemstream import ItemStream
 from netdisco.crawl.lifecycle import TERMINAL, Phase, PushResult, SpiderState
 from netdisco.crawl.middleware.base import Middleware
-from netdisco.crawl.pipelines import ItemStream, Pipeline
+from netdisco.crawl.pipelines import Pipeline
 from netdisco.crawl.politeness import Politeness
 from netdisco.crawl.recrawl import wants_pages
 from netdisco.crawl.request import Request, outputs
 from netdisco.crawl.scheduler import Scheduler
-from netdisco.crawl.schemas import field_names
+from netdisco.crawl.schemas import ItemChecker, field_names
 from netdisco.crawl.scraper import Scraper
 from netdisco.crawl.settings import check_crawler
 from netdisco.crawl.spider import Spider
@@ -90,9 +91,8 @@ class Crawler:
         self.frontier: Frontier[Request] = frontier or frontier_for(s, spider, owner)
         self.ctx = ctx = CrawlContext(spider, s, self.stats, self.frontier)
         self.scheduler = Scheduler(ctx)
-        self.stream = ItemStream(self.stats, s.item_buffer)
-        self.chain = _item_chain(s, spider, self.stats, scrapy_settings)
-        self.scraper = Scraper(ctx, self.scheduler, self.stream, self.chain)
+        self.stream = _item_stream(ctx, scrapy_settings)
+        self.scraper = Scraper(ctx, self.scheduler, self.stream)
         self.feeds, last = _feeds(s, self.name, engine, spider.item_schema)
         self.downloader = Downloader(ctx, self.scheduler, handler=download_handler, last=last)
         self.workers = Workers(
@@ -279,8 +279,6 @@ class Crawler:
         try:
             await self.downloader.open()
             await self.stream.open(self._pipelines)
-            if self.chain is not None:
-                await self.chain.open()
             await self.workers.run(self._close_limit)
             if self.ctx.failure is not None:
                 raise self.ctx.failure
@@ -299,8 +297,6 @@ class Crawler:
         limit = self._close_limit()
         await self.workers.acks.close(max(limit, 1.0))  # at once if it closed already
         await self.stream.close(self._close_timeout)
-        if self.chain is not None:
-            await self.chain.close()
         await self.downloader.close()
         await return_parked(self.frontier, self.downloader.drain(), max(limit, 1.0))
         await self._last_counts()  # the closing line's gauges: what the frontier holds now
@@ -391,17 +387,16 @@ def _logging_context(spider: str) -> contextvars.Context:
     return context
 
 
-def _item_chain(
-    s: settings_module.Settings,
-    spider: Spider,
-    stats: Stats,
-    scrapy_settings: Mapping[str, Any] | None,
-) -> ItemChain | None:
-    """Scrapy's item pipelines of the crawl (``item_pipelines``), or None."""
-    if not s.item_pipelines:
-        return None
-    given = spider.custom_settings if scrapy_settings is None else scrapy_settings
-    return ItemChain(s.item_pipelines, spider, stats, given)
+def _item_stream(ctx: CrawlContext, scrapy_settings: Mapping[str, Any] | None) -> ItemStream:
+    """The crawl's item chain: its schema check, and Scrapy's item pipelines of the crawl
+    (``item_pipelines``) when it has any."""
+    s, spider, stats = ctx.settings, ctx.spider, ctx.stats
+    chain = None
+    if s.item_pipelines:
+        given = spider.custom_settings if scrapy_settings is None else scrapy_settings
+        chain = ItemChain(s.item_pipelines, spider, stats, given)
+    check = ItemChecker(spider.item_schema, s.invalid_items, stats, ctx.fail)
+    return ItemStream(stats, s.item_buffer, check=check, chain=chain)
 
 
 def _feeds(

@@ -1,4 +1,4 @@
-"""Step 5 of the data flow: items travel a reactivex Observable into the pipelines.
+"""The pipelines an item stream feeds (step 5; the stream itself: ``crawl.itemstream``).
 
 Every pipeline subscribes to the spider's item stream through its own chain of
 reactive ``operators`` (filter, map, buffer_with_count, ...) and handles what comes
@@ -17,23 +17,18 @@ buffers must write its buffer out in ``flush``; items an operator holds back (e.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import reactivex
 import structlog
-from reactivex import Observable, abc
-from reactivex.subject import Subject
+from reactivex import Observable
 
 from netdisco.crawl.items import item_dict
-from netdisco.crawl.stats import Stats
-from netdisco.exceptions import DropItem
 
 log = structlog.get_logger(__name__)
 Operator = Callable[[Observable[Any]], Observable[Any]]
@@ -144,142 +139,9 @@ class CallablePipeline(Pipeline):
         return self.func(item)
 
 
-class ItemStream:
-    """The spider's item Observable, its subscribed pipelines and their pending work."""
-
-    def __init__(self, stats: Stats, buffer: int) -> None:
-        self.stats = stats
-        self.buffer = buffer
-        self._subject: Subject[Any] = Subject()
-        self._pipelines: list[Pipeline] = []
-        self._subscriptions: list[abc.DisposableBase] = []
-        self._pending: set[asyncio.Future[Any]] = set()
-
-    @property
-    def observable(self) -> Observable[Any]:
-        """The raw item stream, for users who subscribe directly."""
-        return self._subject
-
-    async def open(self, pipelines: Sequence[Pipeline]) -> None:
-        """Open each pipeline and subscribe it through its operators."""
-        for pipeline in pipelines:
-            await pipeline.open()
-            self._subscribe(pipeline)
-            self._pipelines.append(pipeline)
-
-    def _subscribe(self, pipeline: Pipeline) -> None:
-        """Subscribe ``pipeline``; an operator's error ends a reactive chain, so count it and
-        subscribe afresh: one bad item must not silence the pipeline for the rest of the crawl."""
-        source: Observable[Any] = self._subject
-        for operator in pipeline.operators:
-            source = operator(source)
-        subscribing = True
-
-        def on_error(exc: Exception) -> None:
-            self._failed(pipeline, exc)
-            if not subscribing:  # an error at subscription time would recur forever
-                self._subscribe(pipeline)
-
-        self._subscriptions.append(
-            source.subscribe(
-                on_next=lambda value: self._deliver(pipeline, value), on_error=on_error
-            )
-        )
-        subscribing = False
-
-    def _deliver(self, pipeline: Pipeline, value: Any) -> None:
-        try:
-            result = pipeline.process(value)
-        except DropItem as exc:
-            self.stats.dropped_items += 1
-            log.debug("item_dropped", pipeline=type(pipeline).__name__, reason=str(exc))
-            return
-        except Exception as exc:  # a pipeline's bug must not stop the crawl
-            self._failed(pipeline, exc)
-            return
-        if inspect.isawaitable(result):
-            self._track(pipeline, result)
-
-    def _track(self, pipeline: Pipeline, result: Awaitable[Any]) -> None:
-        future = asyncio.ensure_future(result)
-        self._pending.add(future)
-
-        def finished(done: asyncio.Future[Any]) -> None:
-            self._pending.discard(done)
-            if done.cancelled():
-                return
-            exc = done.exception()
-            if isinstance(exc, DropItem):
-                self.stats.dropped_items += 1
-            elif exc is not None:
-                self._failed(pipeline, exc)
-
-        future.add_done_callback(finished)
-
-    def _failed(self, pipeline: Pipeline, exc: BaseException) -> None:
-        self.stats.pipeline_errors += 1
-        self.stats.error(f"pipeline {type(pipeline).__name__}: {exc!r}")
-        log.error("pipeline_error", pipeline=type(pipeline).__name__, error=repr(exc))
-
-    async def emit(self, item: Any) -> None:
-        """Send one item down the stream, once less than ``buffer`` pipeline work is pending.
-
-        Waiting before sending (the check and ``on_next`` run without a pause between
-        them) keeps the bound even when several callbacks emit at once.
-        """
-        while len(self._pending) >= self.buffer:
-            await asyncio.wait(self._pending, return_when=asyncio.FIRST_COMPLETED)
-        self.stats.items += 1
-        if not self._pipelines and not self._subject.observers:
-            self._discarded()
-        self._subject.on_next(item)
-
-    def _discarded(self) -> None:
-        """No feed, pipeline or subscriber takes items: count it, and say so once."""
-        if not self.stats.items_discarded:
-            log.warning(
-                "items_discarded",
-                reason="no feed and no pipeline: the spider's items go nowhere",
-                hint="add a feed (-o items.jsonl, or the feeds setting) or a pipeline",
-            )
-        self.stats.items_discarded += 1
-
-    async def flush(self) -> None:
-        """Await pending pipeline work, then every pipeline's ``flush``.
-
-        A flush that fails raises: the requests waiting for it must not be acknowledged.
-        """
-        if self._pending:
-            await asyncio.wait(set(self._pending))
-        for pipeline in self._pipelines:
-            await pipeline.flush()
-
-    async def close(self, timeout: float | None = None) -> None:
-        """Complete the stream (flushing buffers), await pending work, close pipelines.
-
-        Pending work still running after ``timeout`` seconds is cancelled, so that a hung
-        pipeline cannot keep a stopping spider from ever closing.
-        """
-        self._subject.on_completed()
-        if self._pending:
-            _, late = await asyncio.wait(set(self._pending), timeout=timeout)
-            for future in late:
-                future.cancel()
-            if late:
-                log.warning("pipeline_work_cancelled", pending=len(late))
-        for subscription in self._subscriptions:
-            subscription.dispose()
-        for pipeline in self._pipelines:
-            try:
-                await pipeline.close()
-            except Exception as exc:  # close the others all the same
-                self._failed(pipeline, exc)
-
-
 __all__ = [
     "CallablePipeline",
     "ConsolePipeline",
-    "ItemStream",
     "JsonLinesPipeline",
     "Operator",
     "Pipeline",

@@ -14,13 +14,11 @@ from typing import Any
 import structlog
 
 from netdisco.crawl.context import CrawlContext
-from netdisco.crawl.itemchain import ItemChain
 from netdisco.crawl.items import is_item
-from netdisco.crawl.pipelines import ItemStream
+from netdisco.crawl.itemstream import ItemStream
 from netdisco.crawl.request import CallbackResult, Request, outputs
 from netdisco.crawl.response import Response
 from netdisco.crawl.scheduler import Scheduler
-from netdisco.crawl.schemas import ItemChecker
 from netdisco.exceptions import FrontierFailed, NotAnItem
 
 log = structlog.get_logger(__name__)
@@ -34,15 +32,11 @@ class Scraper:
         ctx: CrawlContext,
         scheduler: Scheduler,
         items: ItemStream,
-        chain: ItemChain | None = None,
     ) -> None:
         self.spider = ctx.spider
-        self.chain = chain  # Scrapy's item pipelines, in front of the item stream
         self.stats = ctx.stats
         self.scheduler = scheduler
-        self.items = items
-        schema = ctx.spider.item_schema
-        self.check = ItemChecker(schema, ctx.settings.invalid_items, ctx.stats, ctx.fail)
+        self.items = items  # the item chain (``crawl.itemstream``)
 
     async def scrape(
         self, request: Request, response: Response, keep: list[Request] | None = None
@@ -121,10 +115,8 @@ class Scraper:
             return
         elif not is_item(value):
             self._not_an_item(value, url)
-        elif (item := self.check(value, url)) is not None:
-            if self.chain is not None and (item := await self.chain.process(item)) is None:
-                return
-            await self.items.emit(item)
+        else:
+            await self.items.emit(value, url)
 
     def _not_an_item(self, value: Any, url: str) -> None:
         """Neither a request nor an item: refused (never written as its ``str()``),

@@ -541,6 +541,8 @@ def from_env(environ: Mapping[str, str] | None = None, *, base: Settings | None 
 #: settings, or what a program hands to ``add_spider``; ``environment``: ``NETDISCO_*``;
 #: ``command_line``: ``-s name=value``.
 PRIORITIES: Mapping[str, int] = {"spider": 10, "file": 20, "environment": 30, "command_line": 40}
+#: how an error names a key of a spider's ``custom_settings``
+CUSTOM = "custom_settings.{key}"
 
 
 def layered(**sources: Source | None) -> Settings:
@@ -553,11 +555,6 @@ def layered(**sources: Source | None) -> Settings:
     return load(Settings, *(given[name] for name in sorted(given, key=PRIORITIES.__getitem__)))
 
 
-def spider_source(custom: Mapping[str, Any], name: str = "custom_settings.{key}") -> Source:
-    """A spider's ``custom_settings`` as the ``spider`` source of ``layered``."""
-    return Source(custom, name)
-
-
 #: what a crawler (and ``SpiderEngine.add_spider``) takes: settings, or a mapping of them
 SettingsLike: TypeAlias = "Settings | Mapping[str, Any]"
 
@@ -567,9 +564,9 @@ def for_spider(spider: Spider, settings: SettingsLike | None) -> Settings:
     of which the values that differ from the defaults count) over the spider's
     ``custom_settings``, as every other entry point merges them."""
     if isinstance(settings, Settings):
-        merged = layered(spider=spider_source(spider.custom_settings))
+        merged = layered(spider=Source(spider.custom_settings, CUSTOM))
         return dataclasses.replace(merged, **_explicit(settings))
-    return layered(spider=spider_source(spider.custom_settings), file=Source(settings or {}))
+    return layered(spider=Source(spider.custom_settings, CUSTOM), file=Source(settings or {}))
 
 
 def _explicit(settings: Settings) -> dict[str, Any]:

@@ -24,8 +24,8 @@ from netdisco.crawl.acks import Acker, release
 from netdisco.crawl.context import CrawlContext
 from netdisco.crawl.downloader import Downloader
 from netdisco.crawl.failures import FailedRequests
+from netdisco.crawl.itemstream import ItemStream
 from netdisco.crawl.lifecycle import Phase
-from netdisco.crawl.pipelines import ItemStream
 from netdisco.crawl.recrawl import Recrawl
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response

@@ -173,9 +173,7 @@ class SpiderConfig:
         """The spider's settings from every source of an engine's entry (their order:
         ``settings.PRIORITIES``)."""
         result = crawl_settings.layered(
-            spider=crawl_settings.spider_source(
-                custom or {}, f"{self.spider} custom_settings.{{key}}"
-            ),
+            spider=Source(custom or {}, f"{self.spider} custom_settings.{{key}}"),
             file=Source(self.table, f"{self.key}.settings.{{key}}"),
             environment=from_environ(Settings, self.environ, "NETDISCO_{KEY}"),
             command_line=Source(self.pairs, "-s {key}"),

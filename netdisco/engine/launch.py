@@ -137,7 +137,7 @@ def module_spiders(modules: Sequence[str]) -> dict[str, str]:
 def spider_settings(spider_class: type[Spider], table: Mapping[str, Any], key: str) -> Settings:
     """The spider's ``custom_settings`` under ``table``; errors name ``key.<setting>``."""
     settings = crawl_settings.layered(
-        spider=crawl_settings.spider_source(spider_class.custom_settings),
+        spider=Source(spider_class.custom_settings, crawl_settings.CUSTOM),
         file=Source(table, f"{key}.{{key}}"),
     )
     try:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -197,3 +199,39 @@ async def site() -> AsyncIterator[str]:
 
 def with_grace(config: MonitorConfig, grace: float) -> MonitorConfig:
     return replace(config, alerts=replace(config.alerts, grace=grace))
+
+
+#: starts ``netdisco engine --config`` for an engine id, with more ``[engine]`` keys
+SpawnEngine = Callable[..., Awaitable[asyncio.subprocess.Process]]
+
+
+@pytest.fixture
+async def spawn_engine(tmp_path: Path, zk_hosts: str) -> AsyncIterator[SpawnEngine]:
+    """Real ``netdisco engine`` processes on this test's ZooKeeper chroot: an ``[engine]``
+    table of ``id``, a free ``port`` and any keys given (TOML values from Python ones);
+    each logs to ``<id>.log`` and is killed by pid at teardown."""
+    procs: list[asyncio.subprocess.Process] = []
+
+    async def spawn(engine_id: str, **keys: Any) -> asyncio.subprocess.Process:
+        extra = "".join(f"{key} = {json.dumps(value)}\n" for key, value in keys.items())
+        config = tmp_path / f"{engine_id}.toml"
+        config.write_text(
+            f'[engine]\nid = "{engine_id}"\nport = {free_port()}\n{extra}'
+            f'[zookeeper]\nhosts = "{zk_hosts}"\nsession_timeout = 2.0\n'
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NETDISCO_")}
+        log = open(tmp_path / f"{engine_id}.log", "wb")  # noqa: SIM115, ASYNC230 - the child owns it
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "netdisco.cli", "--log-json", "engine", "--config", str(config),
+            env=env, stdout=log, stderr=log,
+        )  # fmt: skip
+        log.close()
+        procs.append(proc)
+        return proc
+
+    yield spawn
+    for proc in procs:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()

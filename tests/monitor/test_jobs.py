@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
@@ -23,8 +21,8 @@ from aiohttp import web
 from monitor.daemon import Monitor
 from monitor.settings import ControlSettings
 from netdisco.frontiers.redis import RedisOptions
-from netdisco.testing import eventually, free_port, serve
-from tests.monitor.conftest import monitor_config
+from netdisco.testing import eventually, serve
+from tests.monitor.conftest import SpawnEngine, monitor_config
 from tests.monitor.test_dashboard import shows
 from tests.monitor.test_http import CHROMIUM, chromium
 from tests.netdisco.conftest import redis_server, redis_url  # noqa: F401 - fixtures
@@ -42,36 +40,22 @@ async def site() -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def spawn_engine(tmp_path: Path, zk_hosts: str) -> AsyncIterator[Spawn]:
-    """``netdisco engine`` with jobs (``max_jobs``, ``labels``); killed by pid at teardown."""
-    procs: list[asyncio.subprocess.Process] = []
+def spawn_engine(spawn_engine: SpawnEngine, tmp_path: Path) -> Spawn:
+    """The suite's engine processes, with jobs: ``max_jobs``, ``labels``, this module's
+    spiders, and job and feed folders in the test's directory."""
 
-    async def spawn(engine_id: str, labels: str = "", **more: Any) -> asyncio.subprocess.Process:
-        extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in more.items())
+    async def spawn(engine_id: str, **more: Any) -> asyncio.subprocess.Process:
         (tmp_path / "feeds").mkdir(exist_ok=True)
-        config = tmp_path / f"{engine_id}.toml"
-        config.write_text(
-            f'[engine]\nid = "{engine_id}"\nport = {free_port()}\nmax_jobs = 2\n'
-            f'spider_modules = ["tests.monitor.job_spiders"]\nlabels = [{labels}]\n'
-            f'jobs_dir = "{tmp_path / engine_id}"\nfeeds_dir = "{tmp_path / "feeds"}"\n{extra}'
-            f'[zookeeper]\nhosts = "{zk_hosts}"\nsession_timeout = 2.0\n'
-        )
-        env = {k: v for k, v in os.environ.items() if not k.startswith("NETDISCO_")}
-        log = open(tmp_path / f"{engine_id}.log", "wb")  # noqa: SIM115, ASYNC230 - the child owns it
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "netdisco.cli", "--log-json", "engine", "--config", str(config),
-            env=env, stdout=log, stderr=log,
-        )  # fmt: skip
-        log.close()
-        procs.append(proc)
-        return proc
+        keys: dict[str, Any] = {
+            "max_jobs": 2,
+            "spider_modules": ["tests.monitor.job_spiders"],
+            "jobs_dir": str(tmp_path / engine_id),
+            "feeds_dir": str(tmp_path / "feeds"),
+        }
+        process: asyncio.subprocess.Process = await spawn_engine(engine_id, **{**keys, **more})
+        return process
 
-    yield spawn
-    for proc in procs:
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+    return spawn
 
 
 def with_token(config: Any) -> Any:
@@ -139,8 +123,8 @@ async def state_of(
 
 async def two_engines(zk_hosts: str, start_monitor: Any, spawn: Spawn) -> tuple[Monitor, Any]:
     monitor, rec = await start_monitor(with_token(monitor_config(zk_hosts)))
-    await spawn("e1", labels='"zone=a"')
-    await spawn("e2", labels='"zone=b"')
+    await spawn("e1", labels=["zone=a"])
+    await spawn("e2", labels=["zone=b"])
     await eventually(lambda: len(monitor.jobs.slots()) == 2, "two engines", timeout=30)
     return monitor, rec
 

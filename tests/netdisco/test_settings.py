@@ -220,14 +220,16 @@ def test_add_spider_with_settings_honours_the_spiders_custom_settings() -> None:
 
 
 def test_every_entry_point_names_its_sources_and_the_table_orders_them() -> None:
-    from netdisco.crawl.settings import PRIORITIES, layered, spider_source
+    from netdisco.crawl.settings import CUSTOM, PRIORITIES, layered
     from netdisco.schema import Source
 
     sources = {
         "command_line": Source({"retries": 4}, "-s {key}"),
         "environment": Source({"retries": 3, "concurrency": 9}),
         "file": Source({"retries": 2, "concurrency": 8, "max_pages": 6}),
-        "spider": spider_source({"retries": 1, "concurrency": 7, "max_pages": 5, "depth_limit": 2}),
+        "spider": Source(
+            {"retries": 1, "concurrency": 7, "max_pages": 5, "depth_limit": 2}, CUSTOM
+        ),
     }
     s = layered(**sources)  # given highest first: the order is the table's, not the caller's
     assert (s.retries, s.concurrency, s.max_pages, s.depth_limit) == (4, 9, 6, 2)
