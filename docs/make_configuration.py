@@ -66,6 +66,33 @@ def scrapy_names() -> str:
     return "\n".join(lines) + "\n"
 
 
+#: what each source of ``crawl_settings.PRIORITIES`` is, as a reader knows it
+SOURCES = {
+    "command_line": "`-s name=value` (command line, and an engine's `-s`)",
+    "environment": "`NETDISCO_<NAME>` variables",
+    "file": "a file: `netdisco crawl --config`, an engine's `[[spiders]] settings`, the "
+    "`settings` of `POST /netdiscovery/spiders`, or the settings a program hands to "
+    "`SpiderEngine.add_spider` / `Crawler` (of a `Settings` object, the values that differ "
+    "from the defaults)",
+    "spider": "the spider's `custom_settings` (a Scrapy project's `settings.py` under them)",
+}
+
+
+def priorities() -> str:
+    """The table that orders the sources, from ``crawl_settings.PRIORITIES`` itself."""
+    lines = [
+        "Where one setting comes from several sources, the higher priority wins",
+        "(`netdisco.crawl.settings.PRIORITIES`, the one place that orders them):",
+        "",
+        "| priority | source |",
+        "|---|---|",
+    ]
+    ranked = sorted(crawl_settings.PRIORITIES.items(), key=lambda item: -item[1])
+    lines += [f"| {rank} | {SOURCES[name]} |" for name, rank in ranked]
+    lines.append("| 0 | the defaults below |")
+    return "\n".join(lines) + "\n"
+
+
 def render() -> str:
     """The whole page."""
     zk_engine = list(ENGINE_KEYS)
@@ -73,6 +100,7 @@ def render() -> str:
         INTRO,
         "## Spiders\n\n`[[spiders]] settings`, `netdisco crawl --config`, `NETDISCO_<NAME>`, "
         "`-s name=value`, `custom_settings`, the `settings` of `POST /netdiscovery/spiders`.\n",
+        priorities(),
         crawl_settings.reference(),
         scrapy_names(),
         "## Engine\n\n`[engine]`, `NETDISCO_ENGINE_<KEY>`; the token only from the variable "

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from netdisco.testing import free_port
+from tests import hangs
 from tests.netdisco.sites import ROOT, Site, running_site
 from tests.netdisco.test_cli import NETDISCO, _env, run_cli
 
@@ -88,6 +89,7 @@ def _on_terminal(
                     break
                 out += chunk
         else:
+            hangs.witness(2, f"netdisco {' '.join(args)}")  # where its processes wait
             raise AssertionError(
                 f"still running after {DEADLINE:g} s: {out.decode(errors='replace')!r}"
             )
