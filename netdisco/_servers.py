@@ -43,6 +43,15 @@ def wait_port(host: str, port: int, timeout: float = 20.0) -> None:
     raise TimeoutError(f"nothing listens on {host}:{port} after {timeout} s")
 
 
+def _port_taken(data_dir: Path) -> bool:
+    """Whether the server's log says its port was taken (the words of Redis and Java)."""
+    try:
+        text = (data_dir / "server.log").read_text(errors="replace")[-4000:]
+    except OSError:
+        return False
+    return "Address already in use" in text
+
+
 def four_letter(host: str, port: int, word: str) -> str:
     """Send a ZooKeeper four-letter command (``ruok``, ``cons``, ...) and read the reply."""
     with socket.create_connection((host, port), timeout=2.0) as sock:
@@ -81,6 +90,7 @@ class ServerProcess:
         self.host = "127.0.0.1"
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
+        self._started = False  # once ready, its port is its own: restarts keep it
 
     def command(self) -> list[str]:
         """The argv that starts the server in the foreground."""
@@ -91,7 +101,24 @@ class ServerProcess:
         raise NotImplementedError
 
     def start(self, timeout: float = 30.0) -> None:
-        """Start (or restart, on the same port and data directory) and wait until ready."""
+        """Start (or restart, on the same port and data directory) and wait until ready.
+
+        A first start whose port another process took between ``free_port`` and the
+        server's bind is tried again on new ports; a restart keeps its port.
+        """
+        for attempt in range(1 if self._started else 3):
+            try:
+                return self._start(timeout)
+            except RuntimeError:
+                if attempt == 2 or self._started or not _port_taken(self.data_dir):
+                    raise
+                self.port = free_port()
+                self._repick_ports()
+
+    def _repick_ports(self) -> None:
+        """New ports besides ``port`` (a cluster node's bus port)."""
+
+    def _start(self, timeout: float) -> None:
         with open(self.data_dir / "server.log", "ab") as log:
             self.process = subprocess.Popen(
                 self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -101,6 +128,7 @@ class ServerProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited; see {self.data_dir / 'server.log'}")
             if self.ready():
+                self._started = True
                 return
             time.sleep(0.05)
         raise TimeoutError(f"{self.name} was not ready within {timeout} s")
@@ -215,6 +243,10 @@ class RedisServer(ServerProcess):
         self.appendfsync = appendfsync
         self.cluster_timeout_ms = cluster_timeout_ms  # > 0: a Redis Cluster node
         self.bus_port = free_port() if cluster_timeout_ms else 0  # the nodes' own port
+
+    def _repick_ports(self) -> None:
+        if self.bus_port:
+            self.bus_port = free_port()
 
     @property
     def url(self) -> str:

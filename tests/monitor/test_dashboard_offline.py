@@ -52,6 +52,8 @@ async def test_a_lost_engine_stays_listed_offline_with_its_alert(
         assert gone.startswith("lost (crashed or cut off) at ")
         assert "(email)" in gone
         assert await page.eval(f"{offline('doomed')}.className") == "offline"
+        said = f"{offline('quitter')}?.querySelector('.gone').textContent.startsWith('left')"
+        assert await shows(page, said, "the engine that left, listed offline")
         left = await page.eval(f"{offline('quitter')}.querySelector('.gone').textContent")
         assert left.startswith("left at ")
         assert "no alert hook configured for it" in left
