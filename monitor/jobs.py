@@ -16,7 +16,6 @@ reported by every monitor that saw it, as engine events are.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -28,7 +27,7 @@ from kazoo.exceptions import KazooException
 from monitor.events import Event, EventType
 from monitor.settings import JobsSettings
 from monitor.watcher import Watcher
-from netdisco._tasks import Tasks
+from netdisco._tasks import Tasks, wait_event
 from netdisco.cluster.acl import cluster_acl
 from netdisco.cluster.jobs import (
     ACTIVE,
@@ -95,8 +94,7 @@ class Jobs:
             except KazooException as exc:
                 log.info("jobs_reconcile_failed", error=type(exc).__name__)
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.settings.poll)
+            await wait_event(self._wake, self.settings.poll)
 
     async def reconcile(self) -> None:
         """One look: report what changed, then decide (only on a fresh view)."""

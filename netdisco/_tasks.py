@@ -52,3 +52,18 @@ class Tasks:
             return set()
         _, late = await asyncio.wait(tasks, timeout=timeout)
         return late
+
+
+async def wait_event(event: asyncio.Event, timeout: float) -> bool:
+    """Wait for ``event`` at most ``timeout`` s; True if it was set.
+
+    Not ``asyncio.wait_for``: on Python 3.11 a cancellation that arrives as the event is
+    set is swallowed by it, so a loop that waits this way never ends on ``cancel()``
+    (a monitor's stop hung so). ``asyncio.timeout`` passes the cancellation on.
+    """
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True

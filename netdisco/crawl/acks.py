@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from contextlib import suppress
 
 import structlog
 
+from netdisco._tasks import wait_event
 from netdisco.crawl.context import CrawlContext
 from netdisco.crawl.itemstream import ItemStream
 from netdisco.crawl.request import Request
@@ -67,8 +67,7 @@ class Acker:
         try:
             while not self._closing:
                 await self._wake.wait()
-                with suppress(TimeoutError):
-                    await asyncio.wait_for(self._full.wait(), self.interval)
+                await wait_event(self._full, self.interval)
                 await self.flush()
         except Exception as exc:  # the crawl cannot go on without its acknowledgements
             self.ctx.fail(exc)

@@ -10,9 +10,10 @@ new work was queued (``notify``), the crawl is over (``finish``) or cannot go on
 from __future__ import annotations
 
 import asyncio
-from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from netdisco._tasks import wait_event
 
 if TYPE_CHECKING:
     from netdisco.crawl.request import Request
@@ -59,7 +60,6 @@ class CrawlContext:
         event = self._work
         self._idle += 1
         try:
-            with suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), timeout)
+            await wait_event(event, timeout)
         finally:
             self._idle -= 1

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 from redis.exceptions import RedisError, SlotNotCoveredError
 
+from netdisco._tasks import wait_event
 from netdisco.exceptions import CrawlLost, FrontierUnavailable, NetdiscoError, RequestNotShareable
 from netdisco.frontiers.base import Codec, Frontier, Queued, R
 from netdisco.frontiers.redis.batching import GroupCommit
@@ -376,9 +377,7 @@ class RedisFrontier(Frontier[R]):
         wake = self._work  # taken before asking, so no notice can slip in between
         found = await self._take_once()
         if isinstance(found, int) and found > 0:
-            try:
-                await asyncio.wait_for(wake.wait(), WORK_WAIT)
-            except TimeoutError:
+            if not await wait_event(wake, WORK_WAIT):
                 return found
             found = await self._take_once()
         return found

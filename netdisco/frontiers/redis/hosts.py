@@ -23,7 +23,6 @@ a script that makes a host ready publishes the shard's key prefix, which wakes u
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 import uuid
@@ -32,6 +31,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from netdisco._tasks import wait_event
 from netdisco.exceptions import ConfigError
 from netdisco.frontiers.base import Codec, Queued, R
 from netdisco.frontiers.redis.batching import by_shard
@@ -298,8 +298,7 @@ class HostQueueFrontier(RedisFrontier[R]):
             left = end - loop.time()
             if not isinstance(found, int) or found <= 0 or left <= 0:
                 return found
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), min(found / 1_000_000, left))
+            await wait_event(wake, min(found / 1_000_000, left))
 
     async def _take_once(self) -> Any:
         """Ask the due shards, in turn, until one hands out requests; else how long (us)
