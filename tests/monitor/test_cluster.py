@@ -112,15 +112,19 @@ async def _bye(proc: asyncio.subprocess.Process, grace: float = 30.0) -> None:
 async def test_zookeeper_restart_gives_no_false_events(start_monitor, tmp_path):
     # sessions of 30 s (tickTime 2 s allows them): a restart of a JVM on a loaded machine
     # must not outlast them, or the engines' expiry is real, not a false event
+    # kazoo waits up to the session timeout divided by the number of hosts for a connect's
+    # answer, and a connect that reaches the port while the JVM still starts may wait that
+    # long for nothing: the one server is named three times, so each try waits 10 s at most
     server = ZooKeeperServer(data_dir=tmp_path, tick_ms=2000)
     await asyncio.to_thread(server.start)
+    hosts = ",".join([server.hosts] * 3)
     made: list[FakeEngine] = []
     try:
-        config = monitor_config(server.hosts, zookeeper={"session_timeout": 30})
+        config = monitor_config(hosts, zookeeper={"session_timeout": 30})
         monitor, rec = await start_monitor(config)
         for name in ("a", "b"):
             engine = await asyncio.to_thread(
-                partial(FakeEngine, server.hosts, "/netdiscovery", name, 30, retry_forever=True)
+                partial(FakeEngine, hosts, "/netdiscovery", name, 30, retry_forever=True)
             )
             made.append(engine)
             await asyncio.to_thread(engine.join)
@@ -128,7 +132,7 @@ async def test_zookeeper_restart_gives_no_false_events(start_monitor, tmp_path):
         before = {m.name: m.czxid for m in monitor.watcher.members()}
         mark = len(rec.events)
         await asyncio.to_thread(server.restart)
-        await eventually(lambda: rec.of("zk_reconnected"), timeout=30, what="monitor reconnected")
+        await eventually(lambda: rec.of("zk_reconnected"), timeout=60, what="monitor reconnected")
         # Fresh again: the monitor has made the full listing that follows its reconnection
         # and compared it with its view (it sets ``fresh`` only once that is done, after
         # reporting what it found), so any false event would be out by now. Nothing else
