@@ -26,6 +26,7 @@ from netdisco.crawl.codec import RequestCodec
 from netdisco.frontiers.redis import RedisFrontier, RedisOptions
 from netdisco.frontiers.redis.leases import Keys
 from netdisco.testing import RedisServer, eventually
+from tests import hangs
 from tests.netdisco.conftest import PAGES
 from tests.netdisco.redis_support import SiteServer, crawl_settings, site_spider
 
@@ -67,7 +68,11 @@ class EngineProcess:
         return result
 
     async def finish(self, timeout: float = 50.0) -> dict[str, Any]:
-        result = await self.line(timeout)
+        try:
+            result = await self.line(timeout)
+        except TimeoutError:  # a shared crawl that does not end: where its engine waits
+            await asyncio.to_thread(hangs.witness, 2, f"engine {self.log.stem}")
+            raise
         assert await self.proc.wait() == 0
         return result
 
