@@ -163,6 +163,11 @@ class Crawler:
                 from netdisco.crawl.render import check_available  # Playwright is an extra
 
                 check_available(self.settings)
+        except asyncio.CancelledError:  # its opener was stopped (an engine's stop): so is it
+            if not self.phase.stopping:
+                self.phase.move("stop")
+            self.phase.end(SpiderState.STOPPED)
+            raise
         except BaseException as exc:  # terminal, so that whoever waits for it is told
             if isinstance(exc, NetdiscoError):
                 self.stats.error(f"start: {exc}")

@@ -2,17 +2,9 @@
 
 Every pipeline subscribes to the spider's item stream through its own chain of
 reactive ``operators`` (filter, map, buffer_with_count, ...) and handles what comes
-out in ``process``. ``DropItem`` ends an item's way through one pipeline.
-
-Backpressure: ``process`` may return an awaitable; the stream keeps at most
-``item_buffer`` of them pending and makes the spider wait when it is full, so a
-slow pipeline slows the crawl instead of growing memory.
-
-Delivery: the crawler acknowledges a request to its frontier only after
-``ItemStream.flush`` (pending work awaited, then every pipeline's ``flush``), so an
-item of an acknowledged page is never lost to a crash (at-least-once). A pipeline that
-buffers must write its buffer out in ``flush``; items an operator holds back (e.g.
-``buffer_with_count``) are not covered until the operator emits them.
+out in ``process``; ``DropItem`` ends an item's way through one pipeline. ``process``
+may return an awaitable (the stream bounds how many are pending); a pipeline that
+buffers writes its buffer out in ``flush``, which the acknowledgements wait for.
 """
 
 from __future__ import annotations

@@ -138,3 +138,21 @@ async def test_a_real_crawl_refuses_an_illegal_move_and_says_so() -> None:
     assert {"event": "crawl_move_refused", "spider": "pages", "state": "finished",
             "action": "pause", "log_level": "warning"} in logs  # fmt: skip
     assert crawler.state is SpiderState.FINISHED
+
+
+async def test_a_crawl_whose_opening_is_cancelled_ends_stopped_not_failed() -> None:
+    crawler, handler = _crawler()
+    gate = asyncio.Event()
+
+    async def never_opens() -> None:  # an engine's stop cancels the task that opens it
+        await gate.wait()
+
+    crawler.frontier.open = never_opens  # type: ignore[method-assign]
+    starting = asyncio.create_task(crawler.start())
+    await eventually(lambda: crawler.state is SpiderState.STARTING, "starting")
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    assert crawler.state is SpiderState.STOPPED
+    assert await asyncio.wait_for(crawler.wait(), 30) is SpiderState.STOPPED
+    assert handler.requests == []
