@@ -1,7 +1,7 @@
 """Bytes of Redis memory per queued request of a shared crawl (issue 28).
 
     .venv/bin/python bench/redis_memory.py [--count 200000] [--hosts 100]
-        [--options politeness=engine]
+        [--options politeness=engine] [--seen-only]
 
 Starts a private ``redis-server`` (as the tests do), opens the crawl's frontier (host
 queues unless ``--options politeness=engine``), adds ``--count`` requests as a crawl
@@ -9,6 +9,11 @@ queues them (the scheduler's fingerprint, ``callback=parse``, depth 1-3, URLs of
 characters over ``--hosts`` hosts) in batches of 500, and prints one JSON line:
 ``used_memory`` (``INFO memory``) before and after, and the difference per request.
 Then takes a few and checks they read back, so that what was measured is a queue.
+
+``--seen-only``: the seen set alone (``--options seen=bloom`` for the Bloom filter):
+marks ``--count`` distinct URLs seen as redirect targets are (``claim``, nothing
+queued), and prints the bytes a URL and how many new URLs were taken for seen ones
+(the false positives, which a Bloom filter trades for its size).
 """
 
 from __future__ import annotations
@@ -92,15 +97,47 @@ async def measure(url: str, count: int, hosts: int) -> dict[str, Any]:
     }
 
 
+async def measure_seen(url: str, count: int, hosts: int) -> dict[str, Any]:
+    spider = Shop()
+    options = RedisOptions.from_url(url)
+    frontier = RedisFrontier(options, spider.name, RequestCodec(spider), owner="bench")
+    await frontier.open()
+    before = used_memory(options.url)
+    batch: list[Request] = []
+    false_positives = 0
+    for request in requests(spider, count, hosts):
+        batch.append(request)
+        if len(batch) == 5 * BATCH:
+            false_positives += (await frontier.claim(batch)).count(False)
+            frontier._known.clear()  # what a long crawl would have forgotten: ask Redis
+            batch = []
+    if batch:
+        false_positives += (await frontier.claim(batch)).count(False)
+    after = used_memory(options.url)
+    _, _, seen = await frontier.counts()
+    await frontier.close()
+    return {
+        "count": count,
+        "seen_mode": options.seen_mode(),
+        "seen": seen,
+        "false_positives": false_positives,
+        "used_memory_before": before,
+        "used_memory_after": after,
+        "bytes_per_url": round((after - before) / count, 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=200_000)
     parser.add_argument("--hosts", type=int, default=100)
     parser.add_argument("--options", default="", help="frontier query options, a=b&c=d")
+    parser.add_argument("--seen-only", action="store_true", help="the seen set alone")
     args = parser.parse_args()
     with RedisServer() as server:
         url = f"{server.url}?prefix=bench" + (f"&{args.options}" if args.options else "")
-        print(json.dumps(asyncio.run(measure(url, args.count, args.hosts))))
+        run = measure_seen if args.seen_only else measure
+        print(json.dumps(asyncio.run(run(url, args.count, args.hosts))))
 
 
 if __name__ == "__main__":

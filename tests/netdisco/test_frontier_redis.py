@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -286,12 +287,45 @@ async def test_prefetched_requests_are_leased_and_handed_back(
     assert await frontier("b").counts() == (5, 0, 6)
 
 
-async def test_bloom_mode_dedups_and_counts(frontier: Factory, spider: SiteSpider, redis_url: str):
-    a = frontier(url=f"{redis_url}&seen=bloom&bloom_capacity=10000&bloom_error=0.001")
-    assert a.options.bloom_size() == (143776, 10)
-    assert await a.add(requests_for(spider, 50)) == [True] * 50
-    assert await a.add(requests_for(spider, 60)) == [False] * 50 + [True] * 10
-    assert await a.counts() == (60, 0, 60)
+def _stage_bits(capacity: int, error: float, stage: int) -> int:
+    """Stage ``stage``'s bits, as the scalable Bloom filter is specified (scripts.py)."""
+    cap, rate = capacity * 2**stage, error / 2 / 2**stage
+    return math.ceil(cap * -math.log(rate) / math.log(2) ** 2)
+
+
+async def test_bloom_mode_grows_by_stages_and_never_forgets(
+    frontier: Factory, spider: SiteSpider, redis_url: str
+):
+    """The filter starts at its first stage's size and adds stages as the crawl grows; a
+    URL added is seen for ever (no false negatives), and new URLs are rarely taken for
+    seen ones (false positives under ``bloom_error``)."""
+    a = frontier(url=f"{redis_url}&seen=bloom&bloom_capacity=1000&bloom_error=0.01")
+    redis = aioredis.Redis.from_url(a.options.url)
+    bitmap = a.keys.bloom
+    added: list[bool] = []
+    for start in range(0, 3500, 500):
+        batch = [
+            make_request(spider, f"http://127.0.0.1:1/q{i}") for i in range(start, start + 500)
+        ]
+        added += await a.add(batch)
+        if start + 500 == 1000:  # the first stage is full, and nothing more was allocated
+            assert await redis.strlen(bitmap) <= math.ceil(_stage_bits(1000, 0.01, 0) / 8)
+    missed = added.count(False)
+    assert missed <= 35, f"{missed} of 3500 new URLs taken for seen (1 % is 35)"
+    stages = [_stage_bits(1000, 0.01, i) for i in range(3)]  # 1000 + 2000 + 4000 URLs
+    assert sum(stages[:2]) / 8 < await redis.strlen(bitmap) <= math.ceil(sum(stages) / 8)
+    again = [make_request(spider, f"http://127.0.0.1:1/q{i}") for i in range(3500)]
+    assert await a.add(again) == [False] * 3500
+    assert await a.counts() == (3500 - missed, 0, 3500 - missed)
+    await redis.aclose()
+
+
+async def test_a_crawl_keeps_its_seen_mode(frontier: Factory, spider: SiteSpider, redis_url: str):
+    """Joining a crawl with the other seen mode would forget every URL it has seen."""
+    await frontier(url=f"{redis_url}&seen=exact").add(requests_for(spider, 3))
+    with pytest.raises(ConfigError, match="seen=exact") as info:
+        await frontier(url=f"{redis_url}&seen=bloom").open()
+    assert "use seen=exact" in str(info.value)
 
 
 @pytest.mark.parametrize("seen", ["exact", "bloom"])
@@ -356,7 +390,13 @@ def test_options_from_url_and_frontier_for(spider: SiteSpider):
         5.0,
         "bloom",
     )
-    for bad in ("lease_ttl=0", "seen=fuzzy", "bloom_error=2", "lease_ttl=soon"):
+    for bad in (
+        "lease_ttl=0",
+        "seen=fuzzy",
+        "bloom_error=0.6",
+        "bloom_capacity=10",
+        "lease_ttl=soon",
+    ):
         with pytest.raises(ConfigError, match="frontier"):
             RedisOptions.from_url(f"redis://h:1/0?{bad}")
     assert redact("redis://u:pw@h:1/0") == "redis://u:***@h:1/0"

@@ -22,9 +22,10 @@ a page (``bench/redis_bench.py``).
 
 Seen set, memory per URL (measured with Redis 7.0, ``MEMORY USAGE``):
 ``seen=exact`` keeps 16-byte fingerprints in a set, 64-72 bytes a URL (72 MB per
-million); ``seen=bloom`` keeps a fixed bitmap of ``bloom_capacity`` x 1.8 bytes at
-``bloom_error=0.001`` (18 MB for 10 million URLs), with that false-positive rate
-of pages never fetched. A queued request costs its JSON (~300 bytes) more.
+million); ``seen=bloom`` keeps a Bloom filter that grows with the crawl: stages of
+``bloom_capacity``, twice, four times as many URLs, each about 2 bytes a URL at
+``bloom_error=0.001``, with that false-positive rate of pages never fetched (about
+3.6 bytes a URL at 10 million, from a first stage of 1 million).
 
 Guarantees: a request leaves the frontier only when an engine acknowledges it;
 a lost engine's leases go back to the queue (``netdisco.frontiers.redis.recovery``), so requests,
@@ -37,7 +38,7 @@ crawl pauses and carries on when Redis is back.
 """
 
 from netdisco.frontiers.redis.frontier import WORK_WAIT, RedisFrontier
-from netdisco.frontiers.redis.options import RedisOptions, bloom_offsets, redact
+from netdisco.frontiers.redis.options import RedisOptions, bloom_hashes, redact
 from netdisco.frontiers.redis.scripts import ADD_LUA, DONE_LUA, TAKE_LUA
 
 __all__ = [
@@ -47,6 +48,6 @@ __all__ = [
     "WORK_WAIT",
     "RedisFrontier",
     "RedisOptions",
-    "bloom_offsets",
+    "bloom_hashes",
     "redact",
 ]

@@ -16,13 +16,19 @@ import structlog
 from redis.exceptions import RedisError, SlotNotCoveredError
 
 from netdisco._tasks import wait_event
-from netdisco.exceptions import CrawlLost, FrontierUnavailable, NetdiscoError, RequestNotShareable
+from netdisco.exceptions import (
+    ConfigError,
+    CrawlLost,
+    FrontierUnavailable,
+    NetdiscoError,
+    RequestNotShareable,
+)
 from netdisco.frontiers.base import Codec, Frontier, Queued, R
 from netdisco.frontiers.redis.batching import GroupCommit
 from netdisco.frontiers.redis.epochs import join_epoch, read_counts
 from netdisco.frontiers.redis.leases import Client, Keys, renew_leases, return_leases, spiders_key
 from netdisco.frontiers.redis.leases import sweep_expired as sweep_leases
-from netdisco.frontiers.redis.options import RedisOptions, bloom_offsets, connect, redact, refusal
+from netdisco.frontiers.redis.options import RedisOptions, bloom_hashes, connect, redact, refusal
 from netdisco.frontiers.redis.replication import Confirmations
 from netdisco.frontiers.redis.scripts import ADD_LUA, CLAIM_LUA, DONE_LUA, LOST, TAKE_LUA
 
@@ -69,7 +75,8 @@ class RedisFrontier(Frontier[R]):
         self._redis = redis or connect(options.url, socket_connect_timeout=2.0, socket_timeout=10.0)
         scripts = (ADD_LUA, CLAIM_LUA, TAKE_LUA, DONE_LUA)
         self._add, self._claim, self._take, self._done = map(self._redis.register_script, scripts)
-        self._bloom = options.bloom_size() if options.seen == "bloom" else None
+        self._bloom = options.seen == "bloom"
+        self._seen_mode = options.seen_mode()
         self._ttl_ms = int(options.lease_ttl * 1000)
         self._ids: dict[int, str] = {}  # id(request) -> Redis id, for requests we hold
         self._buffer: deque[tuple[str, bytes]] = deque()  # leased, not yet handed out
@@ -118,6 +125,18 @@ class RedisFrontier(Frontier[R]):
         self.epoch, lost = await join_epoch(self._redis, self.shard_keys)
         if lost is not None:
             raise self._lost(lost)
+        other = [k.seen_store(not self._bloom) for k in self.shard_keys]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key in other:
+                pipe.exists(key)
+            if any(await pipe.execute()):  # its seen URLs would be quietly forgotten
+                kept = "exact" if self._bloom else "bloom"
+                raise ConfigError(
+                    "frontier",
+                    f"the crawl of {self.name!r} keeps its seen URLs with seen={kept} (or in "
+                    "the fixed Bloom filter of an earlier netdisco), not "
+                    f"seen={self.options.seen}: use seen={kept}, or " + self.start_over(),
+                )
 
     def _lost(self, found: str) -> CrawlLost:
         what = "no crawl" if found in ("false", "None") else f"another crawl (epoch {found})"
@@ -240,9 +259,9 @@ class RedisFrontier(Frontier[R]):
         """One round trip for the ``_entry`` rows of one or more adds (``GroupCommit``)."""
         entries = [field for row in rows for field in row]
         k = self.keys
-        keys = [k.seen, k.seen_count, k.queue, k.payload, k.seq, k.epoch]
+        keys = [k.seen_store(self._bloom), k.seen_count, k.queue, k.payload, k.seq, k.epoch]
         nonce = uuid.uuid4().hex[:8]  # makes this call's ids unique
-        args = [self.options.seen, k.added_channel, self.epoch, nonce, *entries]
+        args = [self._seen_mode, k.added_channel, self.epoch, nonce, *entries]
         return list(await self._call(lambda: self._add(keys=keys, args=args)))
 
     async def claim(self, requests: Sequence[Queued]) -> list[bool]:
@@ -257,8 +276,9 @@ class RedisFrontier(Frontier[R]):
         return await self._claim_in(self.keys, requests)
 
     async def _claim_in(self, k: Keys, requests: Sequence[Queued]) -> list[Any]:
-        args = [self.options.seen, *(self._seen_key(request) for request in requests)]
-        return list(await self._call(lambda: self._claim(keys=[k.seen, k.seen_count], args=args)))
+        args = [self._seen_mode, *(self._seen_key(request) for request in requests)]
+        keys = [k.seen_store(self._bloom), k.seen_count]
+        return list(await self._call(lambda: self._claim(keys=keys, args=args)))
 
     def _remember(self, fingerprints: Iterable[bytes]) -> None:
         """Fingerprints Redis now holds; bounded, and forgotten after an outage."""
@@ -348,7 +368,7 @@ class RedisFrontier(Frontier[R]):
             await self.open()
         await self.flush()  # our own finished requests do not count as leased
 
-        bloom, extra = self._bloom is not None, self._count_queued
+        bloom, extra = self._bloom, self._count_queued
         found = await self._call(lambda: read_counts(self._redis, self.shard_keys, bloom, extra))
         epochs, queued, leased, seen = found
         for epoch in epochs:
@@ -367,9 +387,7 @@ class RedisFrontier(Frontier[R]):
     # -- internals ---------------------------------------------------------------------
 
     def _seen_key(self, request: Queued) -> str | bytes:
-        if self._bloom is None:
-            return request.fingerprint
-        return bloom_offsets(request.fingerprint, *self._bloom)
+        return bloom_hashes(request.fingerprint) if self._bloom else request.fingerprint
 
     async def _take_batch(self) -> Any:
         """Requests, or, when none is queued but some are leased (so more may come),

@@ -259,8 +259,9 @@ class HostQueueFrontier(RedisFrontier[R]):
 
     async def _add_in(self, shard: int, rows: list[list[str | bytes]]) -> list[Any]:
         k, nonce = self.shard_keys[shard], self._nonce(shard)
-        keys = [*self._host_keys(shard, k.add_token(nonce)), k.seen, k.seen_count, k.seq]
-        args: list[str | int | bytes] = [*self._prelude(shard), self.options.seen]
+        seen = k.seen_store(self._bloom)
+        keys = [*self._host_keys(shard, k.add_token(nonce)), seen, k.seen_count, k.seq]
+        args: list[str | int | bytes] = [*self._prelude(shard), self._seen_mode]
         args += [nonce, *(x for row in rows for x in row)]
         add = self._host_add
         return list(await self._call(lambda: self._replicated(add, keys, args, ADD_TRIES)))

@@ -142,8 +142,17 @@ class Keys:
 
     @property
     def seen(self) -> str:
-        """Set of 16-byte fingerprints (exact mode) or a Bloom bitmap."""
+        """Set of 16-byte fingerprints (``seen=exact``)."""
         return self._key("seen")
+
+    @property
+    def bloom(self) -> str:
+        """The growing Bloom filter's bitmap (``seen=bloom``)."""
+        return self._key("bloom")
+
+    def seen_store(self, bloom: bool) -> str:
+        """Where the seen URLs are, in either mode."""
+        return self.bloom if bloom else self.seen
 
     @property
     def seen_count(self) -> str:

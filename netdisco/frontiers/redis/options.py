@@ -6,7 +6,6 @@ Redis Cluster by a few of its nodes; ``connect`` gives the client either names.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
@@ -77,10 +76,17 @@ class RedisOptions(Section):
         lambda s: s in ("exact", "bloom"),
     )
     bloom_capacity: int = _option(
-        10_000_000, "URLs the Bloom filter is sized for", "must be positive", lambda c: c > 0
+        1_000_000,
+        "URLs the Bloom filter's first stage holds; each next stage, added when the "
+        "last is full, holds twice as many",
+        "must be from 1000 to 1000000000",
+        lambda c: 1000 <= c <= 1_000_000_000,
     )
     bloom_error: float = _option(
-        0.001, "its false-positive rate", "must be between 0 and 1", lambda e: 0 < e < 1
+        0.001,
+        "the false-positive rate of the whole filter (its stages take half, a quarter, ...)",
+        "must be between 0 and 0.5",
+        lambda e: 0 < e <= 0.5,
     )
     prefetch: int = _option(
         4,
@@ -149,11 +155,12 @@ class RedisOptions(Section):
         if _is_cluster(self.url):
             cluster_seeds(self.url)
 
-    def bloom_size(self) -> tuple[int, int]:
-        """``(bits, hashes)`` for the capacity and error rate (at most 2**32 bits)."""
-        bits = math.ceil(-self.bloom_capacity * math.log(self.bloom_error) / math.log(2) ** 2)
-        bits = min(bits, 2**32)
-        return bits, max(1, round(bits / self.bloom_capacity * math.log(2)))
+    def seen_mode(self) -> str:
+        """The seen set's mode as the scripts read it: ``exact``, or ``bloom:C:P``, the
+        first stage's capacity and false-positive rate (``BLOOM_LUA``)."""
+        if self.seen == "exact":
+            return "exact"
+        return f"bloom:{self.bloom_capacity}:{self.bloom_error / 2!r}"
 
 
 def _is_cluster(url: str) -> bool:
@@ -218,11 +225,12 @@ def _with_query(url: str, query: str) -> str:
     return f"{base}?{query}" if query else base
 
 
-def bloom_offsets(fingerprint: bytes, bits: int, hashes: int) -> str:
-    """Double hashing over the (already uniform) 16-byte fingerprint."""
-    first = int.from_bytes(fingerprint[:8], "big")
-    step = int.from_bytes(fingerprint[8:16], "big") | 1
-    return " ".join(str((first + i * step) % bits) for i in range(hashes))
+def bloom_hashes(fingerprint: bytes) -> str:
+    """Two 32-bit hashes of the (already uniform) fingerprint, from which every stage of
+    the Bloom filter derives its bits (double hashing, in ``BLOOM_LUA``)."""
+    first = int.from_bytes(fingerprint[:4], "big")
+    step = int.from_bytes(fingerprint[4:8], "big") | 1
+    return f"{first} {step}"
 
 
 def refusal(exc: Exception, url: str) -> FrontierFailed | None:

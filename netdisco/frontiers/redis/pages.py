@@ -61,7 +61,7 @@ class RedisPages:
 
     async def begin_run(self, run: str) -> bool:
         k = self.frontier.keys
-        keys = [self.keys.run, k.seen, k.seen_count]
+        keys = [self.keys.run, k.seen_store(self.frontier._bloom), k.seen_count]
         began = await self.frontier._call(lambda: self._begin(keys=keys, args=[run]))
         self.frontier._known.clear()  # fingerprints of the last run are no longer seen
         return bool(began)

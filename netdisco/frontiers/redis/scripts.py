@@ -21,22 +21,62 @@ def _fenced(key: int, arg: int) -> str:
     )
 
 
-#: marks one seen key (a fingerprint, or Bloom offsets) in the seen set: true if it was new
-MARK_SEEN_LUA = """
-local function mark_seen(mode, key, seen, seen_count)
-  if mode == 'bloom' then
+#: A scalable Bloom filter in one bitmap: stage i holds C * 2^i URLs at false-positive
+#: rate P / 2^i (mode ``bloom:C:P``), its bits after those of the stages before it, so the
+#: bitmap grows with the crawl and the whole filter stays under 2 P. A stage is full when
+#: the count of URLs added reaches the capacities so far (each was added to the last
+#: stage); a URL is seen if any stage holds all its bits. The bits of a URL in a stage
+#: come from its two hashes (``bloom_hashes``); fmod is exact on these whole numbers.
+#: When the next stage would pass Redis's largest string (2^32 bits), the last one fills.
+BLOOM_LUA = """
+local LN2 = math.log(2)
+local function bloom_stage(cap0, p0, i)
+  local cap, p = cap0 * 2 ^ i, p0 / 2 ^ i
+  return cap, math.ceil(cap * -math.log(p) / LN2 ^ 2), math.ceil(-math.log(p) / LN2)
+end
+local function bloom_mark(spec, hashes, seen, seen_count)
+  local cap0, p0 = string.match(spec, '^bloom:(%d+):(.+)$')
+  cap0, p0 = tonumber(cap0), tonumber(p0)
+  local h1, h2 = string.match(hashes, '^(%d+) (%d+)$')
+  h1, h2 = tonumber(h1), tonumber(h2)
+  local count = tonumber(redis.call('GET', seen_count) or '0')
+  local base, filled, i = 0, 0, 0
+  while true do
+    local cap, bits, k = bloom_stage(cap0, p0, i)
+    local _, next_bits = bloom_stage(cap0, p0, i + 1)
+    local last = count < filled + cap or base + bits + next_bits > 4294967296
     local new = false
-    for off in string.gmatch(key, '%d+') do
-      if redis.call('SETBIT', seen, off, 1) == 0 then new = true end
+    for j = 0, k - 1 do
+      local offset = base + math.fmod(h1 + j * h2, bits)
+      if last then
+        if redis.call('SETBIT', seen, offset, 1) == 0 then new = true end
+      elseif redis.call('GETBIT', seen, offset) == 0 then
+        new = true
+        break
+      end
     end
-    if new then redis.call('INCR', seen_count) end
-    return new
+    if not new then return false end
+    if last then
+      redis.call('INCR', seen_count)
+      return true
+    end
+    base, filled, i = base + bits, filled + cap, i + 1
   end
+end
+"""
+#: marks one seen key (a fingerprint, or a Bloom filter's hashes) in the seen set: true
+#: if it was new
+MARK_SEEN_LUA = (
+    BLOOM_LUA
+    + """
+local function mark_seen(mode, key, seen, seen_count)
+  if mode ~= 'exact' then return bloom_mark(mode, key, seen, seen_count) end
   return redis.call('SADD', seen, key) == 1
 end
 """
+)
 #: KEYS seen, seen_count, queue, payload, seq, epoch; ARGV mode, channel, epoch, nonce,
-#: then per request: seen key (fingerprint or Bloom offsets), dont_filter, priority,
+#: then per request: seen key (fingerprint or Bloom hashes), dont_filter, priority,
 #: JSON -> 1/0 each. Publishing what was added wakes the engines whose workers wait.
 #: An id is the sequence number (FIFO within a priority) and the caller's random nonce,
 #: so that an id is never reused, even when Redis rolled back the sequence (AOF).
