@@ -213,6 +213,16 @@ class Crawler:
         self._main = asyncio.create_task(self._close(SpiderState.FINISHED), context=self._context)
         return True
 
+    @property
+    def keep_alive(self) -> bool:
+        """Whether the crawl, out of work, waits for pushes instead of finishing."""
+        return self.workers.keep_alive
+
+    @keep_alive.setter
+    def keep_alive(self, value: bool) -> None:
+        self.workers.keep_alive = value
+        self.ctx.notify()  # off: an idle crawl looks again, and finishes once drained
+
     def pause(self) -> SpiderState:
         """Stop dispatching new requests; those in flight finish."""
         return self.phase.move("pause")
@@ -276,6 +286,8 @@ class Crawler:
             "state": self.state.value,
             "started_at": self.started_at,
             **self.stats.as_dict(),
+            "errors_by_type": self.stats.errors_by_type(),
+            "keep_alive": self.keep_alive,
         }
 
     # ----------------------------------------------------------------- the crawl

@@ -45,6 +45,7 @@ from netdisco.engine.hosted import (
     zookeeper_settings,
 )
 from netdisco.engine.lifecycle import EngineState
+from netdisco.engine.ondemand import CrawlHandle, on_demand
 from netdisco.engine.schedules import ScheduledSpider, Timetable
 from netdisco.engine.sidecar import default_front
 from netdisco.engine.watchdog import LoopWatchdog
@@ -206,8 +207,12 @@ class SpiderEngine:
         pipelines: Sequence[Pipeline] = (),
         schedule: Schedule | None = None,
         args: Mapping[str, str] | None = None,
+        keep_alive: bool = False,
     ) -> Crawler:
         """Add a spider; it starts at once if the engine runs (a scheduled one at its tick).
+
+        ``keep_alive``: out of work, the spider waits for ``push``es instead of finishing,
+        until ``finish(name)`` (or a stop); the engine's ``run()`` waits for it meanwhile.
 
         ``settings`` is a ``Settings`` (the values that differ from the defaults count), or
         a mapping (``{"max_pages": 5}``) loaded like a ``[[spiders]]`` table; either goes
@@ -221,7 +226,8 @@ class SpiderEngine:
         if instance.name in self._crawlers:
             raise DuplicateSpider(instance.name)
         crawler = self._new_crawler(instance, settings, pipelines)
-        log.info("spider_added", engine=self.id, spider=crawler.name)
+        crawler.keep_alive = keep_alive
+        log.debug("spider_added", engine=self.id, spider=crawler.name)
         if schedule is not None:
             claim = run_claim(crawler.settings.frontier, crawler.name, self.incarnation)
             start_run = partial(self._scheduled_run, crawler.name)
@@ -275,6 +281,25 @@ class SpiderEngine:
     async def push(self, name: str, urls: Iterable[str]) -> PushResult:
         """Schedule more URLs on a spider; each rejected one comes back with a reason."""
         return await self.crawler(name).push(urls)
+
+    def finish(self, name: str) -> None:
+        """Let a ``keep_alive`` spider end: it finishes once what it has queued is done."""
+        self.crawler(name).keep_alive = False
+
+    def crawl(
+        self,
+        spider: type[Spider],
+        urls: Iterable[str],
+        settings: Settings | Mapping[str, Any] | None = None,
+        *,
+        pipelines: Sequence[Pipeline] = (),
+        args: Mapping[str, str] | None = None,
+        keep: bool = False,
+    ) -> CrawlHandle:
+        """Crawl ``urls`` with a run of its own of ``spider`` (a class); ``await`` the
+        handle for a ``CrawlResult`` with this call's items only (``netdisco.engine.ondemand``).
+        Safe to call many times, at once; the engine must be created or running."""
+        return on_demand(self, spider, urls, settings, pipelines, args, keep)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -335,12 +360,33 @@ class SpiderEngine:
             await self._changed.wait()
 
     async def run(self) -> dict[str, SpiderState]:
-        """Start, wait until every spider is done, stop; the final state of each spider."""
-        if self.state is EngineState.CREATED:
-            await self.start()
-        states = await self.wait()
+        """Start, wait until every spider is done, stop; the final state of each spider.
+
+        However it ends, it ends as ``stop()`` does: a cancelled ``run()`` (the
+        ``create_task(engine.run())`` / ``task.cancel()`` pattern, Ctrl-C under
+        ``asyncio.run``) or one whose wait raised first leaves the cluster gracefully
+        (tombstone) and closes everything, then re-raises.
+        """
+        try:
+            if self.state is EngineState.CREATED:
+                await self.start()
+            states = await self.wait()
+        except BaseException:
+            await self._stop_regardless()
+            raise
         await self.stop()
         return states
+
+    async def _stop_regardless(self) -> None:
+        """``stop()`` to the end even when our task is cancelled again meanwhile (the
+        stop is shielded; a second cancel only makes us wait for it once more)."""
+        while True:
+            try:
+                await self.stop()
+                return
+            except asyncio.CancelledError:
+                if self._stopping is None or self._stopping.done():
+                    raise
 
     async def stop(self, deadline: float | None = None) -> None:
         """Deregister first, then stop every spider (in-flight get ``deadline`` s), then HTTP.
