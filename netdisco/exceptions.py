@@ -8,7 +8,7 @@ NetdiscoError
 │   └── SettingNotAllowed    over HTTP: a setting a token holder may not set
 ├── SpiderLoadError          FILE.py:Class or module:Class cannot be loaded
 │   └── SpiderNotAllowed     over HTTP: the module is not in ``spider_modules``
-├── SpiderStartFailed        the spider's ``start()``/``start_requests()`` raised: it ends ``failed``
+├── SpiderStartFailed        the spider's ``start()`` or ``start_requests()`` raised: failed
 ├── RequestError             a request that cannot be made (carries ``url``)
 │   ├── InvalidURL           malformed or non-http(s) URL
 │   ├── OutOfScope           the URL (or a redirect hop) is outside the spider's scope

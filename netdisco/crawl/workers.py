@@ -67,6 +67,7 @@ class Workers:
         self.politeness = downloader.politeness
         self._page_scope = page_scope or _no_scope
         self._seeding = True
+        self.seed_failure: SpiderStartFailed | None = None  # start() raised
         self.keep_alive = False  # idle and empty is not the end: pushes may come (``Crawler``)
         self._taking = 0  # workers waiting in the frontier's take
         self._tasks: list[asyncio.Task[None]] = []
@@ -134,7 +135,8 @@ class Workers:
             self.stats.spider_error(exc)
             self.stats.error(f"start(): {exc!r}")
             log.error("seed_error", error=repr(exc), exc_info=exc)
-            self.ctx.fail(SpiderStartFailed(f"the spider's start() raised {exc!r}"))
+            # the seeds it gave are still crawled; then the crawl ends failed (``Crawler``)
+            self.seed_failure = SpiderStartFailed(f"the spider's start() raised {exc!r}")
         finally:
             self._seeding = False
             self.ctx.notify()

@@ -11,6 +11,7 @@ request does not grow the engine's spider list.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,10 +67,8 @@ class CrawlHandle:
         await self.crawler.phase.ended()  # also while it has not started yet
         state = await self.crawler.wait()  # its close, to the end
         if not self._keep:
-            try:
+            with contextlib.suppress(UnknownSpider):  # awaited twice, or removed already
                 self._engine.remove_spider(self.name)
-            except UnknownSpider:
-                pass  # awaited twice, or removed by the application: both fine
         stats = self.crawler.stats
         failure = self.crawler.failure
         return CrawlResult(

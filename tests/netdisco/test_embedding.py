@@ -54,7 +54,8 @@ async def test_ten_on_demand_crawls_in_a_row_each_with_its_items(engine, site):
         result = await engine.crawl(TitleSpider, [page(site, number)])
         assert result.state is SpiderState.FINISHED, result
         assert result.items == [{"url": page(site, number), "title": f"Page {number}"}]
-        assert result.ok and result.pages == 1
+        assert result.ok
+        assert result.pages == 1
         assert result.name.startswith("title-")
     assert engine.crawlers() == []  # each awaited crawl left the engine
 
@@ -153,7 +154,8 @@ async def test_callback_and_pipeline_errors_counted_by_type_in_metrics(engine, s
     assert not result.ok
     status = engine.spider_status(handle.name)
     assert status["errors_by_type"] == result.errors
-    assert status["callback_errors"] == 4 and status["pipeline_errors"] == 2
+    assert status["callback_errors"] == 4
+    assert status["pipeline_errors"] == 2
     url = f"http://127.0.0.1:{engine.port}/metrics"
     async with aiohttp.ClientSession() as session, session.get(url) as resp:
         text = await resp.text()
