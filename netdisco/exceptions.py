@@ -51,6 +51,7 @@ NetdiscoError
 │   └── ProjectRefused       a project archive, name or deploy call the monitor refuses
 ├── ProjectUnavailable       a project version that cannot be read from ZooKeeper or installed
 ├── AnswerTooLarge           an engine's answer to the monitor passed its size cap
+├── WrongEngine              an engine's address answered as another engine (its id header)
 └── DemoFailed               ``netdisco demo``: a step it shows did not happen in time
 """
 
@@ -246,6 +247,11 @@ class HookError(NetdiscoError):
     def __init__(self, hook: str, message: str) -> None:
         super().__init__(f"{hook} hook: {message}")
         self.hook = hook
+
+
+class WrongEngine(NetdiscoError):
+    """An engine's advertised address answered as another engine (or as none): what it
+    says is not shown, and it is sent no control request (``ENGINE_HEADER``)."""
 
 
 class AnswerTooLarge(NetdiscoError):

@@ -132,8 +132,9 @@ class SpiderEngine:
 
     @property
     def status_url(self) -> str:
-        """Where other machines read this engine's status."""
-        return f"http://{self.settings.advertised_host}:{self.port}/netdiscovery/engine"
+        """Where other machines read this engine's status (``advertise_url`` says where an
+        application serves the engine's routes under a prefix of its own)."""
+        return f"{self.settings.advertised_base(self.port)}/netdiscovery/engine"
 
     @property
     def registry_healthy(self) -> bool | None:
@@ -156,7 +157,7 @@ class SpiderEngine:
             id=self.id,
             incarnation=self.incarnation,
             host=self.settings.advertised_host,
-            port=self.port,
+            port=self.settings.advertised_port(self.port),
             status_url=self.status_url,
             pid=os.getpid(),
             version=__version__,
@@ -317,6 +318,7 @@ class SpiderEngine:
                 self._http = self._front_factory(self)
                 self.port = await self._http.start(self.settings.host, self.settings.port)
             if self._registry_factory is not None:
+                self._say_where()
                 self.registry = self._registry_factory(self.id, self.describe)
                 await self.registry.start()
             await self._start_jobs()
@@ -330,6 +332,17 @@ class SpiderEngine:
             await self.stop()
             raise
         log.info("engine_started", engine=self.id, port=self.port, spiders=len(self._crawlers))
+
+    def _say_where(self) -> None:
+        """An engine whose routes an application serves (``http = false``) cannot know
+        where: without ``advertise_url`` its node names a port nothing may serve."""
+        if not self.settings.http and self.settings.advertise_url is None:
+            log.warning(
+                "engine_address_unknown",
+                engine=self.id,
+                status_url=self.status_url,
+                hint="set EngineSettings(advertise_url=...) to where the app mounts the routes",
+            )
 
     async def _start_jobs(self) -> None:
         """With ZooKeeper and ``max_jobs``: take jobs placed on this engine (children)."""

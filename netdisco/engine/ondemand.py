@@ -104,7 +104,7 @@ def on_demand(
     instance = make_spider(spider, args)
     base = instance.name or spider.__name__.lower()
     instance.name = f"{base}-{uuid.uuid4().hex[:8]}"  # type: ignore[misc]
-    instance.start_urls = seeds
+    instance.start_urls = seeds  # type: ignore[misc]
     items: list[Any] = []
     collect = CallablePipeline(items.append)
     crawler = engine.add_spider(instance, settings, pipelines=[*pipelines, collect])
