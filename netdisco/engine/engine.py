@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
+from netdisco import logs
 from netdisco._fence import Fence
 from netdisco._tasks import Tasks
 from netdisco._version import __version__
@@ -81,6 +82,7 @@ class SpiderEngine:
         registry_factory: RegistryFactory | None = None,
         http_front: FrontFactory = default_front,
     ) -> None:
+        logs.as_library()  # in an application that set up logging: its handlers and levels
         self.settings = settings or EngineSettings()
         self._zookeeper = zookeeper_settings(zookeeper) if zookeeper is not None else None
         self.fence = Fence() if registry_factory is None and self._zookeeper else None  # leases
@@ -92,11 +94,11 @@ class SpiderEngine:
         #: new for every engine object; labels this run's node and its leases in Redis
         self.incarnation = uuid.uuid4().hex
         self._leases = LeaseKeepers(self._zookeeper, self.incarnation)
-        self._starting = Tasks()  # spiders added while running, still opening
         self.started_at: float | None = None
         self.port: int = self.settings.port
         self._crawlers: dict[str, Crawler] = {}
-        self._tasks = Tasks()  # spider stops and scheduled runs under way
+        # spider stops and scheduled runs under way; spiders added while running, opening
+        self._tasks, self._starting = Tasks(), Tasks()
         self._changed = asyncio.Event()
         self._front_factory = http_front
         self._http: HttpFront | None = None

@@ -9,8 +9,8 @@ both are served in the engine's loop and by the status process (``api_process``)
 from __future__ import annotations
 
 import asyncio
-from functools import partial
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import aiohttp
