@@ -97,8 +97,7 @@ class SpiderEngine:
         self.started_at: float | None = None
         self.port: int = self.settings.port
         self._crawlers: dict[str, Crawler] = {}
-        # spider stops and scheduled runs under way; spiders added while running, opening
-        self._tasks, self._starting = Tasks(), Tasks()
+        self._tasks, self._starting = Tasks(), Tasks()  # stops and ticks; spiders opening
         self._changed = asyncio.Event()
         self._front_factory = http_front
         self._http: HttpFront | None = None
