@@ -60,22 +60,23 @@ class Behind(Protocol):
 
 @web.middleware
 async def _identified(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every answer names the engine that gave it (``ENGINE_HEADER``); a request that
-    names another engine is refused, so a caller that reached the wrong engine (an
-    advertised address now served by another) acts on nothing."""
+    """A request that names another engine (``ENGINE_HEADER``) is refused, so a caller
+    that reached the wrong engine (an advertised address now served by another) acts
+    on nothing."""
     engine_id = request.app[ENGINE].id
     asked = request.headers.get(ENGINE_HEADER)
     if asked is not None and asked != engine_id:
         message = f"this is engine {engine_id!r}, not {asked[:200]!r}"
-        response: web.StreamResponse = error_response(409, "wrong_engine", message)
-    else:
-        try:
-            response = await handler(request)
-        except web.HTTPException as exc:  # a redirect (errors became answers inside)
-            exc.headers[ENGINE_HEADER] = engine_id
-            raise
-    response.headers[ENGINE_HEADER] = engine_id
-    return response
+        return error_response(409, "wrong_engine", message)
+    return await handler(request)
+
+
+def _signer(engine: SpiderEngine) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
+    async def sign(_request: web.Request, response: web.StreamResponse) -> None:
+        """Every answer, streamed ones too, names the engine that gave it."""
+        response.headers[ENGINE_HEADER] = engine.id
+
+    return sign
 
 
 @web.middleware
@@ -371,6 +372,7 @@ def create_app(engine: SpiderEngine, *, behind: Behind | None = None) -> web.App
     app = web.Application(middlewares=middlewares, client_max_size=engine.settings.max_body)
     if behind is not None:
         app[BEHIND] = behind
+    app.on_response_prepare.append(_signer(engine))
     cache = StatusCache(engine, engine.settings.status_cache)
     engine.add_listener(cache.clear)
     app[ENGINE] = engine
