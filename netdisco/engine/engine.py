@@ -99,6 +99,7 @@ class SpiderEngine:
         self._crawlers: dict[str, Crawler] = {}
         self._tasks, self._starting = Tasks(), Tasks()  # stops and ticks; spiders opening
         self._changed = asyncio.Event()
+        self._stopped = asyncio.Event()  # set once, when the engine has stopped
         self._front_factory = http_front
         self._http: HttpFront | None = None
         self._stopping: asyncio.Task[None] | None = None
@@ -409,10 +410,15 @@ class SpiderEngine:
         """
         if self.state is EngineState.CREATED:
             self.state = EngineState.STOPPED
+            self._stopped.set()
             return
         if self._stopping is None:
             self._stopping = asyncio.create_task(self._shutdown(deadline))
         await asyncio.shield(self._stopping)
+
+    async def stopped(self) -> None:
+        """Return once the engine has stopped (at once if it has)."""
+        await self._stopped.wait()
 
     async def __aenter__(self) -> SpiderEngine:
         return self
@@ -446,6 +452,7 @@ class SpiderEngine:
             await self._http.stop()
         self.state = EngineState.STOPPED
         self._changed.set()
+        self._stopped.set()
         states = {name: str(c.state) for name, c in self._crawlers.items()}
         log.info("engine_stopped", engine=self.id, spiders=states)
 

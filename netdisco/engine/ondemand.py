@@ -11,6 +11,7 @@ request does not grow the engine's spider list.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import Generator, Iterable, Mapping, Sequence
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from netdisco.crawl.arguments import make_spider
-from netdisco.crawl.crawler import Crawler, SpiderState
+from netdisco.crawl.crawler import TERMINAL, Crawler, SpiderState
 from netdisco.crawl.pipelines import CallablePipeline
 from netdisco.exceptions import ConfigError, UnknownSpider
 
@@ -64,9 +65,11 @@ class CrawlHandle:
 
     async def result(self) -> CrawlResult:
         """Wait for the crawl to end; then the spider leaves the engine unless kept."""
-        await self.crawler.phase.ended()  # also while it has not started yet
-        state = await self.crawler.wait()  # its close, to the end
-        if not self._keep:
+        await self._ended()
+        state = self.crawler.state
+        if state is not SpiderState.IDLE:  # one never started (the engine stopped first) is
+            state = await self.crawler.wait()  # left idle; any other closes to the end
+        if not self._keep and state in TERMINAL:
             with contextlib.suppress(UnknownSpider):  # awaited twice, or removed already
                 self._engine.remove_spider(self.name)
         stats = self.crawler.stats
@@ -79,6 +82,19 @@ class CrawlHandle:
             errors=stats.errors_by_type(),
             failure=None if failure is None else repr(failure),
         )
+
+    async def _ended(self) -> None:
+        """Until the crawl has ended, or the engine stopped before it could start it."""
+        waits = [
+            asyncio.ensure_future(self.crawler.phase.ended()),
+            asyncio.ensure_future(self._engine.stopped()),
+        ]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
     def __await__(self) -> Generator[Any, None, CrawlResult]:
         return self.result().__await__()

@@ -169,3 +169,11 @@ async def test_callback_and_pipeline_errors_counted_by_type_in_metrics(engine, s
     assert f'netdisco_callback_errors_total{{spider="{spider}",type="KeyError"}} 4.0' in text
     assert f'netdisco_pipeline_errors_total{{spider="{spider}",type="ValueError"}} 2.0' in text
     assert PAGES > 8
+
+
+async def test_an_on_demand_crawl_of_an_engine_stopped_before_it_started_ends(site):
+    engine = SpiderEngine(EngineSettings(id="never", port=0))
+    handle = engine.crawl(TitleSpider, [page(site, 1)])
+    await engine.stop()  # never started: the crawl never ran, and its handle says so
+    result = await asyncio.wait_for(handle.result(), 10)
+    assert (result.state, result.items, result.ok) == (SpiderState.IDLE, [], False)
