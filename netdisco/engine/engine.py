@@ -98,8 +98,7 @@ class SpiderEngine:
         self.port: int = self.settings.port
         self._crawlers: dict[str, Crawler] = {}
         self._tasks, self._starting = Tasks(), Tasks()  # stops and ticks; spiders opening
-        self._changed = asyncio.Event()
-        self._stopped = asyncio.Event()  # set once, when the engine has stopped
+        self._changed, self._stopped = asyncio.Event(), asyncio.Event()  # any change; the end
         self._front_factory = http_front
         self._http: HttpFront | None = None
         self._stopping: asyncio.Task[None] | None = None
