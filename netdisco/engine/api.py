@@ -16,6 +16,7 @@ import hmac
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
 import structlog
 from aiohttp import web
@@ -360,6 +361,22 @@ def _job_route(
     return handle
 
 
+async def _check_mount(app: web.Application) -> None:
+    """Mounted under a prefix of an application (``add_subapp``), the routes must be where
+    the engine's node says they are (``advertise_url``): say so at once if they are not."""
+    engine = app[ENGINE]
+    served = str(app.router["engine"].url_for()).removesuffix("/netdiscovery/engine")
+    advertised = urlsplit(engine.status_url).path.removesuffix("/netdiscovery/engine")
+    if served and served != advertised:
+        log.warning(
+            "engine_mount_mismatch",
+            engine=engine.id,
+            served_under=served,
+            status_url=engine.status_url,
+            hint=f"set advertise_url to http(s)://HOST:PORT{served}",
+        )
+
+
 def create_app(engine: SpiderEngine, *, behind: Behind | None = None) -> web.Application:
     """The endpoint's application; the routes of the table in docs/http-api.md.
 
@@ -373,6 +390,7 @@ def create_app(engine: SpiderEngine, *, behind: Behind | None = None) -> web.App
     if behind is not None:
         app[BEHIND] = behind
     app.on_response_prepare.append(_signer(engine))
+    app.on_startup.append(_check_mount)
     cache = StatusCache(engine, engine.settings.status_cache)
     engine.add_listener(cache.clear)
     app[ENGINE] = engine

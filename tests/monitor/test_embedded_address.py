@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 import aiohttp
 import pytest
 from aiohttp import web
+from structlog.testing import capture_logs
 
 from monitor.control import Control
 from monitor.settings import ControlSettings
@@ -136,3 +137,16 @@ async def test_another_engine_on_the_advertised_port_is_refused_not_shown(
         assert resp.status == 409
         assert (await resp.json())["error"]["code"] == "wrong_engine"
     assert impostor.crawler("idle").state is SpiderState.RUNNING
+
+
+async def test_routes_mounted_elsewhere_than_advertised_are_reported_at_start():
+    port = free_port()
+    wrong = f"http://127.0.0.1:{port}/engine"  # the app mounts the routes at /crawler
+    engine = SpiderEngine(EngineSettings(id="misplaced", http=False, advertise_url=wrong))
+    with capture_logs() as logs:
+        async with application(engine, port, "/crawler"):
+            pass
+    said = [e for e in logs if e["event"] == "engine_mount_mismatch"]
+    assert len(said) == 1, logs
+    assert said[0]["served_under"] == "/crawler"
+    assert said[0]["hint"] == "set advertise_url to http(s)://HOST:PORT/crawler"
