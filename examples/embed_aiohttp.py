@@ -3,8 +3,11 @@
 The engine keeps no global state and lives in the running loop, so the
 application starts and stops it with its own ``cleanup_ctx`` and mounts the
 engine's HTTP routes under a prefix of its own site instead of opening a second
-port (``EngineSettings(http=False)``). The application's own handlers read what
-the spider found through a plain pipeline and push more URLs to it.
+port (``EngineSettings(http=False)``, with ``advertise_url`` saying where the routes
+are, for a ZooKeeper node and the monitor). The application's own handlers read what
+the spider found through a plain pipeline and push more URLs to it: the spider is
+kept alive (``keep_alive=True``), so it takes pushes for as long as the application
+runs, not only until it has crawled its start URL (docs/embedding.md).
 
     python examples/embed_aiohttp.py http://127.0.0.1:8000/ --port 8080
     curl http://127.0.0.1:8080/titles
@@ -64,14 +67,20 @@ async def crawl_more(request: web.Request) -> web.Response:
     return web.json_response({"accepted": len(result.accepted)}, status=202)
 
 
-def make_app(start_url: str, token: str | None = None) -> web.Application:
-    """The application, with an engine that crawls ``start_url``'s host."""
+def make_app(
+    start_url: str, token: str | None = None, advertise: str | None = None
+) -> web.Application:
+    """The application, with an engine that crawls ``start_url``'s host; ``advertise``
+    is where the engine's routes are reached (``http://HOST:PORT/crawler``)."""
     app = web.Application()
     found: dict[str, str] = {}
-    engine = SpiderEngine(EngineSettings(id="embedded", http=False, token=token))
+    settings = EngineSettings(id="embedded", http=False, token=token, advertise_url=advertise)
+    engine = SpiderEngine(settings)
     spider = TitlesSpider(start_urls=[start_url], allowed_domains=[urlsplit(start_url).hostname])
     engine.add_spider(
-        spider, pipelines=[CallablePipeline(lambda i: found.update({i["url"]: i["title"]}))]
+        spider,
+        pipelines=[CallablePipeline(lambda i: found.update({i["url"]: i["title"]}))],
+        keep_alive=True,  # waits for pushes when it has crawled everything
     )
     app[ENGINE] = engine
     app[TITLES] = found
@@ -98,7 +107,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if token is None and not is_loopback(args.host):
         # the mounted routes cannot see where the application listens: refuse here
         parser.error(f"--host {args.host} is reachable from other machines: set NETDISCO_TOKEN")
-    web.run_app(make_app(args.url, token), host=args.host, port=args.port)
+    advertise = f"http://{args.host}:{args.port}/crawler"
+    web.run_app(make_app(args.url, token, advertise), host=args.host, port=args.port)
 
 
 if __name__ == "__main__":

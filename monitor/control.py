@@ -24,10 +24,10 @@ import aiohttp
 import structlog
 
 from monitor.settings import ControlSettings
-from monitor.status import read_json, spiders_url
+from monitor.status import asking, check_engine, read_json, spiders_url
 from netdisco.cluster.contract import EnginePayload
 from netdisco.cluster.membership import Member
-from netdisco.exceptions import AnswerTooLarge, ControlRefused
+from netdisco.exceptions import AnswerTooLarge, ControlRefused, WrongEngine
 from netdisco.values import is_loopback
 
 log = structlog.get_logger(__name__)
@@ -92,6 +92,15 @@ def token_target(payload: EnginePayload, allowed: tuple[str, ...]) -> str | None
     return None
 
 
+def _same_engine(resp: aiohttp.ClientResponse, engine_id: str) -> None:
+    """``ControlRefused`` when another engine answered at ``engine_id``'s address."""
+    try:
+        check_engine(resp, engine_id)
+    except WrongEngine as exc:
+        log.warning("control_wrong_engine", engine_id=engine_id, reason=str(exc))
+        raise ControlRefused(502, "wrong_engine", str(exc)) from None
+
+
 class Control:
     """Sends one spider action to one engine of the view and returns its answer."""
 
@@ -148,8 +157,9 @@ class Control:
         try:
             async with (
                 aiohttp.ClientSession(timeout=timeout) as session,
-                session.get(url, headers=headers, params=params) as resp,
+                session.get(url, headers=headers | asking(engine_id), params=params) as resp,
             ):
+                _same_engine(resp, engine_id)
                 yield resp
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
             reason = f"engine {engine_id!r} cannot be reached: {type(exc).__name__}"
@@ -166,11 +176,13 @@ class Control:
         url = self._url(engine_id, spider, action)
         token = self.settings.engine_token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers |= asking(engine_id)  # any other engine refuses it, acting on nothing
         if self._session is None:
             timeout = aiohttp.ClientTimeout(total=self.settings.timeout)
             self._session = aiohttp.ClientSession(timeout=timeout)
         try:
             async with self._session.post(url, headers=headers, json=body) as resp:
+                _same_engine(resp, engine_id)
                 body = await read_json(resp)
                 status = resp.status
         except TimeoutError:

@@ -17,7 +17,7 @@ from urllib.parse import quote
 import aiohttp
 
 from monitor.rules import count, name, text
-from monitor.status import read_json, spiders_url
+from monitor.status import asking, check_engine, read_json, spiders_url
 from netdisco.cluster.membership import Member
 
 #: entries shown per engine, and the longest URL kept
@@ -102,7 +102,8 @@ class Failed:
             return {"engine": member.name, "error": "no HTTP status URL"}
         url = f"{base}/{quote(spider, safe='')}/failed?limit={LIMIT}"
         try:
-            async with self._session.get(url) as resp:
+            async with self._session.get(url, headers=asking(member.name)) as resp:
+                check_engine(resp, member.name)
                 resp.raise_for_status()
                 return summary(member.name, await read_json(resp))
         except Exception as exc:  # whatever an engine answers, the others are still shown

@@ -20,8 +20,9 @@ from typing import Any
 import aiohttp
 import structlog
 
+from netdisco.cluster.contract import ENGINE_HEADER
 from netdisco.cluster.membership import Member
-from netdisco.exceptions import AnswerTooLarge
+from netdisco.exceptions import AnswerTooLarge, WrongEngine
 
 log = structlog.get_logger(__name__)
 
@@ -43,6 +44,19 @@ async def read_json(resp: aiohttp.ClientResponse, limit: int = MAX_ANSWER) -> An
         if len(body) > limit:
             raise AnswerTooLarge(f"{resp.url} answers more than {limit} bytes")
     return json.loads(body)
+
+
+def asking(engine_id: str) -> dict[str, str]:
+    """The header that names the engine a request is meant for (refused by any other)."""
+    return {ENGINE_HEADER: engine_id}
+
+
+def check_engine(resp: aiohttp.ClientResponse, engine_id: str) -> None:
+    """``WrongEngine`` unless the answer names ``engine_id`` as the engine that gave it:
+    the address an engine advertised may be served by another one (a port taken over)."""
+    said = resp.headers.get(ENGINE_HEADER)
+    if said != engine_id:
+        raise WrongEngine(f"{resp.url} answered as engine {said!r}, not as {engine_id!r}")
 
 
 @dataclass(frozen=True)
@@ -121,13 +135,17 @@ class StatusPoller:
         if url is None or self._session is None:
             return
         try:
-            async with self._session.get(url) as resp:
+            async with self._session.get(url, headers=asking(member.name)) as resp:
+                check_engine(resp, member.name)
                 resp.raise_for_status()
                 body = await read_json(resp)
                 rate = total_rate(body)
             self.rates[member.name] = Rate(rate, time.time())
             if self.on_body is not None:
                 self.on_body(member.name, body)
+        except WrongEngine as exc:
+            self.rates[member.name] = Rate(None, time.time(), error="wrong_engine")
+            log.warning("status_wrong_engine", engine_id=member.name, reason=str(exc))
         except AnswerTooLarge as exc:
             self.rates[member.name] = Rate(None, time.time(), error=type(exc).__name__)
             log.warning("status_answer_dropped", engine_id=member.name, reason=str(exc))

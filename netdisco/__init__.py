@@ -25,8 +25,11 @@ The public surface is what this package exports (``__all__``); import it from
   answers a crawl with no sockets, for tests); items as Scrapy declares them (``Item``,
   ``Field``, filled by ``ItemLoader``): docs/scrapy.md moves a Scrapy spider over;
 - running engines: ``SpiderEngine``, ``EngineSettings``, ``EngineConfig``,
-  ``load_config`` and ``create_app`` (the HTTP API as an aiohttp app to mount); these
-  are imported on first use, so ``import netdisco`` does not load the engine layer;
+  ``load_config`` and ``create_app`` (the HTTP API as an aiohttp app to mount),
+  ``EngineState`` (an engine's own lifecycle);
+  ``SpiderEngine.crawl`` returns a ``CrawlHandle``, awaited for a ``CrawlResult``
+  (docs/embedding.md); these are imported on first use, so ``import netdisco`` does
+  not load the engine layer;
 - errors: ``NetdiscoError`` (the root of every error, tree in ``netdisco.exceptions``),
   ``ConfigError``, ``RequestError``, ``HttpStatusError`` and ``DropItem``.
 
@@ -60,6 +63,8 @@ if TYPE_CHECKING:
     from netdisco.engine.api import create_app
     from netdisco.engine.config import EngineConfig, EngineSettings, load_config
     from netdisco.engine.engine import SpiderEngine
+    from netdisco.engine.lifecycle import EngineState
+    from netdisco.engine.ondemand import CrawlHandle, CrawlResult
 
 #: the engine layer's public names -> their module, imported on first use
 _LAZY = {
@@ -67,6 +72,9 @@ _LAZY = {
     "EngineConfig": "netdisco.engine.config",
     "EngineSettings": "netdisco.engine.config",
     "SpiderEngine": "netdisco.engine.engine",
+    "EngineState": "netdisco.engine.lifecycle",
+    "CrawlHandle": "netdisco.engine.ondemand",
+    "CrawlResult": "netdisco.engine.ondemand",
     "create_app": "netdisco.engine.api",
     "load_config": "netdisco.engine.config",
 }
@@ -84,12 +92,15 @@ __all__ = [
     "CallablePipeline",
     "ConfigError",
     "ConsolePipeline",
+    "CrawlHandle",
+    "CrawlResult",
     "CrawlSpider",
     "Crawler",
     "DownloadHandler",
     "DropItem",
     "EngineConfig",
     "EngineSettings",
+    "EngineState",
     "Field",
     "FormRequest",
     "HttpStatusError",

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Coroutine, Iterator
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from functools import partial
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -67,3 +69,35 @@ async def wait_event(event: asyncio.Event, timeout: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+async def in_own_thread(func: Callable[[], T], name: str) -> T:
+    """``func()`` in a thread of its own that ends with it; its result, awaited.
+
+    For the blocking calls of a stop (closing a kazoo client, joining a thread):
+    ``asyncio.to_thread`` would leave a worker in the loop's default executor, which a
+    host application's loop may never shut down (aiohttp's ``web.run_app`` does not),
+    so an embedded engine would leave a thread behind.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():
+            outcome()
+
+    def work() -> None:
+        try:
+            result = func()
+        except BaseException as exc:  # handed to the awaiting task, raised there
+            loop.call_soon_threadsafe(settle, partial(future.set_exception, exc))
+        else:
+            loop.call_soon_threadsafe(settle, partial(future.set_result, result))
+
+    thread = threading.Thread(target=work, name=name, daemon=True)
+    thread.start()
+    try:
+        return await asyncio.shield(future)
+    finally:
+        if future.done():
+            thread.join()  # it has handed its result over: it is ending, at once

@@ -8,6 +8,7 @@ NetdiscoError
 │   └── SettingNotAllowed    over HTTP: a setting a token holder may not set
 ├── SpiderLoadError          FILE.py:Class or module:Class cannot be loaded
 │   └── SpiderNotAllowed     over HTTP: the module is not in ``spider_modules``
+├── SpiderStartFailed        the spider's ``start()`` or ``start_requests()`` raised: failed
 ├── RequestError             a request that cannot be made (carries ``url``)
 │   ├── InvalidURL           malformed or non-http(s) URL
 │   ├── OutOfScope           the URL (or a redirect hop) is outside the spider's scope
@@ -50,6 +51,7 @@ NetdiscoError
 │   └── ProjectRefused       a project archive, name or deploy call the monitor refuses
 ├── ProjectUnavailable       a project version that cannot be read from ZooKeeper or installed
 ├── AnswerTooLarge           an engine's answer to the monitor passed its size cap
+├── WrongEngine              an engine's address answered as another engine (its id header)
 └── DemoFailed               ``netdisco demo``: a step it shows did not happen in time
 """
 
@@ -74,6 +76,11 @@ class SettingNotAllowed(ConfigError):
 
 class SpiderLoadError(NetdiscoError):
     """A spider reference (``FILE.py:Class`` or ``module:Class``) cannot be loaded."""
+
+
+class SpiderStartFailed(NetdiscoError):
+    """The spider's ``start()`` or ``start_requests()`` raised: the crawl ends ``failed``
+    (a crawl that lost its seeds has not finished, whatever it fetched)."""
 
 
 class SpiderNotAllowed(SpiderLoadError):
@@ -240,6 +247,11 @@ class HookError(NetdiscoError):
     def __init__(self, hook: str, message: str) -> None:
         super().__init__(f"{hook} hook: {message}")
         self.hook = hook
+
+
+class WrongEngine(NetdiscoError):
+    """An engine's advertised address answered as another engine (or as none): what it
+    says is not shown, and it is sent no control request (``ENGINE_HEADER``)."""
 
 
 class AnswerTooLarge(NetdiscoError):

@@ -17,6 +17,7 @@ import logging
 import math
 import sys
 import time
+from typing import Any
 
 import structlog
 
@@ -66,9 +67,10 @@ class Stderr:
 CACHE_LOGGERS = True
 
 
-def configure(*, json: bool | None = None, level: str = "info") -> bool:
+def configure(*, json: bool | None = None, level: str = "info", locals: bool = False) -> bool:
     """Configure structlog, and the stdlib loggers under it, once for this process;
-    returns whether lines are JSON (``json``, or stderr is not a terminal)."""
+    returns whether lines are JSON (``json``, or stderr is not a terminal). Tracebacks
+    show local variables only with ``locals`` (they may hold secrets, and they are long)."""
     as_json = (not sys.stderr.isatty()) if json is None else json
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -76,7 +78,9 @@ def configure(*, json: bool | None = None, level: str = "info") -> bool:
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer()
+        structlog.processors.JSONRenderer()
+        if as_json
+        else structlog.dev.ConsoleRenderer(exception_formatter=_tracebacks(locals))
     )
     exc_info = structlog.processors.format_exc_info if as_json else structlog.dev.set_exc_info
     structlog.configure(
@@ -100,3 +104,59 @@ def configure(*, json: bool | None = None, level: str = "info") -> bool:
     if not any(isinstance(f, Repeats) for f in asyncio_logger.filters):
         asyncio_logger.addFilter(Repeats())
     return as_json
+
+
+def _tracebacks(locals: bool) -> structlog.typing.ExceptionRenderer:
+    """Rich's tracebacks when Rich is installed (its locals only when asked), else plain."""
+    try:
+        import rich  # noqa: F401 - only whether it is there
+    except ImportError:
+        return structlog.dev.plain_traceback
+    return structlog.dev.RichTracebackFormatter(show_locals=locals)
+
+
+def fold_kazoo() -> None:
+    """kazoo logs every failed reconnect (50 lines in 20 s of an outage): one line per
+    kind every 10 s, the next saying how many were held back (``Repeats``)."""
+    for name in ("kazoo.client", "kazoo.protocol.connection"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, Repeats) for f in logger.filters):
+            logger.addFilter(Repeats())
+
+
+def _host_configured() -> bool:
+    """Whether the application set up stdlib logging (a test runner's capture does not count)."""
+    handlers = logging.getLogger().handlers
+    return any(not type(h).__module__.startswith("_pytest") for h in handlers)
+
+
+def _message(_logger: object, _name: str, event: structlog.typing.EventDict) -> Any:
+    """The event as one stdlib record: ``event key=value ...``, ``exc_info`` kept for the
+    host's formatter (which prints a traceback without locals)."""
+    kwargs = {k: event.pop(k) for k in ("exc_info", "stack_info") if k in event}
+    if kwargs.get("exc_info") is True:
+        kwargs["exc_info"] = sys.exc_info()
+    name = event.pop("event", "")
+    fields = " ".join(f"{key}={value!r}" if isinstance(value, str) and " " in value
+                      else f"{key}={value}" for key, value in event.items())  # fmt: skip
+    return {"msg": f"{name} {fields}".rstrip(), **kwargs}
+
+
+def as_library() -> bool:
+    """An engine inside an application that configured stdlib logging and not structlog:
+    netdisco's lines go through stdlib logging (``netdisco.*`` loggers), so the host's
+    handlers, levels and formats decide what is shown and where. True when set so."""
+    fold_kazoo()
+    if structlog.is_configured() or not _host_configured():
+        return False
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.stdlib.filter_by_level,
+            _message,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
+    return True

@@ -37,6 +37,11 @@ DEFAULT_ROOT = "/netdiscovery"
 #: (netdisco.cluster.proof). A payload without the key is contract 1 (no tombstones).
 CONTRACT = 3
 TOMBSTONE_CONTRACT = 2
+#: the header on every answer of an engine's HTTP routes: the id of the engine that gave
+#: it. The monitor checks it on every poll and sends it with every control request, which
+#: an engine of another id refuses (409 ``wrong_engine``): an address now served by
+#: another engine is never shown or controlled as this one.
+ENGINE_HEADER = "X-Netdisco-Engine"
 #: from this contract on, an engine of a cluster with a token proves its node and tombstone
 PROOF_CONTRACT = 3
 

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from enum import StrEnum
+from functools import partial
 from typing import Any
 
 import structlog
@@ -45,6 +46,7 @@ from kazoo.protocol.states import KazooState, WatchedEvent
 from kazoo.retry import KazooRetry
 
 from netdisco._fence import Fence
+from netdisco._tasks import in_own_thread
 from netdisco.cluster.acl import acl_warnings, cluster_acl, housekeep
 from netdisco.cluster.contract import (
     CONTRACT,
@@ -237,7 +239,7 @@ class Registration:
             self._set_state(RegistryState.STOPPED, "stopped")
             self._connection = "closed"
             client.remove_listener(self._listener)
-            await asyncio.to_thread(close_client, client)
+            await in_own_thread(partial(close_client, client), "zk-close")
             self._client = None
 
     def _on_state(self, state: KazooState) -> None:

@@ -53,7 +53,7 @@ from netdisco.crawl.spider import Spider
 from netdisco.crawl.stats import Stats
 from netdisco.crawl.transport import DownloadHandler
 from netdisco.crawl.workers import PageScope, Workers
-from netdisco.exceptions import FrontierFailed, NetdiscoError
+from netdisco.exceptions import FrontierFailed, NetdiscoError, SpiderStartFailed
 from netdisco.frontiers import Frontier, crawl_identity
 
 log = structlog.get_logger(__name__)
@@ -130,8 +130,9 @@ class Crawler:
 
     @property
     def failure(self) -> Exception | None:
-        """Why the crawl must end failed (the frontier or the acknowledgements gave up)."""
-        return self.ctx.failure
+        """Why the crawl must end failed (the frontier or the acknowledgements gave up, or
+        the spider's ``start()`` raised)."""
+        return self.ctx.failure or self.workers.seed_failure
 
     # ----------------------------------------------------------------- lifecycle
     @property
@@ -213,6 +214,16 @@ class Crawler:
         self._main = asyncio.create_task(self._close(SpiderState.FINISHED), context=self._context)
         return True
 
+    @property
+    def keep_alive(self) -> bool:
+        """Whether the crawl, out of work, waits for pushes instead of finishing."""
+        return self.workers.keep_alive
+
+    @keep_alive.setter
+    def keep_alive(self, value: bool) -> None:
+        self.workers.keep_alive = value
+        self.ctx.notify()  # off: an idle crawl looks again, and finishes once drained
+
     def pause(self) -> SpiderState:
         """Stop dispatching new requests; those in flight finish."""
         return self.phase.move("pause")
@@ -276,6 +287,8 @@ class Crawler:
             "state": self.state.value,
             "started_at": self.started_at,
             **self.stats.as_dict(),
+            "errors_by_type": self.stats.errors_by_type(),
+            "keep_alive": self.keep_alive,
         }
 
     # ----------------------------------------------------------------- the crawl
@@ -287,6 +300,8 @@ class Crawler:
             await self.workers.run(self._close_limit)
             if self.ctx.failure is not None:
                 raise self.ctx.failure
+            if self.workers.seed_failure is not None:
+                raise self.workers.seed_failure
             end = SpiderState.STOPPED if self.phase.stopping else SpiderState.FINISHED
         except Exception as exc:  # reported as the spider's failure
             self._report_failure(_unwrap(exc))
@@ -364,7 +379,7 @@ class Crawler:
 
     def _report_failure(self, exc: Exception) -> None:
         """One error line: a frontier's failure says all (no traceback), others are bugs."""
-        clear = isinstance(exc, FrontierFailed)
+        clear = isinstance(exc, FrontierFailed | SpiderStartFailed)  # told when it happened
         error = str(exc) if clear else repr(exc)
         self.stats.error(f"spider failed: {error}")
         log.error("spider_failed", error=error, exc_info=None if clear else exc)

@@ -110,7 +110,7 @@ class ItemChain:
             self.stats.dropped_items += 1
             log.debug("item_dropped", pipeline=name, reason=str(exc))
             return
-        self.stats.pipeline_errors += 1
+        self.stats.pipeline_error(exc)
         self.stats.error(f"pipeline {name}: {exc!r}")
         log.error("pipeline_error", pipeline=name, error=repr(exc))
 

@@ -141,7 +141,7 @@ class ItemStream:
         future.add_done_callback(finished)
 
     def _failed(self, pipeline: Pipeline, exc: BaseException) -> None:
-        self.stats.pipeline_errors += 1
+        self.stats.pipeline_error(exc)
         self.stats.error(f"pipeline {type(pipeline).__name__}: {exc!r}")
         log.error("pipeline_error", pipeline=type(pipeline).__name__, error=repr(exc))
 

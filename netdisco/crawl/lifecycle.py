@@ -43,7 +43,8 @@ _S = SpiderState
 #: ``opened`` once its frontier, feeds and browser are ready; ``finish`` when its frontier
 #: is drained or its ``max_pages`` reached (or, from ``starting``, when a stored crawl had
 #: finished before); ``stopped`` once a stop has closed everything; ``fail`` when it
-#: cannot open or cannot go on (a frontier that gave up, a pipeline's flush that failed).
+#: cannot open or cannot go on (a frontier that gave up, a pipeline's flush that failed, a
+#: spider whose ``start()`` raised).
 MOVES: Mapping[tuple[SpiderState, str], SpiderState] = {
     (_S.IDLE, "start"): _S.STARTING,
     (_S.STARTING, "opened"): _S.RUNNING,

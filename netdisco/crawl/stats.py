@@ -184,6 +184,7 @@ class Stats:
         self.pipeline_errors = 0
         self.callback_errors = 0
         self.spider_errors: dict[str, int] = {}  # callback errors by exception type
+        self.pipeline_error_types: dict[str, int] = {}  # pipeline errors by exception type
         self.middleware_errors = 0
         self.render_timeouts = 0
         self.bytes = 0
@@ -255,6 +256,7 @@ class Stats:
             "error_kinds": dict(self.error_kinds),
             "invalid_fields": dict(self.invalid_fields),
             "spider_errors": dict(self.spider_errors),
+            "pipeline_error_types": dict(self.pipeline_error_types),
             "last_error": self.last_error,
             "hosts": [list(row) for row in self.busiest()],
         }
@@ -270,6 +272,7 @@ class Stats:
         self.error_kinds = _summed(part.get("error_kinds", {}) for part in parts)
         self.invalid_fields = _summed(part.get("invalid_fields", {}) for part in parts)
         self.spider_errors = _summed(part.get("spider_errors", {}) for part in parts)
+        self.pipeline_error_types = _summed(part.get("pipeline_error_types", {}) for part in parts)
         errors = [part["last_error"] for part in parts if part.get("last_error")]
         self.last_error = str(errors[-1]) if errors else None
         self.host_in_flight, self.parked = {}, {}
@@ -302,6 +305,17 @@ class Stats:
         self.callback_errors += 1
         self.spider_errors[kind] = self.spider_errors.get(kind, 0) + 1
         self.count_error(f"callback {kind}")
+
+    def pipeline_error(self, exc: BaseException) -> None:
+        """Count one error an item pipeline raised (not a ``DropItem``), by its type."""
+        kind = type(exc).__name__
+        self.pipeline_errors += 1
+        self.pipeline_error_types[kind] = self.pipeline_error_types.get(kind, 0) + 1
+        self.count_error(f"pipeline {kind}")
+
+    def errors_by_type(self) -> dict[str, dict[str, int]]:
+        """Callback and pipeline errors by exception type (``spider_status``, /metrics)."""
+        return {"callback": dict(self.spider_errors), "pipeline": dict(self.pipeline_error_types)}
 
     def count_error(self, kind: str) -> None:
         """Count one error under ``kind`` (the closing summary's top errors)."""

@@ -31,7 +31,7 @@ from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.scheduler import Scheduler
 from netdisco.crawl.scraper import Scraper
-from netdisco.exceptions import DownloadFailed, FrontierFailed, RequestError
+from netdisco.exceptions import DownloadFailed, FrontierFailed, RequestError, SpiderStartFailed
 
 log = structlog.get_logger(__name__)
 
@@ -67,6 +67,8 @@ class Workers:
         self.politeness = downloader.politeness
         self._page_scope = page_scope or _no_scope
         self._seeding = True
+        self.seed_failure: SpiderStartFailed | None = None  # start() raised
+        self.keep_alive = False  # idle and empty is not the end: pushes may come (``Crawler``)
         self._taking = 0  # workers waiting in the frontier's take
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -129,10 +131,12 @@ class Workers:
     async def _seed(self) -> None:
         try:
             await self.scheduler.admit_seeds(self.ctx.spider.start())
-        except Exception as exc:  # a broken seed source: the seeds it gave still count
+        except Exception as exc:  # a broken seed source fails the crawl, visibly
             self.stats.spider_error(exc)
             self.stats.error(f"start(): {exc!r}")
             log.error("seed_error", error=repr(exc), exc_info=exc)
+            # the seeds it gave are still crawled; then the crawl ends failed (``Crawler``)
+            self.seed_failure = SpiderStartFailed(f"the spider's start() raised {exc!r}")
         finally:
             self._seeding = False
             self.ctx.notify()
@@ -191,7 +195,7 @@ class Workers:
         """Wait for work, or end the crawl when nothing is queued or in flight anywhere."""
         if not self._seeding and self.stats.in_flight == 0:
             queued, leased, _ = await self.frontier.counts()
-            if queued == 0 and leased == 0:
+            if queued == 0 and leased == 0 and not self.keep_alive:
                 self.ctx.finish()
                 return
         due = self.politeness.next_due()  # a host's delay running out wakes nobody else

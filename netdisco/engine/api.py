@@ -16,11 +16,13 @@ import hmac
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
 import structlog
 from aiohttp import web
 
 from netdisco import serving
+from netdisco.cluster.contract import ENGINE_HEADER
 from netdisco.crawl.crawler import Crawler, SpiderState
 from netdisco.engine import failed_api, status_page
 from netdisco.engine.config import is_loopback
@@ -30,6 +32,7 @@ from netdisco.engine.metrics import CONTENT_TYPE, EngineMetrics
 from netdisco.engine.replies import (
     Handler,
     dumps,
+    error_response,
     errors_middleware,
     json_response,
     read_json,
@@ -54,6 +57,27 @@ class Behind(Protocol):
     async def publish(self) -> int:
         """Send the read routes' answers now; the number of that batch."""
         ...
+
+
+@web.middleware
+async def _identified(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A request that names another engine (``ENGINE_HEADER``) is refused, so a caller
+    that reached the wrong engine (an advertised address now served by another) acts
+    on nothing."""
+    engine_id = request.app[ENGINE].id
+    asked = request.headers.get(ENGINE_HEADER)
+    if asked is not None and asked != engine_id:
+        message = f"this is engine {engine_id!r}, not {asked[:200]!r}"
+        return error_response(409, "wrong_engine", message)
+    return await handler(request)
+
+
+def _signer(engine: SpiderEngine) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
+    async def sign(_request: web.Request, response: web.StreamResponse) -> None:
+        """Every answer, streamed ones too, names the engine that gave it."""
+        response.headers[ENGINE_HEADER] = engine.id
+
+    return sign
 
 
 @web.middleware
@@ -95,6 +119,22 @@ BEHIND = web.AppKey("behind", Behind)
 
 
 # -- read-only routes ----------------------------------------------------------------
+
+
+def live_body(engine: SpiderEngine) -> tuple[int, dict[str, Any]]:
+    """Liveness: answered at all means the loop turns; 200 until the engine has stopped.
+    ZooKeeper's state does not count here: an outage must not get a crawling engine
+    restarted (that is readiness)."""
+    alive = engine.state is not EngineState.STOPPED
+    body = {"live": alive, "engine": str(engine.state), "id": engine.id,
+            "loop_lag": engine.watchdog.lag}  # fmt: skip
+    return (200 if alive else 503), body
+
+
+def ready_body(engine: SpiderEngine) -> tuple[int, dict[str, Any]]:
+    """Readiness: running, registered (or standalone), loop not stalled: able to take work."""
+    status, body = health_body(engine)
+    return status, {"ready": status == 200, **body}
 
 
 def health_body(engine: SpiderEngine) -> tuple[int, dict[str, Any]]:
@@ -150,6 +190,18 @@ async def health(request: web.Request) -> web.Response:
     return json_response(body, status)
 
 
+async def live(request: web.Request) -> web.Response:
+    """``GET|HEAD /netdiscovery/live``: see ``live_body``."""
+    status, body = live_body(request.app[ENGINE])
+    return json_response(body, status)
+
+
+async def ready(request: web.Request) -> web.Response:
+    """``GET|HEAD /netdiscovery/ready``: see ``ready_body``."""
+    status, body = ready_body(request.app[ENGINE])
+    return json_response(body, status)
+
+
 async def engine_status(request: web.Request) -> web.Response:
     """``GET /netdiscovery/engine``: see ``engine_body``; a page for a browser."""
     body = engine_body(request.app[ENGINE])
@@ -161,9 +213,9 @@ async def engine_status(request: web.Request) -> web.Response:
     return response
 
 
-async def root(_request: web.Request) -> web.Response:
-    """``GET /``: to the status page."""
-    raise web.HTTPFound("/netdiscovery/engine")
+async def root(request: web.Request) -> web.Response:
+    """``GET /``: to the status page, under the prefix the app is mounted at, if any."""
+    raise web.HTTPFound(request.app.router["engine"].url_for())
 
 
 async def spiders(request: web.Request) -> web.Response:
@@ -309,23 +361,45 @@ def _job_route(
     return handle
 
 
+async def _check_mount(app: web.Application) -> None:
+    """Mounted under a prefix of an application (``add_subapp``), the routes must be where
+    the engine's node says they are (``advertise_url``): say so at once if they are not."""
+    engine = app[ENGINE]
+    served = str(app.router["engine"].url_for()).removesuffix("/netdiscovery/engine")
+    advertised = urlsplit(engine.status_url).path.removesuffix("/netdiscovery/engine")
+    if served and served != advertised:
+        log.warning(
+            "engine_mount_mismatch",
+            engine=engine.id,
+            served_under=served,
+            status_url=engine.status_url,
+            hint=f"set advertise_url to http(s)://HOST:PORT{served}",
+        )
+
+
 def create_app(engine: SpiderEngine, *, behind: Behind | None = None) -> web.Application:
     """The endpoint's application; the routes of the table in docs/http-api.md.
 
     ``behind`` is the status process when the app is served behind it, on a private
     Unix socket (``netdisco.engine.sidecar``).
     """
-    middlewares = [errors_middleware] if behind is None else [_publishing, errors_middleware]
+    middlewares = [_identified, errors_middleware]
+    if behind is not None:
+        middlewares.insert(1, _publishing)
     app = web.Application(middlewares=middlewares, client_max_size=engine.settings.max_body)
     if behind is not None:
         app[BEHIND] = behind
+    app.on_response_prepare.append(_signer(engine))
+    app.on_startup.append(_check_mount)
     cache = StatusCache(engine, engine.settings.status_cache)
     engine.add_listener(cache.clear)
     app[ENGINE] = engine
     app[CACHE] = cache
     app[METRICS] = EngineMetrics(engine)
-    app.router.add_get("/netdiscovery/health", health, allow_head=False)
-    app.router.add_get("/netdiscovery/engine", engine_status, allow_head=False)
+    app.router.add_get("/netdiscovery/health", health)
+    app.router.add_get("/netdiscovery/live", live)
+    app.router.add_get("/netdiscovery/ready", ready)
+    app.router.add_get("/netdiscovery/engine", engine_status, allow_head=False, name="engine")
     app.router.add_get("/netdiscovery/spiders", spiders, allow_head=False)
     app.router.add_post("/netdiscovery/spiders", start_spider)
     app.router.add_get("/netdiscovery/spiders/{name}", spider, allow_head=False)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from netdisco.cluster.ticks import Schedule, parse_schedule
 from netdisco.crawl import settings as crawl_settings
@@ -38,6 +39,9 @@ from netdisco.values import check_keys, read_secret, read_toml
 from netdisco.values import is_loopback as is_loopback  # re-exported: callers import it here
 
 DEFAULT_PORT = 8715
+#: ``max_jobs`` of an engine read from a file (``netdisco engine``): a cluster's engine
+#: takes jobs; one an application embeds (``EngineSettings()``) takes none unless asked
+FILE_MAX_JOBS = 4
 
 
 def _engine_id(value: str) -> str | None:
@@ -48,6 +52,22 @@ def _engine_id(value: str) -> str | None:
 def _labels(values: tuple[str, ...]) -> str | None:
     bad = [v for v in values if not re.fullmatch(r"[\w.-]+=[\w.-]+", v)]
     return f"expected key=value of letters, digits, '.', '_', '-', got {bad[0]!r}" if bad else None
+
+
+def _base_url(value: str | None) -> str | None:
+    """An ``http(s)://host[:port][/prefix]`` URL: no query, fragment or credentials."""
+    if value is None:
+        return None
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises on a port that is not a number or out of range
+    except ValueError as exc:
+        return f"expected http(s)://HOST[:PORT][/PREFIX], got {value!r}: {exc}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"expected http(s)://HOST[:PORT][/PREFIX], got {value!r}"
+    if parts.query or parts.fragment or parts.username or parts.password:
+        return f"expected no query, fragment or credentials, got {value!r}"
+    return None
 
 
 def _engine(default: Any, doc: str, **more: Any) -> Any:
@@ -72,6 +92,13 @@ class EngineSettings(Section):
     )
     port: int = _engine(DEFAULT_PORT, "HTTP port (0: any free one)", check=port_check)
     advertise: str | None = _engine(None, "host written into status_url (none: host)")
+    advertise_url: str | None = _engine(
+        None,
+        "base URL other machines reach the engine's routes at: scheme, host, port and "
+        "the path prefix an application mounts them under, e.g. http://10.0.0.5:8080/crawler "
+        "(none: http://ADVERTISE:PORT)",
+        check=_base_url,
+    )
     token_env: str | None = _engine("NETDISCO_TOKEN", "variable that holds the control token")
     token: str | None = _engine(
         None, "the control token (read from token_env)", loaded=False, shown=False
@@ -101,7 +128,12 @@ class EngineSettings(Section):
     feeds_dir: str | None = _engine(
         None, "directory feeds asked for over HTTP are written under (none: they are refused)"
     )
-    max_jobs: int = _engine(4, "jobs run at once as child processes (0: none)", check=non_negative)
+    max_jobs: int = _engine(
+        0,
+        "jobs run at once as child processes (0: none; an engine file or netdisco engine "
+        f"takes {FILE_MAX_JOBS} unless it says otherwise, an engine built in Python none)",
+        check=non_negative,
+    )
     labels: tuple[str, ...] = _engine(
         (), 'key=value labels jobs are placed by (on = "key=value")', check=_labels
     )
@@ -127,7 +159,24 @@ class EngineSettings(Section):
     @property
     def advertised_host(self) -> str:
         """The host other machines should use to reach this engine."""
+        if self.advertise_url is not None:
+            return urlsplit(self.advertise_url).hostname or self.host
         return self.advertise or self.host
+
+    def advertised_base(self, port: int) -> str:
+        """``scheme://host:port/prefix`` (no trailing slash) the engine's routes are
+        reached at: ``advertise_url``, or the bound ``port`` on the advertised host."""
+        if self.advertise_url is not None:
+            parts = urlsplit(self.advertise_url)
+            default = 443 if parts.scheme == "https" else 80
+            host = parts.hostname or ""
+            netloc = f"{f'[{host}]' if ':' in host else host}:{parts.port or default}"
+            return f"{parts.scheme}://{netloc}{parts.path.rstrip('/')}"
+        return f"http://{self.advertised_host}:{port}"
+
+    def advertised_port(self, port: int) -> int:
+        """The port other machines reach the engine at (``advertise_url``'s, or ``port``)."""
+        return int(urlsplit(self.advertised_base(port)).port or port)
 
     @property
     def label_map(self) -> dict[str, str]:
@@ -204,6 +253,7 @@ def engine_settings(
     env = os.environ if environ is None else environ
     flags = {name: value for name, value in (overrides or {}).items() if value is not None}
     sources = (
+        Source({"max_jobs": FILE_MAX_JOBS}, text=False),
         Source(table, text=False),
         from_environ(EngineSettings, env, "NETDISCO_{KEY}", name="{key}"),
         Source(flags, text=False),

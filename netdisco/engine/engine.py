@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
+from netdisco import logs
 from netdisco._fence import Fence
 from netdisco._tasks import Tasks
 from netdisco._version import __version__
@@ -45,6 +46,7 @@ from netdisco.engine.hosted import (
     zookeeper_settings,
 )
 from netdisco.engine.lifecycle import EngineState
+from netdisco.engine.ondemand import CrawlHandle, on_demand
 from netdisco.engine.schedules import ScheduledSpider, Timetable
 from netdisco.engine.sidecar import default_front
 from netdisco.engine.watchdog import LoopWatchdog
@@ -80,6 +82,7 @@ class SpiderEngine:
         registry_factory: RegistryFactory | None = None,
         http_front: FrontFactory = default_front,
     ) -> None:
+        logs.as_library()  # in an application that set up logging: its handlers and levels
         self.settings = settings or EngineSettings()
         self._zookeeper = zookeeper_settings(zookeeper) if zookeeper is not None else None
         self.fence = Fence() if registry_factory is None and self._zookeeper else None  # leases
@@ -91,12 +94,11 @@ class SpiderEngine:
         #: new for every engine object; labels this run's node and its leases in Redis
         self.incarnation = uuid.uuid4().hex
         self._leases = LeaseKeepers(self._zookeeper, self.incarnation)
-        self._starting = Tasks()  # spiders added while running, still opening
         self.started_at: float | None = None
         self.port: int = self.settings.port
         self._crawlers: dict[str, Crawler] = {}
-        self._tasks = Tasks()  # spider stops and scheduled runs under way
-        self._changed = asyncio.Event()
+        self._tasks, self._starting = Tasks(), Tasks()  # stops and ticks; spiders opening
+        self._changed, self._stopped = asyncio.Event(), asyncio.Event()  # any change; the end
         self._front_factory = http_front
         self._http: HttpFront | None = None
         self._stopping: asyncio.Task[None] | None = None
@@ -131,8 +133,9 @@ class SpiderEngine:
 
     @property
     def status_url(self) -> str:
-        """Where other machines read this engine's status."""
-        return f"http://{self.settings.advertised_host}:{self.port}/netdiscovery/engine"
+        """Where other machines read this engine's status (``advertise_url`` says where an
+        application serves the engine's routes under a prefix of its own)."""
+        return f"{self.settings.advertised_base(self.port)}/netdiscovery/engine"
 
     @property
     def registry_healthy(self) -> bool | None:
@@ -155,7 +158,7 @@ class SpiderEngine:
             id=self.id,
             incarnation=self.incarnation,
             host=self.settings.advertised_host,
-            port=self.port,
+            port=self.settings.advertised_port(self.port),
             status_url=self.status_url,
             pid=os.getpid(),
             version=__version__,
@@ -206,8 +209,12 @@ class SpiderEngine:
         pipelines: Sequence[Pipeline] = (),
         schedule: Schedule | None = None,
         args: Mapping[str, str] | None = None,
+        keep_alive: bool = False,
     ) -> Crawler:
         """Add a spider; it starts at once if the engine runs (a scheduled one at its tick).
+
+        ``keep_alive``: out of work, the spider waits for ``push``es instead of finishing,
+        until ``finish(name)`` (or a stop); the engine's ``run()`` waits for it meanwhile.
 
         ``settings`` is a ``Settings`` (the values that differ from the defaults count), or
         a mapping (``{"max_pages": 5}``) loaded like a ``[[spiders]]`` table; either goes
@@ -221,7 +228,8 @@ class SpiderEngine:
         if instance.name in self._crawlers:
             raise DuplicateSpider(instance.name)
         crawler = self._new_crawler(instance, settings, pipelines)
-        log.info("spider_added", engine=self.id, spider=crawler.name)
+        crawler.keep_alive = keep_alive
+        log.debug("spider_added", engine=self.id, spider=crawler.name)
         if schedule is not None:
             claim = run_claim(crawler.settings.frontier, crawler.name, self.incarnation)
             start_run = partial(self._scheduled_run, crawler.name)
@@ -276,6 +284,25 @@ class SpiderEngine:
         """Schedule more URLs on a spider; each rejected one comes back with a reason."""
         return await self.crawler(name).push(urls)
 
+    def finish(self, name: str) -> None:
+        """Let a ``keep_alive`` spider end: it finishes once what it has queued is done."""
+        self.crawler(name).keep_alive = False
+
+    def crawl(
+        self,
+        spider: type[Spider],
+        urls: Iterable[str],
+        settings: Settings | Mapping[str, Any] | None = None,
+        *,
+        pipelines: Sequence[Pipeline] = (),
+        args: Mapping[str, str] | None = None,
+        keep: bool = False,
+    ) -> CrawlHandle:
+        """Crawl ``urls`` with a run of its own of ``spider`` (a class); ``await`` the
+        handle for a ``CrawlResult`` with this call's items only (``netdisco.engine.ondemand``).
+        Safe to call many times, at once; the engine must be created or running."""
+        return on_demand(self, spider, urls, settings, pipelines, args, keep)
+
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -292,6 +319,7 @@ class SpiderEngine:
                 self._http = self._front_factory(self)
                 self.port = await self._http.start(self.settings.host, self.settings.port)
             if self._registry_factory is not None:
+                self._say_where()
                 self.registry = self._registry_factory(self.id, self.describe)
                 await self.registry.start()
             await self._start_jobs()
@@ -305,6 +333,17 @@ class SpiderEngine:
             await self.stop()
             raise
         log.info("engine_started", engine=self.id, port=self.port, spiders=len(self._crawlers))
+
+    def _say_where(self) -> None:
+        """An engine whose routes an application serves (``http = false``) cannot know
+        where: without ``advertise_url`` its node names a port nothing may serve."""
+        if not self.settings.http and self.settings.advertise_url is None:
+            log.warning(
+                "engine_address_unknown",
+                engine=self.id,
+                status_url=self.status_url,
+                hint="set EngineSettings(advertise_url=...) to where the app mounts the routes",
+            )
 
     async def _start_jobs(self) -> None:
         """With ZooKeeper and ``max_jobs``: take jobs placed on this engine (children)."""
@@ -335,12 +374,33 @@ class SpiderEngine:
             await self._changed.wait()
 
     async def run(self) -> dict[str, SpiderState]:
-        """Start, wait until every spider is done, stop; the final state of each spider."""
-        if self.state is EngineState.CREATED:
-            await self.start()
-        states = await self.wait()
+        """Start, wait until every spider is done, stop; the final state of each spider.
+
+        However it ends, it ends as ``stop()`` does: a cancelled ``run()`` (the
+        ``create_task(engine.run())`` / ``task.cancel()`` pattern, Ctrl-C under
+        ``asyncio.run``) or one whose wait raised first leaves the cluster gracefully
+        (tombstone) and closes everything, then re-raises.
+        """
+        try:
+            if self.state is EngineState.CREATED:
+                await self.start()
+            states = await self.wait()
+        except BaseException:
+            await self._stop_regardless()
+            raise
         await self.stop()
         return states
+
+    async def _stop_regardless(self) -> None:
+        """``stop()`` to the end even when our task is cancelled again meanwhile (the
+        stop is shielded; a second cancel only makes us wait for it once more)."""
+        while True:
+            try:
+                await self.stop()
+                return
+            except asyncio.CancelledError:
+                if self._stopping is None or self._stopping.done():
+                    raise
 
     async def stop(self, deadline: float | None = None) -> None:
         """Deregister first, then stop every spider (in-flight get ``deadline`` s), then HTTP.
@@ -349,10 +409,15 @@ class SpiderEngine:
         """
         if self.state is EngineState.CREATED:
             self.state = EngineState.STOPPED
+            self._stopped.set()
             return
         if self._stopping is None:
             self._stopping = asyncio.create_task(self._shutdown(deadline))
         await asyncio.shield(self._stopping)
+
+    async def stopped(self) -> None:
+        """Return once the engine has stopped (at once if it has)."""
+        await self._stopped.wait()
 
     async def __aenter__(self) -> SpiderEngine:
         return self
@@ -386,6 +451,7 @@ class SpiderEngine:
             await self._http.stop()
         self.state = EngineState.STOPPED
         self._changed.set()
+        self._stopped.set()
         states = {name: str(c.state) for name, c in self._crawlers.items()}
         log.info("engine_stopped", engine=self.id, spiders=states)
 

@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.retry import KazooRetry
 
-from netdisco._tasks import Tasks
+from netdisco._tasks import Tasks, in_own_thread
 from netdisco.cluster.acl import cluster_acl
 from netdisco.cluster.jobs import Job, JobState, JobStore, transition
 from netdisco.cluster.settings import ZooKeeperSettings
@@ -433,5 +434,5 @@ class JobRunner:
             await asyncio.wait(list(self._ends), timeout=_DEFAULT_DEADLINE + 3 * FLUSH_GRACE)
         await self._ends.cancel_all()
         if self._client is not None:
-            await asyncio.to_thread(close_client, self._client)
+            await in_own_thread(partial(close_client, self._client), "zk-close")
             self._client = None

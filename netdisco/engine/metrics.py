@@ -125,6 +125,28 @@ def _downloads(crawlers: list[Crawler]) -> Iterator[Metric]:
     yield latency
     yield codes
     yield _failures(crawlers)
+    yield from _errors(crawlers)
+
+
+def _errors(crawlers: list[Crawler]) -> Iterator[Metric]:
+    """Exceptions raised by the spider's code: callbacks (and ``start``), item pipelines."""
+    families = {
+        "callback": CounterMetricFamily(
+            "netdisco_callback_errors",
+            "Exceptions raised by the spider's callbacks or its start(), by type.",
+            labels=("spider", "type"),
+        ),
+        "pipeline": CounterMetricFamily(
+            "netdisco_pipeline_errors",
+            "Exceptions raised by item pipelines (DropItem not counted), by type.",
+            labels=("spider", "type"),
+        ),
+    }
+    for crawler in crawlers:
+        for where, counts in crawler.stats.errors_by_type().items():
+            for kind, count in sorted(counts.items()):
+                families[where].add_metric((crawler.name, kind), count)
+    yield from families.values()
 
 
 def _failures(crawlers: list[Crawler]) -> Metric:

@@ -32,6 +32,8 @@ from netdisco.engine.api import (
     create_app,
     engine_body,
     health_body,
+    live_body,
+    ready_body,
     spiders_body,
 )
 from netdisco.engine.config import is_loopback
@@ -59,6 +61,8 @@ def answers(engine: SpiderEngine) -> dict[str, tuple[int, str]]:
     found: dict[str, tuple[int, Any]] = {}
     with contextlib.suppress(Exception):
         found["/netdiscovery/health"] = health_body(engine)
+        found["/netdiscovery/live"] = live_body(engine)
+        found["/netdiscovery/ready"] = ready_body(engine)
     with contextlib.suppress(Exception):
         found["/netdiscovery/engine"] = (200, engine_body(engine))
     with contextlib.suppress(Exception):
@@ -145,7 +149,7 @@ class StatusProcess:
             if self._sent.get(path) != (status, body)
         ]
         lines += [{"path": path, "gone": True} for path in self._sent.keys() - now.keys()]
-        lines.append({"seq": self._seq})  # the heartbeat, closing the batch
+        lines.append({"seq": self._seq, "engine": self._engine.id})  # heartbeat: batch's end
         proc.stdin.write(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
         self._sent = now  # before the await: the next batch is a diff against this one
         await proc.stdin.drain()

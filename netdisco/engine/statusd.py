@@ -51,8 +51,11 @@ def _load_serving() -> ModuleType:
 serving = _load_serving()
 
 #: request headers passed on to the engine, and response headers passed back
-PASSED_ON = ("Authorization", "Content-Type", "Accept")
-PASSED_BACK = ("Content-Type", "WWW-Authenticate", "Allow", "Retry-After", "Location", "Vary")
+PASSED_ON = ("Authorization", "Content-Type", "Accept", "X-Netdisco-Engine")
+PASSED_BACK = ("Content-Type", "WWW-Authenticate", "Allow", "Retry-After", "Location", "Vary",
+               "X-Netdisco-Engine")  # fmt: skip
+#: netdisco.cluster.contract.ENGINE_HEADER (this process imports nothing from netdisco)
+ENGINE_HEADER = "X-Netdisco-Engine"
 #: how long a proxied request may take: ``stop`` waits for the spider's stop deadline
 PROXY_TIMEOUT = ClientTimeout(total=600, connect=5)
 #: the longest line the engine may send (every spider's status in one answer)
@@ -72,6 +75,7 @@ class Snapshot:
     answers: dict[str, tuple[int, bytes]] = field(default_factory=dict)
     updated: float = field(default_factory=time.monotonic)
     seq: int = 0
+    engine: str | None = None  # the engine's id, as its heartbeats say
     waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
 
     def apply(self, line: bytes) -> None:
@@ -80,6 +84,7 @@ class Snapshot:
         self.updated = time.monotonic()
         path = message.get("path")
         if path is None:
+            self.engine = str(message.get("engine") or "") or self.engine
             self._reached(int(message.get("seq", self.seq)))
         elif message.get("gone"):
             self.answers.pop(path, None)
@@ -127,9 +132,20 @@ class Front:
         )
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        answer = self.snapshot.answers.get(request.path) if request.method == "GET" else None
+        response = await self.answer(request)
+        if self.snapshot.engine and ENGINE_HEADER not in response.headers:
+            response.headers[ENGINE_HEADER] = self.snapshot.engine
+        return response
+
+    async def answer(self, request: web.Request) -> web.StreamResponse:
+        reads = request.method in ("GET", "HEAD")
+        answer = self.snapshot.answers.get(request.path) if reads else None
         if answer is None or "text/html" in request.headers.get("Accept", ""):  # a browser
             return await self.pass_on(request)
+        asked = request.headers.get(ENGINE_HEADER)
+        if asked is not None and self.snapshot.engine and asked != self.snapshot.engine:
+            message = f"this is engine {self.snapshot.engine!r}, not {asked[:200]!r}"
+            return error(409, "wrong_engine", message)
         if self.snapshot.age() > self.snapshot.stale_after:
             return error(
                 503,

@@ -20,6 +20,8 @@ from collections.abc import Callable
 
 import structlog
 
+from netdisco._tasks import in_own_thread
+
 log = structlog.get_logger(__name__)
 
 
@@ -62,7 +64,7 @@ class LoopWatchdog:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)
+            await in_own_thread(self._thread.join, "loop-watchdog-join")
 
     async def _heartbeat(self) -> None:
         loop = asyncio.get_running_loop()

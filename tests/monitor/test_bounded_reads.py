@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from netdisco.cluster.contract import ENGINE_HEADER
 from netdisco.testing import eventually, serve
 from tests.monitor.conftest import monitor_config
 from tests.monitor.test_http import _get
@@ -28,7 +29,7 @@ async def huge_status() -> AsyncIterator[int]:
     """A loopback 'engine' whose spider list is 4 MiB, chunked (no Content-Length)."""
 
     async def spiders(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse()
+        resp = web.StreamResponse(headers={ENGINE_HEADER: request.headers[ENGINE_HEADER]})
         await resp.prepare(request)
         await resp.write(b"[")
         item = json.dumps({"name": "x" * 1000, "pages_per_second": 1}).encode()

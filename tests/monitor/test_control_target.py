@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 from kazoo.client import KazooClient
 
+from netdisco.cluster.contract import ENGINE_HEADER
 from netdisco.testing import eventually, free_port
 from tests.monitor.service_support import control_url, post, steering
 
@@ -31,7 +32,9 @@ class Listener:
     async def start(self) -> None:
         async def record(request: web.Request) -> web.Response:
             self.seen.append(dict(request.headers))
-            return web.json_response({"ok": True})
+            # an engine answers as the one asked (the monitor checks ENGINE_HEADER)
+            asked = request.headers.get(ENGINE_HEADER, "")
+            return web.json_response({"ok": True}, headers={ENGINE_HEADER: asked})
 
         app = web.Application()
         app.router.add_post("/netdiscovery/spiders/{name}/{action}", record)

@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 
 from monitor.status import spiders_url, total_rate
+from netdisco.cluster.contract import ENGINE_HEADER
 from netdisco.testing import eventually, free_port
 from tests.monitor.conftest import monitor_config
 
@@ -196,7 +197,7 @@ def test_spiders_url_and_total_rate():
 async def test_pages_per_second_read_from_the_engine(zk_hosts, start_monitor, engines):
     async def spiders(request: web.Request) -> web.Response:
         rates = [{"name": "a", "pages_per_second": 12.5}, {"name": "b", "pages_per_second": 3}]
-        return web.json_response(rates)
+        return web.json_response(rates, headers={ENGINE_HEADER: "fast"})
 
     app = web.Application()
     app.router.add_get("/netdiscovery/spiders", spiders)

@@ -8,6 +8,7 @@ import pytest
 from aiohttp import web
 
 from monitor.status import StatusPoller
+from netdisco.cluster.contract import ENGINE_HEADER
 from netdisco.cluster.membership import Member
 from netdisco.testing import eventually, serve
 
@@ -26,7 +27,7 @@ async def test_a_malformed_spider_list_does_not_kill_the_poller(garbage: Any) ->
     answers = [garbage]
 
     async def spiders(request: web.Request) -> web.Response:
-        return web.json_response(answers[-1])
+        return web.json_response(answers[-1], headers={ENGINE_HEADER: "e1"})
 
     app = web.Application()
     app.router.add_get("/netdiscovery/spiders", spiders)

@@ -121,6 +121,8 @@ async def test_async_start_and_a_failing_seed_source(site: Site) -> None:
     assert sorted(item["url"] for item in items) == [site.url("/tree/13"), site.url("/tree/14")]
     assert crawler.stats.callback_errors == 1
     assert "seed source broke" in (crawler.stats.last_error or "")
+    assert crawler.state is SpiderState.FAILED  # the seeds it gave crawled, then failed
+    assert "seed source broke" in repr(crawler.failure)
 
 
 class WithErrback(Spider):

@@ -34,6 +34,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import structlog
 from kazoo.client import KazooClient
@@ -42,6 +43,7 @@ from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 from kazoo.retry import KazooRetry
 from redis.exceptions import RedisError
 
+from netdisco._tasks import in_own_thread
 from netdisco.cluster.contract import EventType as MemberEvent
 from netdisco.cluster.legacy import LeaveTimes
 from netdisco.cluster.membership import Member, Parent, View, assemble, diff, gone, member_of
@@ -122,7 +124,7 @@ class LeaseRecovery:
             await asyncio.gather(self._task, return_exceptions=True)
         client, self._client = self._client, None
         if client is not None:
-            await asyncio.to_thread(close_client, client)
+            await in_own_thread(partial(close_client, client), "zk-close")
         await self._redis.aclose()
 
     def _on_state(self, state: KazooState) -> None:
