@@ -289,8 +289,8 @@ async def test_prefetched_requests_are_leased_and_handed_back(
 
 def _stage_bits(capacity: int, error: float, stage: int) -> int:
     """Stage ``stage``'s bits, as the scalable Bloom filter is specified (scripts.py)."""
-    cap, rate = capacity * 2**stage, error / 2 / 2**stage
-    return int(math.ceil(cap * -math.log(rate) / math.log(2) ** 2))
+    cap, rate = capacity << stage, error / 2 / (1 << stage)
+    return math.ceil(cap * -math.log(rate) / math.log(2) ** 2)
 
 
 async def test_bloom_mode_grows_by_stages_and_never_forgets(
