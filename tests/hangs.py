@@ -40,6 +40,27 @@ def _pending_tasks() -> list[asyncio.Task[object]]:
     return [task for task in tasks if not task.done()]
 
 
+def _await_chain(task: asyncio.Task[object]) -> list[str]:
+    """Where the task waits, outermost first, down every coroutine it awaits (a task's
+    own stack shows only its outermost frame)."""
+    lines: list[str] = []
+    awaited: object = task.get_coro()
+    while awaited is not None and len(lines) < 40:
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)
+        frame = frame or getattr(awaited, "gi_frame", None)
+        if frame is None:  # a future (its __await__ iterator), or a coroutine that ended
+            lines.append(f"    awaits {type(awaited).__name__}\n")
+            break
+        code = frame.f_code
+        lines.append(f'  File "{code.co_filename}", line {frame.f_lineno}, in {code.co_name}\n')
+        awaited = (
+            getattr(awaited, "cr_await", None)
+            or getattr(awaited, "ag_await", None)
+            or getattr(awaited, "gi_yieldfrom", None)
+        )
+    return lines
+
+
 def _py_spy() -> str | None:
     beside = Path(sys.executable).with_name("py-spy")
     return str(beside) if beside.exists() else shutil.which("py-spy")
@@ -56,7 +77,7 @@ def witness(fd: int, nodeid: str) -> None:
         out.write(f"\n!!! {len(tasks)} pending asyncio task(s):\n")
         for task in tasks:
             with contextlib.suppress(Exception):  # a task may end while it is printed
-                task.print_stack(limit=12, file=out)
+                out.write(f"{task!r}\n{''.join(_await_chain(task))}")
         spy = _py_spy()
         for child in psutil.Process().children(recursive=True):
             with contextlib.suppress(psutil.Error):

@@ -25,10 +25,14 @@ async def _stuck_in_a_coroutine(gate: asyncio.Event) -> None:
     await gate.wait()
 
 
+async def _waiting_on_a_helper(gate: asyncio.Event) -> None:
+    await _stuck_in_a_coroutine(gate)
+
+
 async def test_the_witness_shows_threads_tasks_and_children(tmp_path: Path) -> None:
     out = tmp_path / "witness.txt"
     gate = asyncio.Event()
-    task = asyncio.create_task(_stuck_in_a_coroutine(gate))
+    task = asyncio.create_task(_waiting_on_a_helper(gate))
     child = await asyncio.create_subprocess_exec(
         sys.executable, "-c", CHILD, stdout=asyncio.subprocess.PIPE
     )
@@ -47,7 +51,10 @@ async def test_the_witness_shows_threads_tasks_and_children(tmp_path: Path) -> N
     text = out.read_text()
     assert "hang witness: tests/x.py::test_y" in text
     assert "Thread 0x" in text or "Current thread" in text  # faulthandler's threads
-    assert "_stuck_in_a_coroutine" in text  # the pending task's stack
+    chain = text[text.index("_waiting_on_a_helper") :]  # the pending task, down its awaits
+    assert "in _stuck_in_a_coroutine" in chain
+    assert "in wait" in chain
+    assert "awaits FutureIter" in chain
     assert f"child {child.pid}:" in text
     assert "napping_in_the_child" in text  # py-spy's dump of the child
     assert text.rstrip().endswith("end of the hang witness for tests/x.py::test_y")
