@@ -78,6 +78,22 @@ class Metrics:
             ["hook"],
             registry=r,
         )
+        self.alerts_taken_over = Counter(
+            "netdisco_monitor_alerts_taken_over",
+            "Alerts another monitor had claimed and died with, delivered here: each may be "
+            "a duplicate (its first monitor may have sent it before it died).",
+            ["hook"],
+            registry=r,
+        )
+        self.alerts_duplicate = Counter(
+            "netdisco_monitor_alerts_duplicate",
+            "Alerts this monitor sent and then found sent by another (a duplicate).",
+            ["hook"],
+            registry=r,
+        )
+        self.delivering = Gauge(
+            "netdisco_monitor_delivering", "1 while this monitor delivers the alerts.", registry=r
+        )
         self.unobserved = Counter(
             "netdisco_monitor_unobserved_changes",
             "Child creates/deletes too fast to observe (from the root's cversion).",
