@@ -109,6 +109,7 @@ class Alerts:
             self._flapped(lost, event)
 
     def _flapped(self, lost: Event, back: Event) -> None:
+        back_as = back.identity[1:] if back.identity else None  # the engine, its new czxid
         self._record(
             Event(
                 type=EventType.ENGINE_FLAPPED,
@@ -116,8 +117,7 @@ class Alerts:
                 engine=back.engine,
                 previous=lost.engine,
                 detail={"lost": lost.type.value, "back_after": round(back.time - lost.time, 3)},
-                identity=None if back.identity is None else same(
-                    EventType.ENGINE_FLAPPED.value, *back.identity[1:]),
+                identity=None if back_as is None else same("engine_flapped", *back_as),
             )
         )
 
@@ -148,8 +148,9 @@ class Alerts:
         while True:
             try:
                 created = await self.outbox.put(hook, event)
-                log.info("alert_recorded" if created else "alert_recorded_already", hook=hook,
-                         kind=event.type.value, engine_id=event.engine_id, key=event.key)  # fmt: skip
+                said = "alert_recorded" if created else "alert_recorded_already"
+                log.info(said, hook=hook, kind=event.type.value, engine_id=event.engine_id,
+                         key=event.key)  # fmt: skip
                 return
             except NoAuthError:  # the outbox's parent is not ours to write: send from here
                 log.warning("alert_outbox_denied", hook=hook, path=self.outbox.path,

@@ -183,7 +183,7 @@ class Latch:
         except ValueError:
             data = None
         instance = name[2 : -_SEQ - 1]
-        out = {"instance": instance, "node": name}
+        out: dict[str, Any] = {"instance": instance, "node": name}
         if isinstance(data, dict) and data.get("instance") == instance:
             for key in ("url", "version", "pid", "hostname", "joined_at"):
                 value = data.get(key)

@@ -108,8 +108,7 @@ class Outbox:
             stat = await wait_result(self.client.exists_async(self._node(entry_name(hook, twin))))
             if stat is not None:
                 return False
-        data = {"state": PENDING, "at": time.time(), "by": self.latch.instance,
-                "identity": list(event.identity), "event": event.to_json()}  # fmt: skip
+        data = self._body(PENDING, event)
         raw = json.dumps(data, default=str).encode()
         if len(raw) > MAX_DATA:  # an engine's data is bounded, but the whole must fit a znode
             data["event"] = {**data["event"], "engine": {"id": event.engine_id}}
@@ -121,6 +120,10 @@ class Outbox:
             return False
         return True
 
+    def _body(self, state: str, event: Event) -> dict[str, Any]:
+        return {"state": state, "at": time.time(), "by": self.latch.instance,
+                "identity": list(event.identity or ()), "event": event.to_json()}  # fmt: skip
+
     async def read(self, name: str) -> tuple[Entry, Event | None] | None:
         """An entry and the event it holds (None for one done); None when it is gone."""
         try:
@@ -130,7 +133,9 @@ class Outbox:
         data = _loads(raw)
         state = data.get("state")
         entry = Entry(
-            name, stat.version, state if state in (PENDING, SENDING, SENT, DROPPED) else DROPPED,
+            name,
+            stat.version,
+            state if state in (PENDING, SENDING, SENT, DROPPED) else DROPPED,
             by=data.get("by") if isinstance(data.get("by"), str) else None,
             at=stat.mtime / 1000,
             created=stat.czxid,
@@ -139,12 +144,9 @@ class Outbox:
 
     async def claim(self, entry: Entry, event: Event) -> bool:
         """Mark ``entry`` being sent by this monitor; False when another got there first."""
-        data = {"state": SENDING, "at": time.time(), "by": self.latch.instance,
-                "identity": list(event.identity or ()), "event": event.to_json()}  # fmt: skip
+        data = self._body(SENDING, event)
         try:
-            stat = await wait_result(self.client.set_async(
-                self._node(entry.name), json.dumps(data, default=str).encode()[:MAX_DATA],
-                version=entry.version))  # fmt: skip
+            stat = await self._write(entry, data)
         except (BadVersionError, NoNodeError):
             return False
         entry.version, entry.state, entry.by = stat.version, SENDING, self.latch.instance
@@ -155,8 +157,7 @@ class Outbox:
         monitor took it over and marked it meanwhile."""
         data = {"state": state, "at": time.time(), "by": self.latch.instance}
         try:
-            stat = await wait_result(self.client.set_async(
-                self._node(entry.name), json.dumps(data).encode(), version=entry.version))  # fmt: skip
+            stat = await self._write(entry, data)
             entry.version, entry.state = stat.version, state
         except (BadVersionError, NoNodeError):
             found = await self.read(entry.name)
@@ -166,14 +167,19 @@ class Outbox:
 
     async def release(self, entry: Entry) -> None:
         """Give a claimed entry back (this monitor stops before it could send it)."""
-        data = {"state": PENDING, "at": time.time(), "by": None}
         current = await self.read(entry.name)
         if current is None or current[1] is None or current[0].version != entry.version:
             return
-        data.update(identity=list(current[1].identity or ()), event=current[1].to_json())
+        data = {**self._body(PENDING, current[1]), "by": None}
         with contextlib.suppress(BadVersionError, NoNodeError):
-            await wait_result(self.client.set_async(self._node(entry.name),
-                              json.dumps(data, default=str).encode(), version=entry.version))  # fmt: skip
+            await self._write(entry, data)
+
+    async def _write(self, entry: Entry, data: dict[str, Any]) -> Any:
+        """Set an entry's data if it is still the version read or written here."""
+        raw = json.dumps(data, default=str).encode()[:MAX_DATA]
+        return await wait_result(
+            self.client.set_async(self._node(entry.name), raw, version=entry.version)
+        )
 
     async def delete(self, entry: Entry) -> None:
         with contextlib.suppress(BadVersionError, NoNodeError):
@@ -293,7 +299,7 @@ def _event(data: dict[str, Any]) -> Event | None:
     if not isinstance(body, dict) or not isinstance(identity, list) or not identity:
         return None
     try:
-        kind = EventType(body.get("type"))
+        kind = EventType(str(body.get("type")))
     except ValueError:
         return None
     when = body.get("time")
