@@ -60,15 +60,7 @@ class Monitor:
         self.listeners: list[Callable[[Event], None]] = []  # e.g. tests, benchmarks
         self.watcher = self._watch(config)
         self.latch, self.outbox = self._latch(config)
-        self.alerts = Alerts(
-            build_hooks(config),
-            config.alerts,
-            self.metrics,
-            fresh=self.watcher.fresh,
-            present=self._present,
-            record=self.record,
-            outbox=self.outbox,
-        )
+        self.alerts = self._alerts(config)
         retention = config.zookeeper.tombstone_max_age
         self.courier = Courier(self.outbox, self.latch, self.alerts.hand, retention)
         self.control = Control(config.control, self.watcher.members, self.watcher.proven)
@@ -104,6 +96,17 @@ class Monitor:
             on_unobserved=self.metrics.unobserved.inc,
             on_dropped=self.dropped,
             proof_key=proof_key(token),
+        )
+
+    def _alerts(self, config: MonitorConfig) -> Alerts:
+        return Alerts(
+            build_hooks(config),
+            config.alerts,
+            self.metrics,
+            fresh=self.watcher.fresh,
+            present=self._present,
+            record=self.record,
+            outbox=self.outbox,
         )
 
     def _latch(self, config: MonitorConfig) -> tuple[Latch, Outbox]:

@@ -78,6 +78,7 @@ class Entry:
     by: str | None = None
     at: float = 0.0  # when it was last written
     created: int = 0  # its czxid: entries are sent in the order they were recorded
+    identity: tuple[str, ...] = ()
 
     @property
     def hook(self) -> str:
@@ -139,6 +140,7 @@ class Outbox:
             by=data.get("by") if isinstance(data.get("by"), str) else None,
             at=stat.mtime / 1000,
             created=stat.czxid,
+            identity=_identity(data.get("identity")),
         )
         return entry, (_event(data) if entry.state in (PENDING, SENDING) else None)
 
@@ -153,9 +155,10 @@ class Outbox:
         return True
 
     async def finish(self, entry: Entry, state: str) -> None:
-        """Mark a claimed entry ``sent`` or ``dropped``; count a duplicate when another
-        monitor took it over and marked it meanwhile."""
-        data = {"state": state, "at": time.time(), "by": self.latch.instance}
+        """Mark a claimed entry ``sent`` or ``dropped`` (the event's identity stays, its data
+        goes); count a duplicate when another monitor took it over and marked it meanwhile."""
+        data = {"state": state, "at": time.time(), "by": self.latch.instance,
+                "identity": list(entry.identity)}  # fmt: skip
         try:
             stat = await self._write(entry, data)
             entry.version, entry.state = stat.version, state
@@ -310,5 +313,10 @@ def _event(data: dict[str, Any]) -> Event | None:
         previous=body["previous"] if isinstance(body.get("previous"), dict) else None,
         detail=body["detail"] if isinstance(body.get("detail"), dict) else {},
         time=float(when) if isinstance(when, int | float) else time.time(),
-        identity=tuple(str(part)[:300] for part in identity[:16]),
+        identity=_identity(identity),
     )
+
+
+def _identity(value: Any) -> tuple[str, ...]:
+    """An identity as an entry holds it: a short list of short strings."""
+    return tuple(str(part)[:300] for part in value[:16]) if isinstance(value, list) else ()

@@ -14,10 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from kazoo.client import KazooClient
 
-from netdisco.testing import eventually
+from netdisco.testing import eventually, free_port
 from tests.monitor.conftest import REPO, Smtp
-from tests.monitor.monitor_processes import TOML, MonitorProcess, Webhook
+from tests.monitor.monitor_processes import (
+    TOML,
+    HeldMailbox,
+    MonitorProcess,
+    Webhook,
+    logged_at,
+)
 
 HOOKS = ("email", "webhook", "command", "callable")
 
@@ -25,12 +32,14 @@ HOOKS = ("email", "webhook", "command", "callable")
 class Scene:
     """The receivers of every hook kind, and the monitors' configuration."""
 
-    def __init__(self, zk_hosts: str, tmp_path: Path, smtp: Smtp, webhook_url: str) -> None:
+    def __init__(
+        self, zk_hosts: str, tmp_path: Path, smtp: Smtp, webhook_url: str, grace: float = 0.0
+    ) -> None:
         self.commands = tmp_path / "commands.jsonl"
         self.calls = tmp_path / "calls.jsonl"
         self.smtp = smtp
         self.config = TOML.format(
-            hosts=zk_hosts, session=2.0, port="{port}", grace=0.0, smtp=smtp.port,
+            hosts=zk_hosts, session=2.0, port="{port}", grace=grace, smtp=smtp.port,
             webhook=webhook_url, commands=self.commands,
         )  # fmt: skip
         self.env = {"TEST_HOOK_FILE": str(self.calls)}
@@ -123,3 +132,161 @@ async def test_two_monitors_started_together_send_one_alert_per_loss(
     finally:
         await asyncio.gather(*(m.stop() for m in pair))
         await webhook.close()
+
+
+SESSION = 2.0
+
+
+def _dump(monitors: list[MonitorProcess], path: Path) -> None:
+    """Every monitor's log, one after the other, to read when the test fails."""
+    with path.open("w") as out:
+        for monitor in monitors:
+            out.write(f"== {monitor.url}\n")
+            out.writelines(json.dumps(x) + "\n" for x in monitor.logs)
+
+
+def _outbox_states(zk_hosts: str, engine: str) -> dict[str, str]:
+    """The outbox entries' states (by hook) of the alerts about ``engine``, read directly."""
+    client = KazooClient(hosts=zk_hosts)
+    client.start(timeout=15)
+    try:
+        out: dict[str, str] = {}
+        if client.exists("/netdiscovery.outbox") is None:
+            return out
+        for name in client.get_children("/netdiscovery.outbox"):
+            raw, _ = client.get(f"/netdiscovery.outbox/{name}")
+            data = json.loads(raw)
+            if engine in json.dumps(data.get("identity")):
+                out[name.split(".")[0]] = data["state"]
+        return out
+    finally:
+        client.stop()
+        client.close()
+
+
+def _said(monitor: MonitorProcess, event: str, engine: str) -> bool:
+    return any(x.get("engine_id") == engine for x in monitor.named(event))
+
+
+class Trio:
+    """Three monitors, each one killed is replaced; the kills and the leaders, recorded."""
+
+    def __init__(self, scene: Scene) -> None:
+        self.scene = scene
+        self.running: list[MonitorProcess] = []
+        self.dead: list[MonitorProcess] = []
+        self.kills: list[float] = []
+        self.failovers: list[float] = []  # seconds from a kill to the next leader's word
+
+    def all(self) -> list[MonitorProcess]:
+        return self.running + self.dead
+
+    async def fill(self) -> None:
+        fresh = await asyncio.gather(*(self.scene.monitor() for _ in range(3 - len(self.running))))
+        self.running += fresh
+        await eventually(lambda: all(m.named("baseline") for m in fresh), what="listed")
+
+    async def leader(self) -> MonitorProcess:
+        leading = lambda: [m for m in self.running if m.leading()]  # noqa: E731
+        found = await eventually(lambda: len(leading()) == 1 and leading(), what="one leader")
+        return found[0]
+
+    async def kill_leader(self) -> float:
+        """``kill -9`` the leader; then: another leads within the session timeout + 1 s,
+        by the times the monitors logged (not by a clock here)."""
+        leader = await self.leader()
+        at = leader.kill()
+        self.running.remove(leader)
+        self.dead.append(leader)
+        self.kills.append(at)
+        took = await eventually(lambda: [logged_at(x) for m in self.running
+                                         for x in m.named("alerts_leader")
+                                         if logged_at(x) > at], what="a new leader")  # fmt: skip
+        self.failovers.append(round(min(took) - at, 3))
+        assert min(took) - at <= SESSION + 1.0, (min(took) - at, "the failover")
+        return at
+
+    def sent_at(self, engine: str, hook: str) -> list[float]:
+        """When alerts about ``engine`` were sent by ``hook``, by any monitor."""
+        return [logged_at(x) for m in self.all() for x in m.named("alert_sent")
+                if x["hook"] == hook and f"engine_lost:{engine}" in x["events"]]  # fmt: skip
+
+    def taken_over(self, hook: str) -> int:
+        return sum(1 for m in self.all() for x in m.named("alert_taken_over")
+                   if x["entry"].startswith(f"{hook}."))  # fmt: skip
+
+
+async def test_three_monitors_killed_around_deliveries_lose_no_alert(zk_hosts, tmp_path, engines):
+    """Kills of the delivering monitor after a delivery was marked, before it was sent
+    (within the grace period) and between its send and its mark (the SMTP server holds its
+    answer): every loss is alerted by every hook, a duplicate only where a kill fell between
+    a send and its mark (counted as taken over), failover within the session timeout + 1 s,
+    no alert for a leave."""
+    smtp = Smtp(free_port())
+    smtp.mailbox = mailbox = HeldMailbox()
+    smtp.start()
+    webhook = Webhook()
+    scene = Scene(zk_hosts, tmp_path, smtp, await webhook.start(), grace=0.5)
+    trio = Trio(scene)
+    lost: list[str] = []
+
+    async def lose(name: str) -> None:
+        engine = await asyncio.to_thread(engines, name)
+        await asyncio.to_thread(engine.join)
+        seen = lambda: all(_said(m, "engine_joined", name) for m in trio.running)  # noqa: E731
+        await eventually(seen, what=f"{name} joined")
+        await asyncio.to_thread(engine.vanish)
+        lost.append(name)
+
+    try:
+        await trio.fill()
+        # after: the alert is sent and marked, then its monitor dies: not sent again
+        await lose("after")
+
+        async def marked() -> bool:
+            states = await asyncio.to_thread(_outbox_states, zk_hosts, "after")
+            return len(states) == len(HOOKS) and set(states.values()) == {"sent"}
+
+        await eventually(marked, what="the alerts about 'after' marked sent")
+        await trio.kill_leader()
+        await trio.fill()
+        # before: the monitor that would send it dies within the grace period
+        leader = await trio.leader()
+        await lose("before")
+        await eventually(lambda: _said(leader, "engine_lost", "before"), what="seen")
+        killed = await trio.kill_leader()
+        await eventually(lambda: trio.sent_at("before", "email"), what="sent by the next")
+        assert min(trio.sent_at("before", "email")) - killed <= SESSION + 1.0
+        await trio.fill()
+        # a leave on the way: never alerted
+        leaver = await asyncio.to_thread(engines, "leaver")
+        await asyncio.to_thread(leaver.join)
+        await asyncio.to_thread(leaver.leave)
+        # during: the message is at the SMTP server, its monitor dies before the answer
+        mailbox.hold.set()
+        await lose("during")
+        await asyncio.to_thread(mailbox.held.wait, 30)
+        killed = await trio.kill_leader()
+        mailbox.go.set()
+        await eventually(lambda: trio.sent_at("during", "email"), what="sent again")
+        assert min(trio.sent_at("during", "email")) - killed <= SESSION + 1.0
+        await trio.fill()
+        for name in lost:
+            everywhere = lambda n=name: all(n in got for got in scene.received(webhook).values())  # noqa: E731
+            await eventually(everywhere, what=f"{name} alerted by every hook")
+        await eventually(lambda: any(m.named("engine_left") for m in trio.all()), what="left")
+        received = scene.received(webhook)
+        for hook, engines_alerted in received.items():
+            assert "leaver" not in engines_alerted, hook
+            assert set(engines_alerted) == set(lost), (hook, received)
+            duplicates = len(engines_alerted) - len(set(engines_alerted))
+            assert duplicates <= trio.taken_over(hook), (hook, received)
+        assert trio.taken_over("email") >= 1  # the held message was taken over
+        assert len(trio.kills) == 3
+        print(f"failovers {trio.failovers} s; taken over: {trio.taken_over('email')} e-mail")
+    finally:
+        mailbox.go.set()
+        await asyncio.gather(*(m.stop() for m in trio.all()))
+        _dump(trio.all(), tmp_path / "monitors.log")
+        await webhook.close()
+        smtp.stop()
