@@ -208,6 +208,8 @@ class Monitor:
         if not hooks:  # no hook takes it: nothing waits, whatever the grace
             return {"state": "none", "hooks": [], "error": None}
         state = "waiting" if self.alerts.waiting(engine_id) else "pending"
+        if state == "pending" and not self.latch.leading:
+            state = "elsewhere"  # recorded in the outbox: the delivering monitor sends it
         return {"state": state, "hooks": hooks, "error": None}
 
     def dropped(self, what: str) -> None:
