@@ -24,7 +24,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
@@ -96,6 +96,7 @@ class Outbox:
         self.acl = acl
         self.latch = latch
         self.metrics = metrics
+        self._mine: dict[str, None] = {}  # the entries this monitor created, oldest first
 
     def _node(self, name: str) -> str:
         return f"{self.path}/{name}"
@@ -104,22 +105,46 @@ class Outbox:
         """Record the alert of ``event`` for ``hook``; False when a monitor already did."""
         assert event.identity is not None
         earlier = neighbour(event.identity)
-        if earlier is not None:  # the same episode, tripped a bucket earlier elsewhere
-            twin = Event(type=event.type, identity=earlier)
-            stat = await wait_result(self.client.exists_async(self._node(entry_name(hook, twin))))
-            if stat is not None:
-                return False
+        if earlier is not None and await self._tripped_before(hook, event, earlier):
+            return False
+        if earlier is not None:
+            event = self._next_episode(hook, event)
         data = self._body(PENDING, event)
         raw = json.dumps(data, default=str).encode()
         if len(raw) > MAX_DATA:  # an engine's data is bounded, but the whole must fit a znode
             data["event"] = {**data["event"], "engine": {"id": event.engine_id}}
             raw = json.dumps(data, default=str).encode()[:MAX_DATA]
+        name = entry_name(hook, event)
         try:
-            await wait_result(self.client.create_async(
-                self._node(entry_name(hook, event)), raw, acl=self.acl, makepath=True))  # fmt: skip
+            await wait_result(
+                self.client.create_async(self._node(name), raw, acl=self.acl, makepath=True)
+            )
         except NodeExistsError:
             return False
+        self._mine[name] = None
+        while len(self._mine) > MAX_ENTRIES:
+            del self._mine[next(iter(self._mine))]
         return True
+
+    async def _tripped_before(self, hook: str, event: Event, earlier: tuple[str, ...]) -> bool:
+        """Whether another monitor recorded this episode in the bucket before this one's."""
+        if entry_name(hook, event) in self._mine:
+            return False  # this monitor's next episode in the bucket: not the one before
+        twin = entry_name(hook, replace(event, identity=earlier))
+        if twin in self._mine:  # this monitor's own earlier episode
+            return False
+        return await wait_result(self.client.exists_async(self._node(twin))) is not None
+
+    def _next_episode(self, hook: str, event: Event) -> Event:
+        """A lasting condition this monitor reported in this bucket already, then cleared
+        and tripped again (a loop that stalls twice): its next episode, ``~N.1``, ``~N.2``...,
+        which another monitor that saw both numbers alike."""
+        assert event.identity is not None
+        base, n = event.identity, 0
+        while entry_name(hook, event) in self._mine:
+            n += 1
+            event = replace(event, identity=(*base[:-1], f"{base[-1]}.{n}"))
+        return event
 
     def _body(self, state: str, event: Event) -> dict[str, Any]:
         return {"state": state, "at": time.time(), "by": self.latch.instance,
@@ -161,7 +186,7 @@ class Outbox:
                 "identity": list(entry.identity)}  # fmt: skip
         try:
             stat = await self._write(entry, data)
-            entry.version, entry.state = stat.version, state
+            entry.version, entry.state, entry.at = stat.version, state, time.time()
         except (BadVersionError, NoNodeError):
             found = await self.read(entry.name)
             if state == SENT and found is not None and found[0].state == SENT:

@@ -107,8 +107,8 @@ async def test_two_monitors_started_together_send_one_alert_per_loss(
         assert views[0]["leader"]["url"] == leader.url
         assert "2 monitors running" in await _check(pair[0])
 
-        doomed = [await asyncio.to_thread(engine_processes, zk_hosts, n) for n in ("e1", "e2")]
-        calm = await asyncio.to_thread(engine_processes, zk_hosts, "calm")
+        started = [asyncio.to_thread(engine_processes, zk_hosts, n) for n in ("e1", "e2", "calm")]
+        *doomed, calm = await asyncio.gather(*started)
         joined = lambda: all(len(m.named("engine_joined")) == 3 for m in pair)  # noqa: E731
         await eventually(joined, what="three joins seen by both")
         for engine in doomed:
@@ -261,6 +261,8 @@ async def test_three_monitors_killed_around_deliveries_lose_no_alert(zk_hosts, t
         # a leave on the way: never alerted
         leaver = await asyncio.to_thread(engines, "leaver")
         await asyncio.to_thread(leaver.join)
+        joined = lambda: all(_said(m, "engine_joined", "leaver") for m in trio.running)  # noqa: E731
+        await eventually(joined, what="the leaver joined")
         await asyncio.to_thread(leaver.leave)
         # during: the message is at the SMTP server, its monitor dies before the answer
         mailbox.hold.set()
