@@ -10,14 +10,17 @@ import asyncio
 import json
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from kazoo.client import KazooClient
 
+from netdisco.cluster.jobs import Job, JobState, new_id
 from netdisco.testing import eventually, free_port
-from tests.monitor.conftest import REPO, Smtp
+from tests.monitor.conftest import REPO, Smtp, monitor_config
+from tests.monitor.hook_targets import RECEIVED
 from tests.monitor.monitor_processes import (
     TOML,
     HeldMailbox,
@@ -292,3 +295,27 @@ async def test_three_monitors_killed_around_deliveries_lose_no_alert(zk_hosts, t
         _dump(trio.all(), tmp_path / "monitors.log")
         await webhook.close()
         smtp.stop()
+
+
+async def test_two_monitors_call_a_hook_once_per_job_event(zk_hosts, start_monitor):
+    """A job runs on an engine no monitor sees: both monitors list it started, both race
+    to mark it lost (one compare-and-set wins) and both report that; the callable hook
+    hears each change once."""
+    RECEIVED.clear()
+    hook = {"target": "tests.monitor.hook_targets:sync_hook",
+            "events": ["job_started", "job_lost"]}  # fmt: skip
+    config = monitor_config(zk_hosts, callable=hook, jobs={"poll": 0.2})
+    pair = [await start_monitor(config) for _ in range(2)]
+    await eventually(lambda: all(m.jobs._seen is not None for m, _ in pair), what="baselines")
+    job = Job(id=new_id(), spider="s", engine="nowhere", incarnation="gone", attempts=1,
+              state=JobState.RUNNING, created_at=time.time(), started_at=time.time())  # fmt: skip
+    await pair[0][0].jobs.store.create(job)
+    await eventually(lambda: all(rec.of("job_lost") for _, rec in pair), what="both lost it")
+    await eventually(lambda: len(RECEIVED) >= 2, what="the calls")
+    settled = lambda: all(not m.alerts.view()["sending"] and not m.alerts._puts  # noqa: E731
+                          for m, _ in pair)  # fmt: skip
+    await eventually(settled, what="every alert recorded, none being sent")
+    (leader,) = [m for m, _ in pair if m.latch.leading]
+    assert {e.state for e in leader.courier.known.values()} == {"sent"}
+    assert sorted(kind for _, kind, _ in RECEIVED) == ["job_lost", "job_started"]
+    assert len(leader.courier.known) == 2  # one entry each, though both monitors saw both
