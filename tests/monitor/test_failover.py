@@ -319,3 +319,31 @@ async def test_two_monitors_call_a_hook_once_per_job_event(zk_hosts, start_monit
     assert {e.state for e in leader.courier.known.values()} == {"sent"}
     assert sorted(kind for _, kind, _ in RECEIVED) == ["job_lost", "job_started"]
     assert len(leader.courier.known) == 2  # one entry each, though both monitors saw both
+
+
+async def test_two_monitors_fold_a_storm_once(zk_hosts, start_monitor, engines):
+    """Six engines lost at once, seen by two monitors: the webhook gets the first two one
+    by one and the rest as one alert_storm, once (the leader folds; the other sends none)."""
+    webhook = Webhook()
+    url = await webhook.start()
+    hook = {"url": url, "events": ["engine_lost"]}
+    alerts = {"batch_window": 1.5, "storm_limit": 2}
+    config = monitor_config(zk_hosts, webhook=hook, alerts=alerts)
+    pair = [await start_monitor(config) for _ in range(2)]
+    names = [f"s{n}" for n in range(6)]
+    crowd = [await asyncio.to_thread(engines, name) for name in names]
+    await asyncio.gather(*(asyncio.to_thread(e.join) for e in crowd))
+    await eventually(lambda: all(len(r.of("engine_joined")) == 6 for _, r in pair), what="joins")
+    await asyncio.gather(*(asyncio.to_thread(e.vanish) for e in crowd))
+    await eventually(lambda: all(len(r.of("engine_lost")) == 6 for _, r in pair), what="lost")
+    storms = lambda: [e for e in webhook.received if e["type"] == "alert_storm"]  # noqa: E731
+    await eventually(storms, what="the storm posted")
+    settled = lambda: all(not m.alerts.view()["sending"] and not m.alerts._puts  # noqa: E731
+                          for m, _ in pair)  # fmt: skip
+    await eventually(settled, what="every alert recorded, none being sent")
+    await webhook.close()
+    singles = [e["engine_id"] for e in webhook.received if e["type"] == "engine_lost"]
+    (storm,) = storms()
+    assert len(singles) == 2
+    assert storm["detail"]["events"] == 4
+    assert sorted(singles + storm["detail"]["engines"]) == names
