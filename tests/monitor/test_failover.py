@@ -70,7 +70,8 @@ async def _monitor_view(monitor: MonitorProcess) -> dict[str, Any]:
     url = f"{monitor.url}/netdiscovery/monitor"
     async with aiohttp.ClientSession() as session, session.get(url) as resp:
         body: dict[str, Any] = await resp.json()
-    return body["monitors"]
+    monitors: dict[str, Any] = body["monitors"]
+    return monitors
 
 
 async def _check(monitor: MonitorProcess) -> str:
@@ -118,10 +119,13 @@ async def test_two_monitors_started_together_send_one_alert_per_loss(
             engine.signal(signal.SIGKILL)
         calm.signal(signal.SIGTERM)
         # every monitor records every alert (4 hooks): once made, once found made
-        for name in ("e1", "e2"):
-            await eventually(lambda n=name: _recorded(pair, n) == 2 * len(HOOKS), what=name)
-        sent = lambda: sum(len(x["entries"]) for x in leader.named("alert_sent"))  # noqa: E731
-        await eventually(lambda: sent() == 2 * len(HOOKS), what="eight alerts sent")
+        recorded = lambda: all(_recorded(pair, n) == 2 * len(HOOKS) for n in ("e1", "e2"))  # noqa: E731
+        await eventually(recorded, what="both alerts recorded by both monitors")
+
+        def sent() -> bool:
+            return sum(len(x["entries"]) for x in leader.named("alert_sent")) == 2 * len(HOOKS)
+
+        await eventually(sent, what="eight alerts sent")
         await eventually(lambda: all(m.named("engine_left") for m in pair), what="the leave")
         received = scene.received(webhook)
         for hook in HOOKS:
@@ -190,8 +194,11 @@ class Trio:
         await eventually(lambda: all(m.named("baseline") for m in fresh), what="listed")
 
     async def leader(self) -> MonitorProcess:
-        leading = lambda: [m for m in self.running if m.leading()]  # noqa: E731
-        found = await eventually(lambda: len(leading()) == 1 and leading(), what="one leader")
+        def leading() -> list[MonitorProcess]:
+            found = [m for m in self.running if m.leading()]
+            return found if len(found) == 1 else []
+
+        found: list[MonitorProcess] = await eventually(leading, what="one leader")
         return found[0]
 
     async def kill_leader(self) -> float:
@@ -336,7 +343,10 @@ async def test_two_monitors_fold_a_storm_once(zk_hosts, start_monitor, engines):
     await eventually(lambda: all(len(r.of("engine_joined")) == 6 for _, r in pair), what="joins")
     await asyncio.gather(*(asyncio.to_thread(e.vanish) for e in crowd))
     await eventually(lambda: all(len(r.of("engine_lost")) == 6 for _, r in pair), what="lost")
-    storms = lambda: [e for e in webhook.received if e["type"] == "alert_storm"]  # noqa: E731
+
+    def storms() -> list[dict[str, Any]]:
+        return [e for e in webhook.received if e["type"] == "alert_storm"]
+
     await eventually(storms, what="the storm posted")
     settled = lambda: all(not m.alerts.view()["sending"] and not m.alerts._puts  # noqa: E731
                           for m, _ in pair)  # fmt: skip

@@ -142,11 +142,13 @@ async def test_two_monitors_mail_each_rule_once(
                       stuck)  # fmt: skip
     await engine.start()
     try:
-        for _, rec in pair:
-            await eventually(lambda r=rec: all(r.of(kind, "rules-2") for kind in RULES),
-                             "both saw every rule", timeout=30)  # fmt: skip
-        sent = lambda: sum(len(d["events"]) for m, _ in pair for d in m.alerts.deliveries)  # noqa: E731
-        await eventually(lambda: sent() >= 4, "four alerts sent", timeout=20)
+        saw = lambda: all(r.of(kind, "rules-2") for _, r in pair for kind in RULES)  # noqa: E731
+        await eventually(saw, "both saw every rule", timeout=30)
+
+        def sent() -> bool:
+            return sum(len(d["events"]) for m, _ in pair for d in m.alerts.deliveries) >= 4
+
+        await eventually(sent, "four alerts sent", timeout=20)
         await eventually(lambda: all(not m.alerts.view()["sending"] for m, _ in pair), "done")
         subjects = sorted(str(m["Subject"]).split(" ", 1)[1] for m in smtp.mailbox.messages)
         assert subjects == [f"{kind}: rules-2" for kind in sorted(RULES)]
