@@ -109,11 +109,7 @@ class Outbox:
             return False
         if earlier is not None:
             event = self._next_episode(hook, event)
-        data = self._body(PENDING, event)
-        raw = json.dumps(data, default=str).encode()
-        if len(raw) > MAX_DATA:  # an engine's data is bounded, but the whole must fit a znode
-            data["event"] = {**data["event"], "engine": {"id": event.engine_id}}
-            raw = json.dumps(data, default=str).encode()[:MAX_DATA]
+        raw = _fit(self._body(PENDING, event))
         name = entry_name(hook, event)
         try:
             await wait_result(
@@ -138,7 +134,7 @@ class Outbox:
     def _next_episode(self, hook: str, event: Event) -> Event:
         """A lasting condition this monitor reported in this bucket already, then cleared
         and tripped again (a loop that stalls twice): its next episode, ``~N.1``, ``~N.2``...,
-        which another monitor that saw both numbers alike."""
+        numbered alike by another monitor that saw both trips."""
         assert event.identity is not None
         base, n = event.identity, 0
         while entry_name(hook, event) in self._mine:
@@ -204,7 +200,7 @@ class Outbox:
 
     async def _write(self, entry: Entry, data: dict[str, Any]) -> Any:
         """Set an entry's data if it is still the version read or written here."""
-        raw = json.dumps(data, default=str).encode()[:MAX_DATA]
+        raw = _fit(data)
         return await wait_result(
             self.client.set_async(self._node(entry.name), raw, version=entry.version)
         )
@@ -311,6 +307,19 @@ class Courier:
         for entry in doomed:
             await self.outbox.delete(entry)
             self.known.pop(entry.name, None)
+
+
+def _fit(data: dict[str, Any]) -> bytes:
+    """An entry's data as JSON within :data:`MAX_DATA`: an event too big loses its
+    engine's data, then its previous data and detail (what an alert needs stays)."""
+    raw = json.dumps(data, default=str).encode()
+    event = data.get("event")
+    for key in ("engine", "previous", "detail"):
+        if len(raw) <= MAX_DATA or not isinstance(event, dict):
+            break
+        event[key] = {"id": event.get("engine_id")} if key == "engine" else {}
+        raw = json.dumps(data, default=str).encode()
+    return raw
 
 
 def _loads(raw: bytes | None) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import json
 from monitor.daemon import episode
 from monitor.events import Event, EventType, same
 from monitor.hooks import message_id
-from monitor.outbox import _event, _loads, entry_name, neighbour
+from monitor.outbox import MAX_DATA, _event, _fit, _loads, entry_name, neighbour
 from monitor.rules import Trip
 
 
@@ -62,3 +62,15 @@ def test_a_message_id_comes_from_the_events_identities() -> None:
     assert message_id([one, two]) == message_id([one, two]) != message_id([two, one])
     own = Event(type=EventType.ZK_DISCONNECTED)
     assert message_id([own]) != message_id([own])  # a fresh one each time
+
+
+def test_an_entry_too_big_for_its_node_keeps_what_an_alert_needs() -> None:
+    huge = {"spiders": ["x" * 1000] * 100}
+    event = Event(type=EventType.ENGINE_LOST, engine_id="e", engine=huge, previous=huge,
+                  identity=same("engine_lost", "e", 7))  # fmt: skip
+    raw = _fit({"state": "pending", "identity": list(event.identity or ()),
+                "event": event.to_json()})  # fmt: skip
+    assert len(raw) <= MAX_DATA
+    back = _event(_loads(raw))
+    assert back is not None
+    assert (back.engine_id, back.engine, back.key) == ("e", {"id": "e"}, event.key)
