@@ -17,7 +17,7 @@ const ALERT = {
   dropped: () => "alert failed (dropped after its retries)",
   waiting: () => "alert waits out its grace period",
   pending: () => "alert on its way",
-  elsewhere: () => "alert sent by the monitor that delivers alerts, not this one",
+  elsewhere: () => "alert left to the monitor that sends the alerts (not this one)",
   none: () => "no alert hook configured for it",
 };
 

@@ -42,7 +42,7 @@ async def test_each_monitor_says_which_one_sends_the_alerts(
         assert f"{second.http.url} (this one)" in text
         await asyncio.to_thread(doomed.vanish)
         row = "document.querySelector('#engines tr[data-engine=\"doomed\"][data-offline] .gone')"
-        left = f"{row}?.textContent.includes('alert sent by the monitor that delivers alerts')"
+        left = f"{row}?.textContent.includes('alert left to the monitor that sends the alerts')"
         assert await shows(page, left, "the follower leaves the alert to the leader")
         await page.eval(f"location.href = {json.dumps(first.http.url + '/alerts?interval=200')}")
         said = "alerts sent by this monitor; 2 monitors running: "
