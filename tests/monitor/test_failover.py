@@ -140,6 +140,12 @@ async def test_two_monitors_started_together_send_one_alert_per_loss(
         assert {e["id"] for e in webhook.received} == {i.strip("<>").split("@")[0] for i in ids}
         follower = pair[1] if leader is pair[0] else pair[0]
         assert not follower.named("alert_sent")
+        # a leader that stops leaves the latch: the other leads at once, not after a session
+        stopped = time.time()
+        await leader.stop()
+        await eventually(follower.leading, what="the other monitor leads")
+        took = logged_at(follower.named("alerts_leader")[-1]) - stopped
+        assert took < SESSION, took
     finally:
         await asyncio.gather(*(m.stop() for m in pair))
         await webhook.close()
