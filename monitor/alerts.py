@@ -13,6 +13,12 @@ event of ``batch_window`` into one message; a webhook, command or callable hook 
 its first ``storm_limit`` events of a window one by one and the rest of that window
 as one ``alert_storm`` event (counts by kind, the engines), so a receiver sees a
 handful of deliveries, not thousands.
+
+With an outbox (:mod:`monitor.outbox`), an event that has an identity is not sent from
+here: after its grace it is recorded there for each hook that takes it, by every monitor
+that saw it, and the leading monitor's courier hands each claimed entry back through
+:meth:`Alerts.hand`, which batches, folds, sends and marks it. Only the monitor's own
+events (its link to ZooKeeper) go straight to the hooks.
 """
 
 from __future__ import annotations
@@ -25,10 +31,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
+from kazoo.exceptions import NoAuthError
 
-from monitor.events import Event, EventType
+from monitor.events import Event, EventType, same
 from monitor.hooks import Hook
 from monitor.metrics import Metrics
+from monitor.outbox import DROPPED, SENT, Entry, Outbox
 from monitor.settings import AlertSettings
 
 log = structlog.get_logger(__name__)
@@ -58,6 +66,7 @@ class Alerts:
         fresh: asyncio.Event,
         present: Callable[[str], bool],
         record: Callable[[Event], None],
+        outbox: Outbox | None = None,
     ) -> None:
         self.hooks = list(hooks)
         self.settings = settings
@@ -65,8 +74,11 @@ class Alerts:
         self._fresh = fresh
         self._present = present
         self._record = record  # where engine_flapped events go (then back to submit)
+        self.outbox = outbox
+        self._claims: dict[asyncio.Task[Any], list[Entry]] = {}  # deliveries of entries
+        self._puts: set[asyncio.Task[None]] = set()
         self._grace: dict[str, tuple[Event, asyncio.Task[None]]] = {}
-        self._pending: dict[str, list[Event]] = {}  # hook name -> batch being collected
+        self._pending: dict[str, list[tuple[Event, Entry | None]]] = {}  # hook -> its batch
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._windows: dict[str, tuple[float, int]] = {}  # hook -> (window start, sent in it)
         self._deliveries: dict[asyncio.Task[None], tuple[str, list[str]]] = {}
@@ -97,6 +109,7 @@ class Alerts:
             self._flapped(lost, event)
 
     def _flapped(self, lost: Event, back: Event) -> None:
+        back_as = back.identity[1:] if back.identity else None  # the engine, its new czxid
         self._record(
             Event(
                 type=EventType.ENGINE_FLAPPED,
@@ -104,6 +117,7 @@ class Alerts:
                 engine=back.engine,
                 previous=lost.engine,
                 detail={"lost": lost.type.value, "back_after": round(back.time - lost.time, 3)},
+                identity=None if back_as is None else same("engine_flapped", *back_as),
             )
         )
 
@@ -120,12 +134,54 @@ class Alerts:
         for hook in self.hooks:
             if event.type not in hook.events:
                 continue
-            if self.settings.batch_window > 0 and (hook.batch or self._storming(hook.name)):
-                self._pending.setdefault(hook.name, []).append(event)
-                if hook.name not in self._timers:
-                    self._timers[hook.name] = asyncio.create_task(self._flush_later(hook))
+            if self.outbox is not None and event.identity is not None:
+                task = asyncio.create_task(self._put(hook.name, event))
+                self._puts.add(task)
+                task.add_done_callback(self._puts.discard)
             else:
-                self._spawn(hook, [event])
+                self._queue(hook, event, None)
+
+    async def _put(self, hook: str, event: Event) -> None:
+        """Record the alert in the outbox, retried while ZooKeeper is away (up to max_age)."""
+        assert self.outbox is not None
+        born, delay = time.monotonic(), self.settings.retry_initial
+        while True:
+            try:
+                created = await self.outbox.put(hook, event)
+                said = "alert_recorded" if created else "alert_recorded_already"
+                log.info(said, hook=hook, kind=event.type.value, engine_id=event.engine_id,
+                         key=event.key)  # fmt: skip
+                return
+            except NoAuthError:  # the outbox's parent is not ours to write: send from here
+                log.warning("alert_outbox_denied", hook=hook, path=self.outbox.path,
+                            meaning="every monitor sends this alert itself")  # fmt: skip
+                self._queue(next(h for h in self.hooks if h.name == hook), event, None)
+                return
+            except Exception as exc:
+                if self._closing or time.monotonic() - born > self.settings.max_age:
+                    self._dropped(hook, [event.type.value], f"not recorded: {exc!r}")
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.settings.retry_max)
+
+    def hand(self, hook_name: str, event: Event, entry: Entry) -> None:
+        """A claimed outbox entry, to be sent by ``hook_name`` (the courier calls it)."""
+        hook = next((h for h in self.hooks if h.name == hook_name), None)
+        if hook is None:  # a hook another monitor has and this one has not
+            log.warning("alert_hook_unknown", hook=hook_name, entry=entry.name)
+            task = asyncio.create_task(self._mark([entry], DROPPED))
+            self._puts.add(task)
+            task.add_done_callback(self._puts.discard)
+            return
+        self._queue(hook, event, entry)
+
+    def _queue(self, hook: Hook, event: Event, entry: Entry | None) -> None:
+        if self.settings.batch_window > 0 and (hook.batch or self._storming(hook.name)):
+            self._pending.setdefault(hook.name, []).append((event, entry))
+            if hook.name not in self._timers:
+                self._timers[hook.name] = asyncio.create_task(self._flush_later(hook))
+        else:
+            self._spawn(hook, [event], [entry] if entry is not None else [])
 
     def _storming(self, name: str) -> bool:
         """Whether hook ``name`` had its ``storm_limit`` single deliveries in this
@@ -146,23 +202,35 @@ class Alerts:
 
     def _flush(self, hook: Hook) -> None:
         self._timers.pop(hook.name, None)
-        events = self._pending.pop(hook.name, [])
+        batch = self._pending.pop(hook.name, [])
+        events = [event for event, _ in batch]
         if events and not hook.batch:
             self._windows.pop(hook.name, None)  # a fresh window after the fold
             events = [storm(events, self.settings.batch_window)]
             log.warning("alert_storm", hook=hook.name, **events[0].detail)
         if events:
-            self._spawn(hook, events)
+            self._spawn(hook, events, [entry for _, entry in batch if entry is not None])
 
-    def _spawn(self, hook: Hook, events: list[Event]) -> None:
-        task = asyncio.create_task(self._deliver(hook, events))
+    def _spawn(self, hook: Hook, events: list[Event], entries: list[Entry]) -> None:
+        task = asyncio.create_task(self._deliver(hook, events, entries))
         self._deliveries[task] = (
             hook.name,
             [f"{e.type.value}:{e.engine_id or '-'}" for e in events],
         )
+        if entries:
+            self._claims[task] = entries
         task.add_done_callback(lambda done: self._deliveries.pop(done, None))
 
-    async def _deliver(self, hook: Hook, events: list[Event]) -> None:
+    async def _mark(self, entries: list[Entry], state: str) -> None:
+        """Mark delivered (or given up) the outbox entries a delivery stood for."""
+        if self.outbox is None or not entries:
+            return
+        try:
+            await asyncio.gather(*(self.outbox.finish(e, state) for e in entries))
+        except Exception as exc:  # ZooKeeper away: a new leader takes them over, again
+            log.warning("alert_mark_failed", entries=[e.name for e in entries], error=repr(exc))
+
+    async def _deliver(self, hook: Hook, events: list[Event], entries: list[Entry]) -> None:
         born, delay, attempt = time.monotonic(), self.settings.retry_initial, 0
         kinds = [f"{e.type.value}:{e.engine_id or '-'}" for e in events]
         task = asyncio.current_task()
@@ -182,6 +250,9 @@ class Alerts:
                     )
                     self._dropped(hook.name, kinds, f"{why}: {exc!r}")
                     self._note(hook.name, events, "dropped", attempt, repr(exc))
+                    if not self._closing:  # a monitor that stops gives its claims back
+                        await self._mark(entries, DROPPED)
+                        self._claims.pop(task, None)
                     return
                 log.warning("alert_failed", hook=hook.name, events=kinds, attempt=attempt,
                             error=repr(exc), retry_in=delay)  # fmt: skip
@@ -193,8 +264,11 @@ class Alerts:
                 delay = min(delay * 2, self.settings.retry_max)
                 continue
             self.metrics.alerts_sent.labels(hook.name).inc()
-            log.info("alert_sent", hook=hook.name, events=kinds, attempt=attempt)
+            log.info("alert_sent", hook=hook.name, events=kinds, attempt=attempt,
+                     keys=[e.key for e in events], entries=[e.name for e in entries])  # fmt: skip
             self._note(hook.name, events, "sent", attempt, None)
+            await self._mark(entries, SENT)
+            self._claims.pop(task, None)
             return
 
     def _note(
@@ -203,6 +277,7 @@ class Alerts:
         self.deliveries.append({
             "hook": hook, "result": result, "attempts": attempts, "error": error,
             "time": time.time(), "seqs": [e.seq for e in events],
+            "keys": [e.key for e in events if e.key is not None],
             "events": [f"{e.type.value}:{e.engine_id or '-'}" for e in events],
         })  # fmt: skip
 
@@ -267,8 +342,24 @@ class Alerts:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
                 self._dropped(hook_name, kinds, "monitor stopping during delivery")
+        await self._release()
         for hook in self.hooks:
             await hook.aclose()
+
+    async def _release(self) -> None:
+        """Stopping: the outbox entries this monitor claimed and did not send go back to
+        pending, for the next leader (alerts not yet recorded are other monitors' to record,
+        or are dropped: they are logged)."""
+        for task in list(self._puts):
+            task.cancel()
+        claimed = [entry for entries in self._claims.values() for entry in entries]
+        self._claims.clear()
+        if self.outbox is None or not claimed:
+            return
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(2.0):
+                await asyncio.gather(*(self.outbox.release(e) for e in claimed))
+        log.info("alerts_released", entries=[e.name for e in claimed])
 
 
 def storm(events: list[Event], window: float) -> Event:

@@ -159,7 +159,7 @@ def check(argv: Sequence[str]) -> int:
         for warning in warnings:
             print(f"warning: {warning}")
         if not warnings:
-            print(f"ok: {body.get('engines', '?')} engines online")
+            print(f"ok: {body.get('engines', '?')} engines online, {_monitors(body)}")
         return 1 if warnings else 0
     except urllib.error.HTTPError as exc:
         reason = json.loads(exc.read() or b"{}").get("reason", exc.reason)
@@ -167,6 +167,13 @@ def check(argv: Sequence[str]) -> int:
     except (OSError, ValueError) as exc:
         print(f"unreachable: {url}: {exc}")
     return 1
+
+
+def _monitors(health: dict[str, object]) -> str:
+    """``3 monitors running (this one delivers the alerts)``, from the health route."""
+    count = health.get("monitors", "?")
+    role = "this one delivers" if health.get("delivering") else "another delivers"
+    return f"{count} monitor{'' if count == 1 else 's'} running ({role} the alerts)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

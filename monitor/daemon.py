@@ -22,19 +22,22 @@ from monitor import __version__
 from monitor.alerts import CLUSTER, Alerts
 from monitor.control import Control
 from monitor.departed import Departed
-from monitor.events import Event, EventType, iso
+from monitor.events import Event, EventType, iso, same
 from monitor.failed import Failed
 from monitor.history import History
 from monitor.hooks import build_hooks
 from monitor.http import HttpServer
 from monitor.jobs import Jobs
+from monitor.leader import Latch
 from monitor.metrics import Metrics
+from monitor.outbox import Courier, Outbox
 from monitor.projects import Projects
-from monitor.rules import MAX_SPIDERS, Rules, Trip, name, spider_changes
+from monitor.rules import ENDED, MAX_SPIDERS, Rules, Trip, name, spider_changes
 from monitor.schedules import Schedules
 from monitor.settings import MonitorConfig
 from monitor.status import StatusPoller
 from monitor.watcher import Watcher
+from netdisco.cluster.acl import cluster_acl
 from netdisco.cluster.membership import Member
 from netdisco.cluster.proof import proof_key
 
@@ -56,14 +59,10 @@ class Monitor:
         self.drops: Counter[str] = Counter()  # what was too big to read: "znode", "status"
         self.listeners: list[Callable[[Event], None]] = []  # e.g. tests, benchmarks
         self.watcher = self._watch(config)
-        self.alerts = Alerts(
-            build_hooks(config),
-            config.alerts,
-            self.metrics,
-            fresh=self.watcher.fresh,
-            present=self._present,
-            record=self.record,
-        )
+        self.latch, self.outbox = self._latch(config)
+        self.alerts = self._alerts(config)
+        retention = config.zookeeper.tombstone_max_age
+        self.courier = Courier(self.outbox, self.latch, self.alerts.hand, retention)
         self.control = Control(config.control, self.watcher.members, self.watcher.proven)
         self.projects = Projects(self.watcher.client, config.zookeeper, config.control, self.record)
         self.jobs = Jobs(config.jobs, self.watcher, self.record)
@@ -83,6 +82,9 @@ class Monitor:
         self._bind_metrics()
         self.started_at = time.time()
         self._clock: asyncio.Task[None] | None = None
+        #: how far apart two monitors' trips of one lasting condition may be: a status
+        #: poll each sees at its own time, a clock tick each (monitor.outbox folds them)
+        self._episode = max(5.0, 2 * (config.http.poll_status + config.rules.tick))
 
     def _watch(self, config: MonitorConfig) -> Watcher:
         """The view of ZooKeeper; with the engine token, leaves and engines are proven."""
@@ -95,6 +97,29 @@ class Monitor:
             on_dropped=self.dropped,
             proof_key=proof_key(token),
         )
+
+    def _alerts(self, config: MonitorConfig) -> Alerts:
+        return Alerts(
+            build_hooks(config),
+            config.alerts,
+            self.metrics,
+            fresh=self.watcher.fresh,
+            present=self._present,
+            record=self.record,
+            outbox=self.outbox,
+        )
+
+    def _latch(self, config: MonitorConfig) -> tuple[Latch, Outbox]:
+        """Which monitor delivers (monitor.leader) and the alerts' record (monitor.outbox)."""
+        client, root = self.watcher.client, config.zookeeper.root
+        acl = cluster_acl(config.zookeeper.credentials())
+        about = lambda: {"url": self.http.url, "version": __version__}  # noqa: E731
+        latch = Latch(client, root, acl, about, on_change=self._leader_changed)
+        return latch, Outbox(client, root, acl, latch, self.metrics)
+
+    def _leader_changed(self) -> None:
+        self.metrics.delivering.set(float(self.latch.leading))
+        self.courier.changed()
 
     def _bind_metrics(self) -> None:
         """The gauges read from the view when scraped."""
@@ -140,8 +165,10 @@ class Monitor:
         if event.type is EventType.ENGINE_UPDATED:
             for kind, spider, old, new in spider_changes(event.previous, event.engine):
                 detail = {"spider": spider, "from": old, "to": new}
+                write = event.identity[1:] if event.identity else None  # engine, czxid, mzxid
+                identity = None if write is None else same(kind.value, *write, spider)
                 self.record(Event(type=kind, engine_id=engine_id, engine=event.engine,
-                                  detail=detail, time=event.time))  # fmt: skip
+                                  detail=detail, time=event.time, identity=identity))  # fmt: skip
         self._tripped(self.rules.engine(engine_id, event.engine, event.time))
 
     async def _rule_clock(self) -> None:
@@ -163,13 +190,17 @@ class Monitor:
                 link += f"&spider={quote(trip.spider, safe='')}"
             detail = {"spider": trip.spider, **trip.figures, "dashboard": link}
             engine = member.describe() if member is not None else {"id": trip.engine_id}
+            czxid = member.czxid if member is not None else None
+            identity = same(trip.type.value, trip.engine_id, czxid, trip.spider,
+                            episode(trip, self._episode))  # fmt: skip
             self.record(Event(type=trip.type, engine_id=trip.engine_id, engine=engine,
-                              detail=detail))  # fmt: skip
+                              detail=detail, identity=identity))  # fmt: skip
 
     def _alert_of(self, engine_id: str, gone: dict[str, Any]) -> dict[str, Any]:
         """What became of the alert about an engine that went: sent, dropped, waiting, none."""
         kind = "engine_left" if gone["how"] == "left" else "engine_lost"
-        tried = [d for d in self.alerts.deliveries if gone["seq"] in d["seqs"]]
+        tried = [d for d in self.alerts.deliveries
+                 if gone["seq"] in d["seqs"] or gone.get("key") in d.get("keys", ())]  # fmt: skip
         if tried:
             return {"state": tried[-1]["result"], "hooks": [d["hook"] for d in tried],
                     "error": tried[-1]["error"]}  # fmt: skip
@@ -177,6 +208,8 @@ class Monitor:
         if not hooks:  # no hook takes it: nothing waits, whatever the grace
             return {"state": "none", "hooks": [], "error": None}
         state = "waiting" if self.alerts.waiting(engine_id) else "pending"
+        if state == "pending" and not self.latch.leading:
+            state = "elsewhere"  # recorded in the outbox: the delivering monitor sends it
         return {"state": state, "hooks": hooks, "error": None}
 
     def dropped(self, what: str) -> None:
@@ -209,6 +242,8 @@ class Monitor:
                         "a graceful leave is told by its tombstone")  # fmt: skip
         await self.http.start()
         await self.watcher.start()
+        self.latch.start()
+        self.courier.start()
         self.jobs.start()
         self.schedules.start()
         self.status.start()
@@ -226,8 +261,10 @@ class Monitor:
         await self.schedules.close()
         await self.jobs.close()
         await self.failed.close()
+        await self.courier.close()
+        await self.alerts.close()  # what it claimed and could not send goes back to pending
+        await self.latch.close()  # then the next monitor delivers at once
         await self.watcher.close()
-        await self.alerts.close()
         await self.http.close()
         log.info("monitor_stopped", **self.summary())
 
@@ -288,6 +325,7 @@ class Monitor:
             "engines": engines,
             "offline": self.departed.entries(time.time(), self._alert_of),
             "alerts": list(self.alerts.deliveries)[-50:],
+            "monitors": self.latch.view(),
         }
 
     def recent_events(self, since: int, limit: int) -> list[dict[str, Any]]:
@@ -317,12 +355,24 @@ class Monitor:
             "connected": connected,
             "fresh": fresh,
             "engines": len(self.watcher.members()),
+            "monitors": len(self.latch.monitors),
+            "delivering": self.latch.leading,
             "warnings": list(self.watcher.warnings),
         }
         return ok, body
 
     def metrics_text(self) -> bytes:
         return self.metrics.render()
+
+
+def episode(trip: Trip, width: float) -> str:
+    """Which episode of its rule a trip is, alike in every monitor: a run that ended is
+    its run (``started_at``); a lasting condition, the ``width`` s bucket it tripped in,
+    ``~N`` (the outbox folds it with the bucket before: :func:`monitor.outbox.neighbour`)."""
+    run = trip.figures.get("started_at")
+    if trip.type in ENDED:
+        return f"run {run!r}"
+    return f"~{int(time.time() // width)}"
 
 
 def crawls(members: list[Member]) -> dict[tuple[str, str], str]:

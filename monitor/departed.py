@@ -33,6 +33,7 @@ class Departed:
             "how": "left" if event.type is EventType.ENGINE_LEFT else "lost",
             "at": event.time,
             "seq": event.seq,
+            "key": event.key,  # the delivering monitor's event has its own seq, the same key
             "spiders": spiders,
         }
         while len(self._gone) > MAX_DEPARTED:

@@ -8,6 +8,7 @@ dashboard shows can never disagree.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from typing import Any
 
 from netdisco.cluster.contract import EventType
 
-__all__ = ["Event", "EventType", "iso"]
+__all__ = ["Event", "EventType", "iso", "same"]
 
 _sequence = itertools.count(1)
 
@@ -27,6 +28,10 @@ class Event:
     ``engine`` is the engine's znode data as last read (plus ``czxid`` and
     ``session``); ``previous`` is the data before a restart or an update.
     ``detail`` holds event-specific facts (e.g. ``unobserved`` changes).
+    ``identity``: what every monitor computes alike for the same happening (the engine,
+    its node's czxid, the kind; a rule's episode; a job's attempt), so that the outbox
+    (:mod:`monitor.outbox`) keeps one alert for it however many monitors saw it; None
+    for the monitor's own events (its link to ZooKeeper), which it alerts about itself.
     """
 
     type: EventType
@@ -36,11 +41,20 @@ class Event:
     detail: dict[str, Any] = field(default_factory=dict)
     time: float = field(default_factory=time.time)
     seq: int = field(default_factory=lambda: next(_sequence))
+    identity: tuple[str, ...] | None = None
+
+    @property
+    def key(self) -> str | None:
+        """The identity as a short stable name (a znode name, a ``Message-ID``)."""
+        if self.identity is None:
+            return None
+        return hashlib.sha256("\x1f".join(self.identity).encode()).hexdigest()[:32]
 
     def to_json(self) -> dict[str, Any]:
         """The JSON shape used by the HTTP routes, webhooks and commands."""
         return {
             "seq": self.seq,
+            "id": self.key,
             "type": self.type.value,
             "engine_id": self.engine_id,
             "time": self.time,
@@ -49,6 +63,11 @@ class Event:
             "previous": self.previous,
             "detail": self.detail,
         }
+
+
+def same(*parts: object) -> tuple[str, ...]:
+    """An identity from its parts, as text (``None`` reads ``-``)."""
+    return tuple("-" if part is None else str(part) for part in parts)
 
 
 def iso(timestamp: float) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import importlib
 import inspect
 import json
@@ -18,6 +19,7 @@ import signal
 from collections import Counter
 from collections.abc import Callable, Sequence
 from email.message import EmailMessage
+from email.utils import formatdate, make_msgid
 from typing import Any, Protocol
 
 import aiohttp
@@ -98,6 +100,17 @@ def describe(event: Event) -> str:
     return "\n".join(lines)
 
 
+def message_id(events: Sequence[Event]) -> str:
+    """From the events' identities, so that a message sent twice (a monitor that died
+    between sending and marking it) has one ``Message-ID`` a mail system can fold."""
+    keys = [e.key for e in events]
+    if not all(keys):  # the monitor's own events: a message of its own
+        return make_msgid(domain="netdisco-monitor")
+    joined = " ".join(map(str, keys))
+    key = keys[0] if len(keys) == 1 else hashlib.sha256(joined.encode()).hexdigest()[:32]
+    return f"<{key}@netdisco-monitor>"
+
+
 class EmailHook:
     """E-mail through aiosmtplib; several events in one batching window make one message."""
 
@@ -119,6 +132,8 @@ class EmailHook:
         msg["From"] = self.settings.sender
         msg["To"] = ", ".join(self.settings.to)
         msg["Subject"] = f"{self.settings.subject_prefix} {subject}".strip()
+        msg["Date"] = formatdate(usegmt=True)
+        msg["Message-ID"] = message_id(events)
         shown = [describe(e) for e in events[:MAX_DESCRIBED]]
         if len(events) > MAX_DESCRIBED:  # a storm: the rest counted, the message bounded
             rest = Counter(e.type.value for e in events[MAX_DESCRIBED:])

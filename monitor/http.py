@@ -227,8 +227,9 @@ async def asset(request: web.Request) -> web.Response:
 
 async def alerts_view(request: web.Request) -> web.Response:
     """``GET /netdiscovery/monitor/alerts``: the hooks, alerts waiting out their grace or
-    being sent, and the last deliveries with their result."""
-    return web.json_response(request.app[STATE].alerts.view())
+    being sent, the last deliveries with their result, and which monitor delivers."""
+    state = request.app[STATE]
+    return web.json_response({**state.alerts.view(), "monitors": state.latch.view()})
 
 
 def make_app(state: Monitor, ctl: Control) -> web.Application:

@@ -24,7 +24,7 @@ from typing import Any
 import structlog
 from kazoo.exceptions import KazooException
 
-from monitor.events import Event, EventType
+from monitor.events import Event, EventType, same
 from monitor.settings import JobsSettings
 from monitor.watcher import Watcher
 from netdisco._tasks import Tasks, wait_event
@@ -128,9 +128,10 @@ class Jobs:
             "project": job.project,
             "error": job.error,
         }
-        self._record(
-            Event(type=_EVENTS[job.state], engine_id=job.engine, engine=data, detail=detail)
-        )
+        kind = _EVENTS[job.state]
+        identity = same(kind.value, job.id, job.attempts)  # a requeued job: a new attempt
+        self._record(Event(type=kind, engine_id=job.engine, engine=data, detail=detail,
+                           identity=identity))  # fmt: skip
         if self._seen is not None:
             self._seen[job.id] = job.state
 

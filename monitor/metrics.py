@@ -49,6 +49,36 @@ def _dropped(registry: CollectorRegistry) -> Counter:
     return counter
 
 
+def _fates(registry: CollectorRegistry) -> tuple[Counter, Counter, Counter, Gauge]:
+    """Alerts given up; and what several monitors add (monitor.outbox): alerts taken over
+    from a monitor that died with them, duplicates found, whether this monitor delivers."""
+    dropped = Counter(
+        "netdisco_monitor_alerts_dropped",
+        "Alerts given up after max_age or at shutdown, by hook.",
+        ["hook"],
+        registry=registry,
+    )
+    taken_over = Counter(
+        "netdisco_monitor_alerts_taken_over",
+        "Alerts another monitor had claimed and died with, delivered here: each may be "
+        "a duplicate (its first monitor may have sent it before it died).",
+        ["hook"],
+        registry=registry,
+    )
+    duplicate = Counter(
+        "netdisco_monitor_alerts_duplicate",
+        "Alerts this monitor sent and then found sent by another (a duplicate).",
+        ["hook"],
+        registry=registry,
+    )
+    delivering = Gauge(
+        "netdisco_monitor_delivering",
+        "1 while this monitor delivers the alerts.",
+        registry=registry,
+    )
+    return dropped, taken_over, duplicate, delivering
+
+
 class Metrics:
     """The monitor's counters and gauges; ``render()`` gives the text format."""
 
@@ -72,11 +102,8 @@ class Metrics:
             ["hook"],
             registry=r,
         )
-        self.alerts_dropped = Counter(
-            "netdisco_monitor_alerts_dropped",
-            "Alerts given up after max_age or at shutdown, by hook.",
-            ["hook"],
-            registry=r,
+        self.alerts_dropped, self.alerts_taken_over, self.alerts_duplicate, self.delivering = (
+            _fates(r)
         )
         self.unobserved = Counter(
             "netdisco_monitor_unobserved_changes",

@@ -18,7 +18,7 @@ from aiohttp import web
 from kazoo.client import KazooClient
 
 from monitor.control import check_token
-from monitor.events import Event, EventType
+from monitor.events import Event, EventType, same
 from monitor.settings import ControlSettings
 from netdisco.cluster.acl import cluster_acl
 from netdisco.cluster.settings import ZooKeeperSettings
@@ -81,7 +81,9 @@ class Projects:
             )  # fmt: skip
         version, created = await self.store.put(project, data, manifest, label, filename)
         body = {"project": project, **version.to_json(), "new": created}
-        self.record(Event(type=EventType.PROJECT_DEPLOYED, detail=_detail(body)))
+        kind = EventType.PROJECT_DEPLOYED
+        identity = same(kind.value, project, version.id) if created else None  # a re-upload: here
+        self.record(Event(type=kind, detail=_detail(body), identity=identity))
         return web.json_response(body, status=201 if created else 200)
 
     async def listing(self, request: web.Request) -> web.Response:

@@ -43,6 +43,10 @@ Figures = dict[str, Any]
 CHANGES: dict[tuple[str | None, str], EventType] = {
     ("paused", "running"): EventType.SPIDER_RESUMED,
 }
+#: the rules about a run that ended (or went wrong): reported once a run, keyed by it
+ENDED = frozenset({
+    EventType.SPIDER_FAILED, EventType.SPIDER_FINISHED_EMPTY, EventType.SPIDER_ITEMS_INVALID
+})  # fmt: skip
 _ENTERED = {
     "running": EventType.SPIDER_STARTED,
     "paused": EventType.SPIDER_PAUSED,

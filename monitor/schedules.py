@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 from kazoo.exceptions import KazooException
 
-from monitor.events import Event, EventType
+from monitor.events import Event, EventType, same
 from monitor.jobs import Jobs
 from netdisco._tasks import Tasks
 from netdisco.cluster.acl import cluster_acl
@@ -91,7 +91,7 @@ class Schedules:
             "fired": new.fired,
             "skipped": new.skipped,
         }
-        self._record(Event(type=kind, detail=detail))
+        self._record(Event(type=kind, detail=detail, identity=same(kind.value, new.id, tick)))
         if job is not None:
             self.jobs.wake()
 

@@ -29,7 +29,7 @@ from kazoo.protocol.states import Callback, KazooState, WatchedEvent
 from kazoo.protocol.states import EventType as ZkEventType
 
 from monitor import statefile
-from monitor.events import Event, EventType
+from monitor.events import Event, EventType, same
 from netdisco.cluster.acl import cluster_acl, root_warnings, tombstones_trusted
 from netdisco.cluster.contract import MAX_NODE_DATA, PROOF_CONTRACT
 from netdisco.cluster.legacy import LeaveTimes
@@ -415,8 +415,12 @@ class Watcher:
 
 def _to_event(change: Change, last_seen: float) -> Event:
     """``last_seen``: when the listing before this one, the last to show the engine, was made."""
+    member = change.member
+    # the node's czxid says which incarnation; an update, also which write (mzxid)
+    which = (member.mzxid,) if change.type is EventType.ENGINE_UPDATED else ()
+    identity = same(change.type.value, change.name, member.czxid, *which)
     if change.type is EventType.CLUSTER_EMPTY:
-        return Event(type=change.type, engine=change.member.describe())
+        return Event(type=change.type, engine=member.describe(), identity=identity)
     removed = change.type in (EventType.ENGINE_LEFT, EventType.ENGINE_LOST)
     detail: dict[str, Any] = {"last_seen": last_seen} if removed and last_seen else {}
     if change.type is EventType.ENGINE_LOST and change.member.leaving:
@@ -432,4 +436,5 @@ def _to_event(change: Change, last_seen: float) -> Event:
         engine=change.member.describe(),
         previous=change.previous.describe() if change.previous else None,
         detail=detail,
+        identity=identity,
     )

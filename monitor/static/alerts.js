@@ -1,6 +1,6 @@
 // The Alerts page: which hooks the monitor has, the alerts waiting out their grace period
 // or being sent, and each delivery with its result (sent, failed), attempts and error.
-import {cell, el, empty, every, getJSON, nav, num, term, utc} from "./common.js";
+import {cell, deliverer, el, empty, every, getJSON, nav, num, term, utc} from "./common.js";
 
 nav();
 
@@ -54,6 +54,7 @@ function delivered(view) {
 async function poll() {
   const view = await getJSON("/netdiscovery/monitor/alerts");
   hooks(view);
+  document.getElementById("monitors").textContent = deliverer(view.monitors);
   waiting(view);
   delivered(view);
 }

@@ -197,3 +197,14 @@ export function every(fn, interval = INTERVAL) {
   };
   run();
 }
+
+// Which monitor sends the alerts, and the others: "alerts sent by this monitor; 2 monitors
+// running: http://a:8316 (sends), http://b:8316". ``m``: the routes' ``monitors``.
+export function deliverer(m) {
+  if (!m || !m.monitors.length) return "no monitor sends alerts yet (not in the latch)";
+  const by = m.delivering ? "this monitor" : (m.leader?.url ?? m.leader?.instance ?? "?");
+  const names = m.monitors.map((x, n) => `${x.url ?? x.instance}${n ? "" : " (sends)"}`
+                                         + (x.instance === m.instance ? " (this one)" : ""));
+  const count = `${m.monitors.length} monitor${m.monitors.length === 1 ? "" : "s"} running`;
+  return `alerts sent by ${by}; ${count}: ${names.join(", ")}`;
+}

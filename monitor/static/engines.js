@@ -1,6 +1,6 @@
 // The Engines page: each engine with its node facts and the jobs it ran, the ones gone
 // (kept offline), and the recent events by what changed.
-import {badge, bytes, cell, el, empty, every, getJSON, link, nav, num, term, utc} from "./common.js";
+import {badge, bytes, cell, deliverer, el, empty, every, getJSON, link, nav, num, term, utc} from "./common.js";
 
 nav();
 document.getElementById("unobserved-term").append(term("changes too fast to observe"));
@@ -17,6 +17,7 @@ const ALERT = {
   dropped: () => "alert failed (dropped after its retries)",
   waiting: () => "alert waits out its grace period",
   pending: () => "alert on its way",
+  elsewhere: () => "alert left to the monitor that sends the alerts (not this one)",
   none: () => "no alert hook configured for it",
 };
 
@@ -232,6 +233,7 @@ async function poll() {
   const n = view.engines.length;
   document.getElementById("count").textContent = `${n} engine${n === 1 ? "" : "s"}`;
   document.getElementById("unobserved").textContent = view.unobserved_changes;
+  document.getElementById("monitors").textContent = deliverer(view.monitors);
   document.getElementById("updated").textContent = utc(Date.now() / 1000);
   const ok = view.zookeeper.connected && view.zookeeper.fresh;
   badge(ok, ok ? "live" : "stale view");

@@ -93,7 +93,10 @@ async def test_daemon_beside_two_engines(zk_hosts, tmp_path: Path, smtp, engine_
         async with aiohttp.ClientSession() as session, session.get(url) as resp:
             shown = sorted(e["id"] for e in (await resp.json())["engines"])
         assert shown == ["calm", "doomed"]
-        assert await _check(port) == (0, "ok: 2 engines online\n")
+        assert await _check(port) == (
+            0,
+            "ok: 2 engines online, 1 monitor running (this one delivers the alerts)\n",
+        )
 
         doomed.signal(signal.SIGKILL)
         await eventually(lambda: smtp.mailbox.messages, what="the e-mail about the lost engine")

@@ -119,3 +119,39 @@ async def test_each_spider_rule_fires_once_by_mail(
         assert stalled["quiet_for"] >= 1.0
     finally:
         await engine.stop(deadline=1)
+
+
+async def test_two_monitors_mail_each_rule_once(
+    zk_hosts: str, start_monitor: Any, site: str, smtp: Smtp, tmp_path: Path
+) -> None:
+    """Both monitors see every rule trip; the outbox keeps one alert of each (a run that
+    ended by its run, a lasting condition by its episode), sent by the leader."""
+    email = {"sender": "netdisco@example.org", "to": ["ops@example.org"], "port": smtp.port,
+             "events": RULES}  # fmt: skip
+    rules = {"stall_after": 1.0, "grace": 0.0, "disk_free_below": 1 << 60, "tick": 0.2}
+    config = monitor_config(zk_hosts, email=email, http={"poll_status": 0.2}, rules=rules)
+    pair = [await start_monitor(config) for _ in range(2)]
+    engine = SpiderEngine(EngineSettings(id="rules-2", port=0, feeds_dir=str(tmp_path)),
+                          zookeeper={"hosts": zk_hosts, "session_timeout": 4.0})  # fmt: skip
+    quick = Settings(progress_interval=0, max_pages=3)
+    engine.add_spider(Empty(name="empty", start_urls=[f"{site}/fast/p/0"]), quick)
+    broken = SiteSpider(name="broken", start_urls=[f"{site}/fast/p/0"])
+    engine.add_spider(broken, quick, pipelines=[Unopenable()])
+    stuck = Settings(progress_interval=0, concurrency=1, timeout=60.0)
+    engine.add_spider(SiteSpider(name="stuck", start_urls=[f"{site}/hang", f"{site}/fast/p/1"]),
+                      stuck)  # fmt: skip
+    await engine.start()
+    try:
+        saw = lambda: all(r.of(kind, "rules-2") for _, r in pair for kind in RULES)  # noqa: E731
+        await eventually(saw, "both saw every rule", timeout=30)
+
+        def sent() -> bool:
+            return sum(len(d["events"]) for m, _ in pair for d in m.alerts.deliveries) >= 4
+
+        await eventually(sent, "four alerts sent", timeout=20)
+        await eventually(lambda: all(not m.alerts.view()["sending"] for m, _ in pair), "done")
+        subjects = sorted(str(m["Subject"]).split(" ", 1)[1] for m in smtp.mailbox.messages)
+        assert subjects == [f"{kind}: rules-2" for kind in sorted(RULES)]
+        assert [bool(m.alerts.deliveries) for m, _ in pair].count(True) == 1
+    finally:
+        await engine.stop(deadline=1)
