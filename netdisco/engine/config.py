@@ -229,10 +229,15 @@ def spider_configs(
     if not isinstance(entries, list):
         raise ConfigError("spiders", f"expected an array of tables ([[spiders]]), got {entries!r}")
     spider_env = {k: v for k, v in env.items() if k.startswith("NETDISCO_")}
-    return tuple(
-        _spider_config(f"spiders[{index}]", entry, spider_env, pairs or {})
-        for index, entry in enumerate(entries)
-    )
+    configs, errors = [], []
+    for index, entry in enumerate(entries):
+        try:
+            configs.append(_spider_config(f"spiders[{index}]", entry, spider_env, pairs or {}))
+        except ConfigError as exc:  # every entry's problems, not the first one's only
+            errors.append(exc)
+    if errors:
+        raise ConfigError.together(errors)
+    return tuple(configs)
 
 
 _SPIDER_KEYS = ("spider", "settings", "schedule", "every", "args")
@@ -296,6 +301,28 @@ def parse_config(
     for section in ("engine", "zookeeper"):
         if section in data and not isinstance(data[section], dict):
             raise ConfigError(section, f"expected a table, got {data[section]!r}")
-    engine = engine_settings(data.get("engine", {}), environ=environ, overrides=overrides)
-    spiders = spider_configs(data.get("spiders", []), environ=environ, pairs=pairs)
+    errors: list[ConfigError] = []  # every section's problems at once, not one per run
+    try:
+        engine = engine_settings(data.get("engine", {}), environ=environ, overrides=overrides)
+    except ConfigError as exc:
+        errors.append(exc)
+    if data.get("zookeeper") is not None:
+        try:
+            _zookeeper_checked(data["zookeeper"], environ)
+        except ConfigError as exc:
+            errors.append(exc)
+    try:
+        spiders = spider_configs(data.get("spiders", []), environ=environ, pairs=pairs)
+    except ConfigError as exc:
+        errors.append(exc)
+    if errors:
+        raise ConfigError.together(errors)
     return EngineConfig(engine=engine, zookeeper=data.get("zookeeper"), spiders=spiders)
+
+
+def _zookeeper_checked(table: Mapping[str, Any], environ: Mapping[str, str] | None) -> None:
+    """``[zookeeper]`` validated with the rest of the file (the engine validates it
+    again when it is built), so that its typos are said with the others'."""
+    from netdisco.cluster.settings import ZooKeeperSettings  # kazoo only when configured
+
+    ZooKeeperSettings.from_mapping(table, environ=os.environ if environ is None else environ)
