@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
+import hashlib
 import importlib
 import inspect
 import json
@@ -98,6 +100,15 @@ def describe(event: Event) -> str:
     return "\n".join(lines)
 
 
+def _message_id(events: Sequence[Event], sender: str) -> str:
+    """The same ID for the same events, so that a retried message (the server took it,
+    the answer was lost) is one message to mail servers, under the sender's domain."""
+    facts = "\n".join(f"{e.seq} {e.type.value} {e.engine_id} {e.time!r}" for e in events)
+    digest = hashlib.sha256(facts.encode()).hexdigest()[:32]
+    domain = sender.rpartition("@")[2].strip("<> ") or "netdisco-monitor"
+    return f"<{digest}@{domain}>"
+
+
 class EmailHook:
     """E-mail through aiosmtplib; several events in one batching window make one message."""
 
@@ -119,6 +130,8 @@ class EmailHook:
         msg["From"] = self.settings.sender
         msg["To"] = ", ".join(self.settings.to)
         msg["Subject"] = f"{self.settings.subject_prefix} {subject}".strip()
+        msg["Date"] = email.utils.formatdate(localtime=True)
+        msg["Message-ID"] = _message_id(events, self.settings.sender)
         shown = [describe(e) for e in events[:MAX_DESCRIBED]]
         if len(events) > MAX_DESCRIBED:  # a storm: the rest counted, the message bounded
             rest = Counter(e.type.value for e in events[MAX_DESCRIBED:])
