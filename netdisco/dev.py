@@ -332,7 +332,8 @@ def engine_lines(ports: dict[str, int]) -> str:
     sharing its crawl through the Redis frontier."""
     return (
         f'[zookeeper]\nhosts = "{HOST}:{ports["zookeeper"]}"\nsession_timeout = 4.0\n\n'
-        '[[spiders]]\nspider = "netdisco.demo.site:Shop"   # yours: "FILE.py:Class"\n\n'
+        "[[spiders]]  # the README's catalogue.py, crawling examples/local_site.py on port 8000\n"
+        'spider = "catalogue.py:Catalogue"   # yours: "FILE.py:Class"\n\n'
         f'[spiders.settings]\nfrontier = "redis://{HOST}:{ports["redis"]}/0"'
     )
 
