@@ -3,7 +3,7 @@
 Conventions the documents follow (and this test enforces):
 
 * ```` ```python ````: run as a program (``python FILE``) in the document's working
-  directory. A block whose first line is ``# NAME.py`` is saved as ``NAME.py`` there, so
+  directory; it must run clean (no warning or error in its log). A block whose first line is ``# NAME.py`` is saved as ``NAME.py`` there, so
   later blocks of the same document can import it or name it (``netdisco crawl
   NAME.py:Class``).
 * ```` ```sh ```` (a script) and ```` ```console ```` (commands after ``$ ``): run by
@@ -206,7 +206,7 @@ def environment(servers: Servers) -> dict[str, str]:
     return env
 
 
-def run(argv: list[str], block: Block, cwd: Path, env: dict[str, str], stdin: str = "") -> None:
+def run(argv: list[str], block: Block, cwd: Path, env: dict[str, str], stdin: str = "") -> str:
     """Run ``argv`` in its own session; kill the session's leftovers when it ends.
 
     Output goes to a file, not a pipe: a background job that outlives the shell would
@@ -229,6 +229,7 @@ def run(argv: list[str], block: Block, cwd: Path, env: dict[str, str], stdin: st
     output = log.read_text()[-4000:]
     assert process.returncode != -signal.SIGKILL, f"{block.where}: not done in time\n{output}"
     assert process.returncode == 0, f"{block.where}: exit {process.returncode}\n{output}"
+    return log.read_text()
 
 
 def load_toml(block: Block, path: Path) -> None:
@@ -248,12 +249,17 @@ def load_toml(block: Block, path: Path) -> None:
         pytest.fail(f"{block.where}: {name}: name it *engine.toml, *monitor.toml or *settings.toml")
 
 
+#: a log line at warning level or above, as a terminal or JSON lines show it
+WARNED = re.compile(r'^.*(?:\[(?:warning|error|critical) *\]|"level": ?"(?:warning|error)").*$', re.M)
+
+
 def execute(block: Block, text: str, cwd: Path, env: dict[str, str]) -> None:
     name = block.filename
     if block.language == "python":
         script = cwd / (name or f"block_{block.line}.py")
         script.write_text(text)
-        run([sys.executable, script.name], block, cwd, env)
+        warned = WARNED.findall(run([sys.executable, script.name], block, cwd, env))
+        assert not warned, f"{block.where}: an example runs clean, and it warned: {warned}"
     elif block.language in ("sh", "console"):
         if block.language == "console":
             commands = [ln[2:] for ln in text.splitlines() if ln.startswith("$ ")]
