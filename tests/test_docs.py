@@ -3,9 +3,9 @@
 Conventions the documents follow (and this test enforces):
 
 * ```` ```python ````: run as a program (``python FILE``) in the document's working
-  directory; it must run clean (no warning or error in its log). A block whose first line is ``# NAME.py`` is saved as ``NAME.py`` there, so
-  later blocks of the same document can import it or name it (``netdisco crawl
-  NAME.py:Class``).
+  directory; it must run clean (no warning or error in its log). A block whose first
+  line is ``# NAME.py`` is saved as ``NAME.py`` there, so later blocks of the same
+  document can import it or name it (``netdisco crawl NAME.py:Class``).
 * ```` ```sh ```` (a script) and ```` ```console ```` (commands after ``$ ``): run by
   ``bash -eo pipefail`` in that directory, with the package's ``netdisco`` commands
   first on ``PATH``. Background jobs (``&``) are killed with the shell's process group
@@ -250,7 +250,9 @@ def load_toml(block: Block, path: Path) -> None:
 
 
 #: a log line at warning level or above, as a terminal or JSON lines show it
-WARNED = re.compile(r'^.*(?:\[(?:warning|error|critical) *\]|"level": ?"(?:warning|error)").*$', re.M)
+WARNED = re.compile(
+    r'^.*(?:\[(?:warning|error|critical) *\]|"level": ?"(?:warning|error)").*$', re.M
+)
 
 
 def execute(block: Block, text: str, cwd: Path, env: dict[str, str]) -> None:
