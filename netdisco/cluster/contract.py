@@ -148,6 +148,17 @@ def _labels(value: Any) -> dict[str, str]:
     return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
 
 
+#: at most this many spiders an engine's node offers to jobs (more: the first ones)
+MAX_JOB_SPIDERS = 500
+
+
+def _job_spiders(value: Any) -> dict[str, str]:
+    """``module:Class`` -> name, each at most 200 characters, at most ``MAX_JOB_SPIDERS``."""
+    pairs = _labels(value).items()
+    fit = ((k, v) for k, v in pairs if len(k) <= 200 and len(v) <= 200)
+    return dict(list(fit)[:MAX_JOB_SPIDERS])
+
+
 def _names(value: Any) -> tuple[str, ...]:
     return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
@@ -230,6 +241,9 @@ class EnginePayload:
     max_jobs: int | None = None  # job slots (netdisco.cluster.jobs); None: runs no jobs
     labels: Mapping[str, str] = field(default_factory=dict)  # for placement "label=value"
     jobs: tuple[str, ...] = ()  # ids of the jobs running on the engine now
+    #: ``module:Class`` -> name of the spiders its ``spider_modules`` offer to jobs of no
+    #: project, as imported when it started ({}: not said)
+    job_spiders: Mapping[str, str] = field(default_factory=dict)
     #: True while the engine's loop has not run for ``loop_stall`` seconds (written by
     #: its watchdog thread); None from writers that do not measure it
     stalled: bool | None = None
@@ -265,7 +279,7 @@ class EnginePayload:
                 continue  # not measured, or runs no jobs: left out, as older writers do
             if f.name == "spiders":
                 value = [_spider_dict(s) for s in value]
-            elif f.name in ("labels", "facts"):
+            elif f.name in ("labels", "facts", "job_spiders"):
                 value = dict(value)
             elif f.name == "jobs":
                 value = list(value)
@@ -294,8 +308,9 @@ def _unset(value: Any) -> bool:
 
 
 _OPTIONAL = frozenset(
-    {"stalled", "loop_lag", "facts", "max_jobs", "labels", "jobs", "proof", "left_proof"}
-)
+    {"stalled", "loop_lag", "facts", "max_jobs", "labels", "jobs", "job_spiders", "proof",
+     "left_proof"}
+)  # fmt: skip
 _KNOWN = frozenset(f.name for f in fields(EnginePayload)) - {"extra", "garbage"}
 
 
@@ -317,6 +332,7 @@ def payload_from_dict(data: Mapping[str, Any]) -> EnginePayload:
         max_jobs=_int(data.get("max_jobs")),
         labels=_labels(data.get("labels")),
         jobs=_names(data.get("jobs")),
+        job_spiders=_job_spiders(data.get("job_spiders")),
         stalled=_bool(data.get("stalled")),
         loop_lag=_fact_number(data.get("loop_lag")),
         facts=parse_facts(data.get("facts")),

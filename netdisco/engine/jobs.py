@@ -33,12 +33,15 @@ from kazoo.retry import KazooRetry
 
 from netdisco._tasks import Tasks
 from netdisco.cluster.acl import cluster_acl
+from netdisco.cluster.contract import MAX_JOB_SPIDERS
 from netdisco.cluster.jobs import Job, JobState, JobStore, transition
 from netdisco.cluster.settings import ZooKeeperSettings
 from netdisco.cluster.zk import close_client
+from netdisco.crawl.loader import on_path
 from netdisco.crawl.settings import Settings
 from netdisco.engine.config import EngineSettings
 from netdisco.engine.joblog import CHUNK, MAX_LINE, LogWriter, job_dir
+from netdisco.engine.launch import module_spiders
 from netdisco.exceptions import NetdiscoError
 
 log = structlog.get_logger(__name__)
@@ -56,6 +59,19 @@ def jobs_dir(settings: EngineSettings, engine_id: str) -> Path:
     if settings.jobs_dir is not None:
         return Path(settings.jobs_dir)
     return Path(tempfile.gettempdir()) / "netdisco-jobs" / engine_id
+
+
+def offered_spiders(settings: EngineSettings) -> dict[str, str]:
+    """``module:Class`` -> name of the spiders of ``spider_modules``, which the engine's
+    node offers so that the monitor refuses a job of no project naming another one; {}
+    (not said: the monitor does not judge) when a module does not import, said in the log."""
+    try:
+        with on_path(os.getcwd()):  # as the job's child finds them (python -m, here)
+            found = module_spiders(settings.spider_modules)
+    except NetdiscoError as exc:
+        log.warning("job_spiders_unknown", error=str(exc))
+        return {}
+    return dict(sorted(found.items())[:MAX_JOB_SPIDERS])
 
 
 async def batches(reader: asyncio.StreamReader) -> AsyncIterator[list[bytes]]:
@@ -194,11 +210,12 @@ class JobProcess:
         stats = {k: v for k, v in status.items() if k not in _NOT_STATS}
         feeds = tuple(f for f in status.get("feeds") or () if isinstance(f, dict))
         ref = status.get("spider_class")
-        spider = ref if isinstance(ref, str) and _SPIDER_CLASS.fullmatch(ref) else self.job.spider
+        valid = isinstance(ref, str) and _SPIDER_CLASS.fullmatch(ref)
+        spider = ref if valid else self.job.spider_class
         return (
             state,
             {
-                "spider": spider,  # as resolved: a name becomes its module:Class
+                "spider_class": spider,  # as resolved; ``spider`` stays as asked
                 "version": self.job.version,
                 "ended_at": time.time(),
                 "exit_status": code,
@@ -233,6 +250,7 @@ class JobRunner:
         self._tasks = Tasks()  # the poll loop
         self._ends = Tasks()  # one per job taken: starts its child, waits, writes its end
         self._starting: set[str] = set()  # taken, its project installing or child starting
+        self.offered = offered_spiders(settings)
 
     @property
     def directory(self) -> Path:
@@ -367,6 +385,7 @@ class JobRunner:
         except (OSError, NetdiscoError) as exc:
             log.error("job_start_failed", job=job.id, error=str(exc))
             error = f"cannot start the job: {exc}"
+            self._log_failure(job, error)
             await self._write_end(job, JobState.FAILED, ended_at=time.time(), error=error)
             return
         finally:
@@ -376,6 +395,16 @@ class JobRunner:
         self.running[job.id] = process
         self._on_change()
         await self._finish(process)
+
+    def _log_failure(self, job: Job, error: str) -> None:
+        """A start that failed, said in the job's log too, where ``jobs log`` reads."""
+        line = {"event": "job_start_failed", "level": "error", "job": job.id, "error": error}
+        with contextlib.suppress(OSError):
+            directory = job_dir(self.directory, job.id)
+            directory.mkdir(parents=True, exist_ok=True)
+            writer = LogWriter(directory / "job.log", self.settings.job_log_max)
+            writer.write(json.dumps(line).encode())
+            writer.close()
 
     async def _environment(self, job: Job) -> tuple[Job, str, Path | None, list[str]]:
         """The job (its spider and version resolved), the Python and directory it runs
@@ -391,7 +420,8 @@ class JobRunner:
         )
         spider = project_spider(job.spider, got.names)
         modules = sorted({ref.partition(":")[0] for ref in got.spiders})
-        return replace(job, spider=spider, version=got.version), str(got.python), got.path, modules
+        resolved = replace(job, spider_class=spider, version=got.version)
+        return resolved, str(got.python), got.path, modules
 
     async def _finish(self, process: JobProcess) -> None:
         state, changes = await process.wait()

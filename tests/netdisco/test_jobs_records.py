@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from netdisco.cluster.contract import EnginePayload, parse_payload
+from netdisco.cluster.contract import MAX_JOB_SPIDERS, EnginePayload, parse_payload
 from netdisco.cluster.jobs import (
     MAX_JOB_DATA,
     Job,
@@ -19,6 +19,7 @@ from netdisco.cluster.jobs import (
     job_request,
     parse_job,
     place,
+    refuse_unplaceable,
 )
 from netdisco.engine.joblog import LogWriter, follow, job_dir, tail
 from netdisco.exceptions import ConfigError
@@ -105,6 +106,38 @@ def test_placement_most_free_slots_named_engines_and_labels():
         ("e1",), ("e2",)]  # fmt: skip
     with pytest.raises(ConfigError):
         fan_out(Job(id=ID, spider="s", on="all"), [])
+
+
+def test_a_job_no_engine_may_take_is_refused_naming_those_that_may():
+    """Named engines, or a label, that no engine running jobs has: it would wait for
+    ever. Busy engines are no reason: the job waits for a slot."""
+    held = Job(id=ID, spider="s", engine="e1", incarnation="i-e1", state=JobState.RUNNING)
+    busy = engine_slots(engine("e1", 1, zone="a"), [held])
+    slots = [s for s in (busy, engine_slots(engine("e2"), [])) if s is not None]
+    for on in ("any", "all", ("e1",), ("e9", "e2"), "zone=a"):
+        refuse_unplaceable(Job(id=ID, spider="s", on=on), slots)
+    with pytest.raises(ConfigError) as caught:
+        refuse_unplaceable(Job(id=ID, spider="s", on=("e9",)), slots)
+    assert str(caught.value) == (
+        "on: no engine 'e9' runs jobs in the cluster; the engines that run jobs: e1 (zone=a), e2"
+    )
+    with pytest.raises(ConfigError, match="no engine that runs jobs has the label zone=b"):
+        refuse_unplaceable(Job(id=ID, spider="s", on="zone=b"), slots)
+    with pytest.raises(ConfigError, match="the engines that run jobs: none"):
+        refuse_unplaceable(Job(id=ID, spider="s", on=("e1",)), [])
+
+
+def test_a_node_offers_its_spiders_bounded():
+    offered = {"m:A": "a", "m:B": "b"}
+    payload = parse_payload(EnginePayload(id="e", max_jobs=1, job_spiders=offered).to_json())
+    assert payload.job_spiders == offered
+    many = {f"m:S{n}": "x" * (1 + n % 300) for n in range(MAX_JOB_SPIDERS + 100)}
+    raw = json.dumps({"id": "e", "job_spiders": {**many, "m:Bad": 3}}).encode()
+    kept = parse_payload(raw).job_spiders
+    assert len(kept) <= MAX_JOB_SPIDERS
+    assert all(isinstance(v, str) and len(v) <= 200 for v in kept.values())
+    assert "m:Bad" not in kept
+    assert "job_spiders" not in EnginePayload(id="e").to_dict()  # not said: left out
 
 
 def test_log_rotates_by_size_and_tails_whole_lines(tmp_path):
