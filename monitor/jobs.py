@@ -136,6 +136,18 @@ class Jobs:
         if self._seen is not None:
             self._seen[job.id] = job.state
 
+    def live(self, job: Job) -> Job:
+        """``job`` with the counters its engine's node holds while it runs (the node's
+        ``job_stats``, refreshed with its spiders' figures); as stored otherwise."""
+        if job.state is not JobState.RUNNING:
+            return job
+        for member in self.watcher.members():
+            payload = member.payload
+            if (payload.id, payload.incarnation) == (job.engine, job.incarnation):
+                counts = payload.job_stats.get(job.id)
+                return replace(job, stats={**job.stats, **counts}) if counts else job
+        return job
+
     def _keep(self, job: Job | None) -> None:
         if job is not None:
             self.jobs[job.id] = job

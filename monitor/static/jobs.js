@@ -211,7 +211,7 @@ async function loadItems() {
     return;
   }
   const items = body.items ?? [];
-  kept = body.items_kept ?? body.total ?? (offset + items.length);
+  kept = Math.max(body.items_kept ?? body.total ?? 0, offset + items.length);  // never fewer than shown
   const keys = columns(items);
   const head = table.tHead;
   head.replaceChildren();

@@ -159,6 +159,24 @@ def _job_spiders(value: Any) -> dict[str, str]:
     return dict(list(fit)[:MAX_JOB_SPIDERS])
 
 
+#: what a running job's entry in ``job_stats`` holds (the names of its final ``stats``)
+JOB_COUNTERS = ("succeeded", "failed", "items", "items_kept", "items_dropped")
+#: at most this many running jobs' counters are read from a node
+MAX_JOB_STATS = 1000
+
+
+def _job_stats(value: Any) -> dict[str, dict[str, int]]:
+    """Job id (at most 40 characters) -> its ``JOB_COUNTERS`` that are counts."""
+    if not isinstance(value, dict):
+        return {}
+    found: dict[str, dict[str, int]] = {}
+    for job, counts in list(value.items())[:MAX_JOB_STATS]:
+        if isinstance(job, str) and len(job) <= 40 and isinstance(counts, dict):
+            read = {k: _count(counts.get(k)) for k in JOB_COUNTERS}
+            found[job] = {k: v for k, v in read.items() if v is not None}
+    return found
+
+
 def _names(value: Any) -> tuple[str, ...]:
     return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
@@ -244,6 +262,9 @@ class EnginePayload:
     #: ``module:Class`` -> name of the spiders its ``spider_modules`` offer to jobs of no
     #: project, as imported when it started ({}: not said)
     job_spiders: Mapping[str, str] = field(default_factory=dict)
+    #: the counters of the jobs running on the engine now, by job id (``JOB_COUNTERS``),
+    #: refreshed with its spiders' figures: how a job's progress reaches the monitor
+    job_stats: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     #: True while the engine's loop has not run for ``loop_stall`` seconds (written by
     #: its watchdog thread); None from writers that do not measure it
     stalled: bool | None = None
@@ -281,6 +302,8 @@ class EnginePayload:
                 value = [_spider_dict(s) for s in value]
             elif f.name in ("labels", "facts", "job_spiders"):
                 value = dict(value)
+            elif f.name == "job_stats":
+                value = {job: dict(counts) for job, counts in value.items()}
             elif f.name == "jobs":
                 value = list(value)
             data[f.name] = value
@@ -308,8 +331,8 @@ def _unset(value: Any) -> bool:
 
 
 _OPTIONAL = frozenset(
-    {"stalled", "loop_lag", "facts", "max_jobs", "labels", "jobs", "job_spiders", "proof",
-     "left_proof"}
+    {"stalled", "loop_lag", "facts", "max_jobs", "labels", "jobs", "job_spiders", "job_stats",
+     "proof", "left_proof"}
 )  # fmt: skip
 _KNOWN = frozenset(f.name for f in fields(EnginePayload)) - {"extra", "garbage"}
 
@@ -333,6 +356,7 @@ def payload_from_dict(data: Mapping[str, Any]) -> EnginePayload:
         labels=_labels(data.get("labels")),
         jobs=_names(data.get("jobs")),
         job_spiders=_job_spiders(data.get("job_spiders")),
+        job_stats=_job_stats(data.get("job_stats")),
         stalled=_bool(data.get("stalled")),
         loop_lag=_fact_number(data.get("loop_lag")),
         facts=parse_facts(data.get("facts")),

@@ -33,7 +33,7 @@ from kazoo.retry import KazooRetry
 
 from netdisco._tasks import Tasks
 from netdisco.cluster.acl import cluster_acl
-from netdisco.cluster.contract import MAX_JOB_SPIDERS
+from netdisco.cluster.contract import JOB_COUNTERS, MAX_JOB_SPIDERS
 from netdisco.cluster.jobs import Job, JobState, JobStore, transition
 from netdisco.cluster.settings import ZooKeeperSettings
 from netdisco.cluster.zk import close_client
@@ -275,6 +275,18 @@ class JobRunner:
             }
             for p in self.running.values()
         ]
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        """The running jobs' counters from their children's last status lines, for the
+        engine's node (the path a spider's figures take to the monitor)."""
+        return {
+            job_id: {
+                k: v
+                for k in JOB_COUNTERS
+                if isinstance(v := p.status.get(k), int) and not isinstance(v, bool)
+            }
+            for job_id, p in self.running.items()
+        }
 
     def last_status(self, job_id: str) -> dict[str, Any]:
         """The last status line of a job running, or ended on this engine ({}: none)."""
