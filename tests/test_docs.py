@@ -198,8 +198,9 @@ def make_chroot(hosts: str) -> str:
 # -- running one block ------------------------------------------------------------------
 
 
-def environment(servers: Servers) -> dict[str, str]:
+def environment(servers: Servers, home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NETDISCO_")}
+    env["XDG_STATE_HOME"] = str(home / ".state")  # engines' jobs_dir: not the user's
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["LOCAL_SITE_URL"] = f"http://127.0.0.1:{servers.site_port}/"
     env[dev.PORT_BASE_ENV] = str(servers.dev_base)
@@ -286,7 +287,7 @@ def test_every_block_runs(document: Path, servers: Servers, tmp_path: Path) -> N
     ports: dict[str, int] = {}
     # dev up's five ports, free now: picked at the module's start they may be taken since
     servers = dataclasses.replace(servers, dev_base=free_base())
-    env = environment(servers)
+    env = environment(servers, tmp_path)
     try:
         for block in blocks(document.read_text(), document.name):
             if block.language == "text" or block.not_run is not None:

@@ -106,7 +106,9 @@ class EngineSettings(Section):
         (), 'key=value labels jobs are placed by (on = "key=value")', check=_labels
     )
     jobs_dir: str | None = _engine(
-        None, "where each job's log and spec are kept (none: netdisco-jobs in the temp dir)"
+        None,
+        "where each job's log, items and spec are kept (none: "
+        "$XDG_STATE_HOME or ~/.local/state, netdisco/jobs/<cluster>/<engine id>)",
     )
     job_log_max: int = _engine(
         10 * 1024 * 1024, "bytes of a job's log before it is rotated (two old ones kept)",

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import re
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -54,11 +54,22 @@ _NOT_STATS = frozenset({"feeds", "final", "error", "spider_class"})
 _SPIDER_CLASS = re.compile(r"[A-Za-z_][\w.]{0,199}:[A-Za-z_]\w{0,99}")
 
 
-def jobs_dir(settings: EngineSettings, engine_id: str) -> Path:
-    """Where this engine keeps its jobs' directories."""
+def jobs_dir(settings: EngineSettings, engine_id: str, zookeeper: ZooKeeperSettings) -> Path:
+    """Where this engine keeps its jobs' directories: ``jobs_dir``, or, by default, the
+    user's state folder (``$XDG_STATE_HOME``, else ``~/.local/state``) under a folder of
+    the cluster (its ZooKeeper hosts and root) and one of the engine, so that the jobs and
+    project caches of two clusters on one machine never share a folder."""
     if settings.jobs_dir is not None:
         return Path(settings.jobs_dir)
-    return Path(tempfile.gettempdir()) / "netdisco-jobs" / engine_id
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "netdisco" / "jobs" / cluster_folder(zookeeper) / engine_id
+
+
+def cluster_folder(zookeeper: ZooKeeperSettings) -> str:
+    """A folder name of one cluster: its hosts and root, readable, and a hash of them."""
+    where = f"{zookeeper.hosts}{zookeeper.root}"
+    readable = re.sub(r"[^A-Za-z0-9.-]+", "_", where).strip("_")[:60]
+    return f"{readable}-{hashlib.sha256(where.encode()).hexdigest()[:8]}"
 
 
 def offered_spiders(settings: EngineSettings) -> dict[str, str]:
@@ -255,7 +266,7 @@ class JobRunner:
     @property
     def directory(self) -> Path:
         """Where this engine's jobs keep their logs."""
-        return jobs_dir(self.settings, self._engine_id())
+        return jobs_dir(self.settings, self._engine_id(), self.zookeeper)
 
     def active(self, job_id: str) -> bool:
         """Whether the job is this engine's now: starting (its project installing, its

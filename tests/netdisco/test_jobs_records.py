@@ -21,7 +21,10 @@ from netdisco.cluster.jobs import (
     place,
     refuse_unplaceable,
 )
+from netdisco.cluster.settings import ZooKeeperSettings
+from netdisco.engine.config import EngineSettings
 from netdisco.engine.joblog import LogWriter, follow, job_dir, tail
+from netdisco.engine.jobs import jobs_dir
 from netdisco.exceptions import ConfigError
 from netdisco.testing import eventually
 
@@ -138,6 +141,25 @@ def test_a_node_offers_its_spiders_bounded():
     assert all(isinstance(v, str) and len(v) <= 200 for v in kept.values())
     assert "m:Bad" not in kept
     assert "job_spiders" not in EnginePayload(id="e").to_dict()  # not said: left out
+
+
+def test_the_default_jobs_dir_is_the_clusters_own_not_a_shared_temp_folder(tmp_path, monkeypatch):
+    """Two clusters on one machine (a ``dev up`` and a test run), each with an
+    ``engine-3``, keep their jobs and project caches apart, under the user's state."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    engine = EngineSettings()
+    dev = ZooKeeperSettings.from_mapping({"hosts": "127.0.0.1:8320"})
+    other = ZooKeeperSettings.from_mapping({"hosts": "127.0.0.1:40000"})
+    chrooted = ZooKeeperSettings.from_mapping({"hosts": "127.0.0.1:8320/test"})
+    found = {jobs_dir(engine, "engine-3", zk) for zk in (dev, other, chrooted)}
+    assert len(found) == 3
+    assert jobs_dir(engine, "engine-3", dev) == jobs_dir(engine, "engine-3", dev)
+    for path in found:
+        assert path.is_relative_to(tmp_path / "netdisco" / "jobs"), path
+        assert path.name == "engine-3"
+    assert "127.0.0.1_8320" in str(jobs_dir(engine, "engine-3", dev))  # readable
+    mine = EngineSettings(jobs_dir=str(tmp_path / "mine"))
+    assert jobs_dir(mine, "engine-3", dev) == tmp_path / "mine"
 
 
 def test_log_rotates_by_size_and_tails_whole_lines(tmp_path):
