@@ -266,3 +266,15 @@ def test_a_failed_up_stops_what_it_had_started(
     assert len(started) == 1  # ZooKeeper
     assert not [pid for pid in [*spawned, *started] if running(pid)]
     assert not (state_dir / "state.json").exists()
+
+
+def test_up_without_the_demo_extra_says_what_to_install_and_starts_nothing(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without aiosmtpd (the ``[demo]`` extra), one line naming it, not a traceback."""
+    monkeypatch.setitem(sys.modules, "aiosmtpd", None)  # as if not installed
+    assert dev.up(state_dir, free_base()) == 2
+    said = capsys.readouterr()
+    assert "pip install 'netdiscovery[demo]'" in said.err
+    assert "Traceback" not in said.err + said.out
+    assert dev.load_state(state_dir) == []  # nothing started
