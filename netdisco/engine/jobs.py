@@ -34,7 +34,7 @@ from kazoo.retry import KazooRetry
 from netdisco._tasks import Tasks
 from netdisco.cluster.acl import cluster_acl
 from netdisco.cluster.contract import JOB_COUNTERS, MAX_JOB_SPIDERS
-from netdisco.cluster.jobs import Job, JobState, JobStore, transition
+from netdisco.cluster.jobs import Job, JobState, JobStore, is_job_id, transition
 from netdisco.cluster.settings import ZooKeeperSettings
 from netdisco.cluster.zk import close_client
 from netdisco.crawl.loader import on_path
@@ -298,6 +298,25 @@ class JobRunner:
             }
             for job_id, p in self.running.items()
         }
+
+    def recent(self, limit: int = 50) -> list[dict[str, Any]]:
+        """The jobs this engine ran, for its status page: running ones first, then those
+        whose directory is under ``jobs_dir``, newest first (at most ``limit``)."""
+        try:
+            found = [d for d in self.directory.iterdir() if is_job_id(d.name)]
+            ended = sorted(((d.stat().st_mtime, d.name) for d in found), reverse=True)
+        except OSError:
+            ended = []
+        running = [(time.time(), job_id) for job_id in self.running]
+        rows = []
+        for at, job_id in [*running, *((a, j) for a, j in ended if j not in self.running)]:
+            status = self.last_status(job_id)
+            process = self.running.get(job_id)
+            spider = process.job.spider if process else status.get("spider_class", "-")
+            counts = {k: status.get(k, "-") for k in ("succeeded", "items", "failed")}
+            state = "running" if process else status.get("state", "-")
+            rows.append({"job": job_id, "state": state, "spider": spider, **counts, "at": at})
+        return rows[:limit]
 
     def last_status(self, job_id: str) -> dict[str, Any]:
         """The last status line of a job running, or ended on this engine ({}: none)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 import pytest
 
 from netdisco.testing import eventually
@@ -68,6 +69,17 @@ async def test_a_running_jobs_counters_move_in_the_list_and_the_job(
     done = await state_of(client, job_id, "finished", "failed", timeout=90)
     assert done["state"] == "finished", done
     assert done["stats"]["succeeded"] >= seen[-1]
+    # the engine's own page lists the jobs it ran
+    (member,) = monitor.watcher.members()
+    status_url = member.payload.status_url
+    assert status_url is not None
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(status_url, headers={"Accept": "text/html"}) as resp,
+    ):
+        page = await resp.text()
+    jobs = page.partition("<h2>Jobs</h2>")[2]
+    assert f"<td>{job_id}</td><td>finished</td>" in jobs, page
 
 
 async def _pages_shown(page: Any, more_than: int, seen: list[int]) -> bool:
