@@ -271,12 +271,15 @@ class Crawler:
 
     def status(self) -> dict[str, Any]:
         """The spider status object that ``GET /netdiscovery/spiders/{name}`` answers."""
-        return {
+        status = {
             "name": self.name,
             "state": self.state.value,
             "started_at": self.started_at,
             **self.stats.as_dict(),
         }
+        if self.already_finished is not None:  # why nothing was fetched, and what to type
+            status["already_finished"] = self.already_finished
+        return status
 
     # ----------------------------------------------------------------- the crawl
     async def _run(self) -> None:
