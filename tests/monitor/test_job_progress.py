@@ -145,3 +145,38 @@ async def test_the_dashboard_shows_a_running_jobs_counters_move_and_its_pager_ag
     await expect(page.locator("#job-state")).to_have_text("finished", timeout=90_000)
     await eventually(lambda: _pager_agrees(page), "the pager at the end", timeout=30)
     assert errors == []
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium absent")
+async def test_the_dashboard_shows_why_a_job_failed_in_its_log(
+    zk_hosts,
+    start_monitor,
+    spawn_engine,  # noqa: F811 - the fixture
+    browser,  # noqa: F811 - the fixture
+    tmp_path,
+):
+    """A spider its engine does not have (a module:Class, judged by the child): the job
+    fails, and its log on its page says why, as its facts do."""
+    from playwright.async_api import expect
+
+    monitor, client = await steering_engines(zk_hosts, start_monitor, spawn_engine, e1={})
+    url = monitor.http.url
+    code, out, err = await cli(url, "start", "-", "tests.monitor.job_spiders:Nope")
+    assert code == 0, err
+    job_id = out.strip()
+    failed = await state_of(client, job_id, "failed")
+    assert "Nope" in failed["error"], failed
+    page = await browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    await page.goto(f"{url}/jobs?interval=500#{job_id}")
+    await page.fill("#token", TOKEN)
+    await expect(page.locator("#job-state")).to_have_text("failed")
+    await expect(page.locator("#job-facts")).to_contain_text("Nope")
+    log = page.locator("#log")
+    await expect(log).to_contain_text("job_refused", timeout=30_000)
+    await expect(log).to_contain_text("has no class 'Nope'")
+    await page.screenshot(path=str(tmp_path / "failed-job.png"), full_page=True)
+    assert errors == []
