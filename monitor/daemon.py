@@ -156,7 +156,8 @@ class Monitor:
             return
         if event.type in _GONE:
             self.rules.forget(engine_id)
-            self.departed.add(event, self.history.engine(engine_id))
+            read = self.history.engine(engine_id)
+            self.departed.add(event, read, self.history.read_at(engine_id))
         if event.type not in _READ:
             return
         self.departed.back(engine_id)

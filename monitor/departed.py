@@ -23,8 +23,11 @@ class Departed:
         self.retention = retention
         self._gone: dict[str, dict[str, Any]] = {}
 
-    def add(self, event: Event, spiders: list[dict[str, Any]]) -> None:
-        """``event`` (engine_left or engine_lost) took its engine; ``spiders``: its last read."""
+    def add(
+        self, event: Event, spiders: list[dict[str, Any]], read_at: float | None = None
+    ) -> None:
+        """``event`` (engine_left or engine_lost) took its engine; ``spiders``: its last
+        read, at ``read_at`` (what it did after that read is not in them)."""
         if event.engine_id is None or self.retention <= 0:
             return
         self._gone.pop(event.engine_id, None)
@@ -35,6 +38,7 @@ class Departed:
             "seq": event.seq,
             "key": event.key,  # the delivering monitor's event has its own seq, the same key
             "spiders": spiders,
+            "read_at": read_at,
         }
         while len(self._gone) > MAX_DEPARTED:
             del self._gone[next(iter(self._gone))]
@@ -62,6 +66,7 @@ class Departed:
                 "gone_at": gone["at"],
                 "gone_at_iso": iso(gone["at"]),
                 "spiders_read": gone["spiders"],
+                "spiders_read_at": gone.get("read_at"),
                 "alert": alert(engine_id, gone),
             }
             for engine_id, gone in self._gone.items()

@@ -177,6 +177,11 @@ class History:
         engine = self._engines.get(engine_id)
         return [dict(t.summary) for t in engine.spiders.values()] if engine else []
 
+    def read_at(self, engine_id: str) -> float | None:
+        """When the engine's spiders were last read (None: never)."""
+        engine = self._engines.get(engine_id)
+        return None if engine is None else engine.read_at
+
     def engine_rate(self, engine_id: str) -> float | None:
         """Pages/s of the engine's running spiders (None before its first read)."""
         if engine_id not in self._engines:

@@ -64,8 +64,9 @@ async def read_body(request: web.Request) -> Any:
 
 async def list_jobs(request: web.Request) -> web.Response:
     """``GET /netdiscovery/monitor/jobs``: every job, newest first."""
-    jobs = sorted(request.app[JOBS].jobs.values(), key=lambda j: j.created_at, reverse=True)
-    return web.json_response({"jobs": [j.to_dict() for j in jobs]})
+    keeper = request.app[JOBS]
+    jobs = sorted(keeper.jobs.values(), key=lambda j: j.created_at, reverse=True)
+    return web.json_response({"jobs": [keeper.live(j).to_dict() for j in jobs]})
 
 
 async def create_job(request: web.Request) -> web.Response:
@@ -79,11 +80,12 @@ async def create_job(request: web.Request) -> web.Response:
 
 
 async def show_job(request: web.Request) -> web.Response:
-    """``GET /netdiscovery/monitor/jobs/{id}``: the job as ZooKeeper holds it now."""
+    """``GET /netdiscovery/monitor/jobs/{id}``: the job as ZooKeeper holds it now, with
+    its engine's live counters while it runs."""
     got = await request.app[JOBS].store.get(_job_id(request))
     if got is None:
         raise ControlRefused(404, "unknown_job", f"no job {request.match_info['id']!r}")
-    return web.json_response(got[0].to_dict())
+    return web.json_response(request.app[JOBS].live(got[0]).to_dict())
 
 
 async def cancel_job(request: web.Request) -> web.Response:

@@ -39,12 +39,14 @@ from netdisco.cluster.jobs import (
     engine_slots,
     fan_out,
     job_request,
+    may_run,
     new_id,
     place,
+    refuse_unplaceable,
     transition,
 )
-from netdisco.exceptions import ControlRefused
-from netdisco.projects.store import ProjectStore, check_spider
+from netdisco.exceptions import ConfigError, ControlRefused, SpiderLoadError
+from netdisco.projects.store import ProjectStore, check_spider, project_spider
 
 log = structlog.get_logger(__name__)
 
@@ -135,6 +137,18 @@ class Jobs:
         if self._seen is not None:
             self._seen[job.id] = job.state
 
+    def live(self, job: Job) -> Job:
+        """``job`` with the counters its engine's node holds while it runs (the node's
+        ``job_stats``, refreshed with its spiders' figures); as stored otherwise."""
+        if job.state is not JobState.RUNNING:
+            return job
+        for member in self.watcher.members():
+            payload = member.payload
+            if (payload.id, payload.incarnation) == (job.engine, job.incarnation):
+                counts = payload.job_stats.get(job.id)
+                return replace(job, stats={**job.stats, **counts}) if counts else job
+        return job
+
     def _keep(self, job: Job | None) -> None:
         if job is not None:
             self.jobs[job.id] = job
@@ -195,6 +209,9 @@ class Jobs:
             await check_spider(
                 self.projects, job.project, {"spider": job.spider, "version": job.version}
             )
+        if self.watcher.fresh.is_set():  # what cannot run is refused, by a fresh view
+            refuse_unplaceable(job, self.slots())
+            self._refuse_unoffered(job)
         made = fan_out(job, self.slots()) if job.on == "all" else [job]
         for each in made:
             await self.store.create(each)
@@ -202,6 +219,29 @@ class Jobs:
             log.info("job_created", job=each.id, spider=each.spider, on=each.on)
         self.wake()
         return made
+
+    def _refuse_unoffered(self, job: Job) -> None:
+        """A job of no project naming a spider that no engine it may run on offers (their
+        nodes' ``job_spiders``): ``ConfigError`` naming the spiders they do offer. Not
+        judged while one of those engines does not say what it offers."""
+        if job.project is not None or ":" in job.spider:  # a module:Class: the child judges
+            return
+        jobs = list(self.jobs.values())
+        offers = [
+            m.payload.job_spiders
+            for m in self.watcher.members()
+            if (slots := engine_slots(m.payload, jobs)) is not None and may_run(job.on, slots)
+        ]
+        if not offers or not all(offers):
+            return
+        refusals = []
+        for offered in offers:
+            try:
+                project_spider(job.spider, offered, "engine.spider_modules")
+                return
+            except SpiderLoadError as exc:
+                refusals.append(str(exc))
+        raise ConfigError("spider", refusals[0])
 
     async def cancel(self, job_id: str) -> Job:
         """A waiting job ends ``cancelled`` now; a running one is stopped by its engine."""

@@ -19,7 +19,7 @@ from typing import Any
 
 from netdisco.cluster import check as shared
 from netdisco.cluster.check import Finding, ok, problem
-from netdisco.crawl.loader import load_spider
+from netdisco.crawl.loader import import_failure, load_spider
 from netdisco.engine.config import EngineConfig, load_config
 from netdisco.engine.hosted import zookeeper_settings
 from netdisco.exceptions import NetdiscoError
@@ -86,7 +86,8 @@ def _spider_imports(config: EngineConfig) -> tuple[dict[str, Any], list[Finding]
         try:
             importlib.import_module(name)
         except Exception as exc:  # the module's own error, whatever it is, named
-            findings.append(problem(f"spider_modules {name}", f"does not import: {exc!r}"))
+            failure = import_failure(exc)
+            findings.append(problem(f"spider_modules {name}", f"does not import: {failure}"))
         else:
             findings.append(ok(f"spider_modules {name}", "imports"))
     return classes, findings

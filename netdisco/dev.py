@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -248,8 +249,20 @@ def _stop_child(child: subprocess.Popen[bytes]) -> None:
             child.wait(5)
 
 
+#: what ``up`` says when the SMTP sink cannot run (exit 2, nothing started)
+NEEDS_DEMO = (
+    "netdisco dev up: the SMTP sink needs aiosmtpd, which comes with the demo extra: "
+    "pip install 'netdiscovery[demo]' (in a checkout: pip install -e '.[demo]', or make demo)"
+)
+
+
 def up(state_dir: Path, base: int) -> int:
     """Start everything or nothing: what started before a failure is stopped again."""
+    try:
+        import aiosmtpd  # noqa: F401 - the sink's, asked before anything starts
+    except ImportError:
+        print(NEEDS_DEMO, file=sys.stderr)
+        return 2
     running = [s for s in load_state(state_dir) if is_ours(s)]
     if running:
         print(f"netdisco dev: already up under {state_dir} (`netdisco dev down` stops it)")
@@ -332,7 +345,8 @@ def engine_lines(ports: dict[str, int]) -> str:
     sharing its crawl through the Redis frontier."""
     return (
         f'[zookeeper]\nhosts = "{HOST}:{ports["zookeeper"]}"\nsession_timeout = 4.0\n\n'
-        '[[spiders]]\nspider = "netdisco.demo.site:Shop"   # yours: "FILE.py:Class"\n\n'
+        "[[spiders]]  # the README's catalogue.py, crawling examples/local_site.py on port 8000\n"
+        'spider = "catalogue.py:Catalogue"   # yours: "FILE.py:Class"\n\n'
         f'[spiders.settings]\nfrontier = "redis://{HOST}:{ports["redis"]}/0"'
     )
 

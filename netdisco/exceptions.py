@@ -57,6 +57,8 @@ NetdiscoError
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class NetdiscoError(Exception):
     """Base of every netdisco error."""
@@ -68,6 +70,19 @@ class ConfigError(NetdiscoError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(f"{key}: {message}")
         self.key = key
+        self.problems: tuple[ConfigError, ...] = (self,)
+
+    @classmethod
+    def together(cls, errors: Sequence[ConfigError]) -> ConfigError:
+        """One error that says every one of ``errors``, a line each, so that one run
+        shows every typo of a file (``key`` is the first one's)."""
+        problems = tuple(problem for error in errors for problem in error.problems)
+        if len(problems) == 1:
+            return problems[0]
+        error = cls(problems[0].key, "")
+        error.args = (f"{len(problems)} problems:\n" + "\n".join(f"  {p}" for p in problems),)
+        error.problems = problems
+        return error
 
 
 class SettingNotAllowed(ConfigError):

@@ -129,14 +129,21 @@ def load(
     known = loadable(cls) if keys is None else tuple(keys)
     values: dict[str, Any] = dict(given or {})
     origin: dict[str, Source] = {}
+    errors: list[ConfigError] = []
     for source in sources:
         for written, raw in source.values.items():
             if written in cls.IGNORED and written not in known:
                 _note_ignored(cls, source.key(cls, written), cls.IGNORED[written])
                 continue
-            name = _known(cls, source, written, known)
-            values[name] = _parse(cls, name, raw, source, written)
+            try:  # every key's problem is said, not only the first one's
+                name = _known(cls, source, written, known)
+                values[name] = _parse(cls, name, raw, source, written)
+            except ConfigError as exc:
+                errors.append(exc)
+                continue
             origin[name] = source
+    if errors:
+        raise ConfigError.together(errors)
     try:
         if base is not None:
             return dataclasses.replace(base, **values)

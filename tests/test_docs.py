@@ -3,9 +3,9 @@
 Conventions the documents follow (and this test enforces):
 
 * ```` ```python ````: run as a program (``python FILE``) in the document's working
-  directory. A block whose first line is ``# NAME.py`` is saved as ``NAME.py`` there, so
-  later blocks of the same document can import it or name it (``netdisco crawl
-  NAME.py:Class``).
+  directory; it must run clean (no warning or error in its log). A block whose first
+  line is ``# NAME.py`` is saved as ``NAME.py`` there, so later blocks of the same
+  document can import it or name it (``netdisco crawl NAME.py:Class``).
 * ```` ```sh ```` (a script) and ```` ```console ```` (commands after ``$ ``): run by
   ``bash -eo pipefail`` in that directory, with the package's ``netdisco`` commands
   first on ``PATH``. Background jobs (``&``) are killed with the shell's process group
@@ -198,15 +198,16 @@ def make_chroot(hosts: str) -> str:
 # -- running one block ------------------------------------------------------------------
 
 
-def environment(servers: Servers) -> dict[str, str]:
+def environment(servers: Servers, home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NETDISCO_")}
+    env["XDG_STATE_HOME"] = str(home / ".state")  # engines' jobs_dir: not the user's
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["LOCAL_SITE_URL"] = f"http://127.0.0.1:{servers.site_port}/"
     env[dev.PORT_BASE_ENV] = str(servers.dev_base)
     return env
 
 
-def run(argv: list[str], block: Block, cwd: Path, env: dict[str, str], stdin: str = "") -> None:
+def run(argv: list[str], block: Block, cwd: Path, env: dict[str, str], stdin: str = "") -> str:
     """Run ``argv`` in its own session; kill the session's leftovers when it ends.
 
     Output goes to a file, not a pipe: a background job that outlives the shell would
@@ -229,6 +230,7 @@ def run(argv: list[str], block: Block, cwd: Path, env: dict[str, str], stdin: st
     output = log.read_text()[-4000:]
     assert process.returncode != -signal.SIGKILL, f"{block.where}: not done in time\n{output}"
     assert process.returncode == 0, f"{block.where}: exit {process.returncode}\n{output}"
+    return log.read_text()
 
 
 def load_toml(block: Block, path: Path) -> None:
@@ -248,12 +250,19 @@ def load_toml(block: Block, path: Path) -> None:
         pytest.fail(f"{block.where}: {name}: name it *engine.toml, *monitor.toml or *settings.toml")
 
 
+#: a log line at warning level or above, as a terminal or JSON lines show it
+WARNED = re.compile(
+    r'^.*(?:\[(?:warning|error|critical) *\]|"level": ?"(?:warning|error)").*$', re.M
+)
+
+
 def execute(block: Block, text: str, cwd: Path, env: dict[str, str]) -> None:
     name = block.filename
     if block.language == "python":
         script = cwd / (name or f"block_{block.line}.py")
         script.write_text(text)
-        run([sys.executable, script.name], block, cwd, env)
+        warned = WARNED.findall(run([sys.executable, script.name], block, cwd, env))
+        assert not warned, f"{block.where}: an example runs clean, and it warned: {warned}"
     elif block.language in ("sh", "console"):
         if block.language == "console":
             commands = [ln[2:] for ln in text.splitlines() if ln.startswith("$ ")]
@@ -278,7 +287,7 @@ def test_every_block_runs(document: Path, servers: Servers, tmp_path: Path) -> N
     ports: dict[str, int] = {}
     # dev up's five ports, free now: picked at the module's start they may be taken since
     servers = dataclasses.replace(servers, dev_base=free_base())
-    env = environment(servers)
+    env = environment(servers, tmp_path)
     try:
         for block in blocks(document.read_text(), document.name):
             if block.language == "text" or block.not_run is not None:

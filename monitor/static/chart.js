@@ -75,6 +75,14 @@ function lines(svg, series, range, frame, [x, y]) {
   });
 }
 
+/** The latest reading of rate ``n`` (0: pages/s, 1: items/s, 2: errors/s), as the
+ * legend and the Spiders table both show it: "-" when the latest read has none (a
+ * finished or paused spider), not the last rate it had while it ran. */
+export function reading(series, n) {
+  const value = series.length ? series[series.length - 1][n + 1] : null;
+  return typeof value === "number" ? Number(value.toPrecision(3)).toLocaleString("en") : "-";
+}
+
 /** ``frame``: {now, span, step, interval, label} of the history answer. */
 export function chart(series, frame, width = 300, height = 96) {
   const box = {left: 48, top: 6, w: width - 56, h: height - 24, height};
@@ -89,11 +97,7 @@ export function chart(series, frame, width = 300, height = 96) {
   const over = range[2] < frame.span ? `the ${Math.round(range[2])} s it ran` : `the last ${frame.label}`;
   svg.append(svgEl("title", {}, `pages/s, items/s and errors/s over ${over} (UTC)`));
   const legend = el("span", undefined, "legend");
-  SERIES.forEach(([name, label], n) => {
-    const last = series.findLast(r => r[n + 1] != null);  // the latest value, as a reading
-    const value = last ? Number(last[n + 1].toPrecision(3)).toLocaleString("en") : "-";
-    legend.append(el("span", `${label} ${value}`, name));
-  });
+  SERIES.forEach(([name, label], n) => legend.append(el("span", `${label} ${reading(series, n)}`, name)));
   const wrap = el("span", undefined, "chart-box");
   wrap.append(svg, legend);
   return wrap;

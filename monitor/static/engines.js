@@ -65,8 +65,12 @@ function offlineRow(body, e, jobs) {
               ` at ${utc(e.gone_at)}; `, alertNode(e.alert));
   cell(row, gone, "gone");
   cell(row, term("offline"), "state");
-  const pages = (e.spiders_read ?? []).reduce((n, s) => n + (typeof s.succeeded === "number" ? s.succeeded : 0), 0);
-  cell(row, `${spidersText(e.spiders)} · last read: ${num(pages)} pages`);
+  const total = key => (e.spiders_read ?? []).reduce((n, s) => n + (typeof s[key] === "number" ? s[key] : 0), 0);
+  // a reading, with its time: what the engine did after it (its last seconds) is not in it
+  const read = e.spiders_read_at ? `read ${utc(e.spiders_read_at)}` : "last read";
+  const figures = e.spiders_read?.length ? `${read}: ${num(total("succeeded"))} pages, ${num(total("items"))} items`
+    : "its spiders never read";
+  cell(row, `${spidersText(e.spiders)} · ${figures}`);
   jobsCell(row, jobs);
   cell(row, "-", "num");
   cell(row, "-");

@@ -154,7 +154,8 @@ function showFacts(job) {
   $("job-rerun").dataset.act = "rerun";
   $("job-cancel").dataset.job = $("job-rerun").dataset.job = job.id;
   const where = job.project ? `${job.project} @ ${job.version ? job.version.slice(0, 12) : "default"}` : "spider_modules";
-  const facts = [`${job.spider} (${where})`, `on ${job.engine ?? "no engine yet"}`, `created ${utc(job.created_at)}`];
+  const spider = job.spider_class && job.spider_class !== job.spider ? `${job.spider} = ${job.spider_class}` : job.spider;
+  const facts = [`${spider} (${where})`, `on ${job.engine ?? "no engine yet"}`, `created ${utc(job.created_at)}`];
   if (job.started_at) facts.push(`started ${utc(job.started_at)}`);
   if (job.ended_at) facts.push(`ended ${utc(job.ended_at)}`);
   if (job.attempts > 1) facts.push(`attempt ${job.attempts}`);
@@ -210,7 +211,7 @@ async function loadItems() {
     return;
   }
   const items = body.items ?? [];
-  kept = body.items_kept ?? body.total ?? (offset + items.length);
+  kept = Math.max(body.items_kept ?? body.total ?? 0, offset + items.length);  // never fewer than shown
   const keys = columns(items);
   const head = table.tHead;
   head.replaceChildren();

@@ -1,6 +1,6 @@
 // The Spiders page: each engine's spiders with their rates over a span, pause, resume
 // and stop buttons, their failed requests (with a retry) and their next scheduled runs.
-import {chart} from "./chart.js";
+import {chart, reading} from "./chart.js";
 import {cell, duration, el, empty, every, getJSON, nav, num, params, say, send, term, utc} from "./common.js";
 
 nav();
@@ -48,7 +48,7 @@ function spiderTable(e, polled, history) {
     cell(row, num(s.succeeded), "num");
     cell(row, num(s.failed), "num");
     cell(row, num(s.queue_size), "num");
-    cell(row, s.pages_per_second == null ? "-" : String(s.pages_per_second), "num rate");
+    cell(row, reading(s.series ?? [], 0), "num rate");  // the legend's figure, read once
     cell(row, chart(s.series ?? [], frame(history)));
     cell(row, s.next_run ? utc(s.next_run) : "-");
     const buttons = cell(row, "");
@@ -58,6 +58,7 @@ function spiderTable(e, polled, history) {
       buttons.append(button);
     }
   }
+  if (!body.rows.length) empty(body, polled ? "no spiders on this engine" : "no spiders known yet", 9);
   return table;
 }
 

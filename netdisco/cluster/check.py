@@ -11,6 +11,7 @@ The engine's own checks (Redis, spider imports) live in ``netdisco.check``.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import tempfile
 from collections.abc import Callable, Coroutine, Iterable, Sequence
@@ -20,6 +21,7 @@ from typing import Any, TextIO
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.hosts import collect_hosts
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, Permissions
 
@@ -122,6 +124,9 @@ async def zookeeper(settings: ZooKeeperSettings, *, prefix: str, timeout: float)
         credentials = settings.credentials(prefix=prefix)
     except NetdiscoError as exc:
         return [problem(what, str(exc))]
+    refused = await _refused(address, timeout)
+    if refused:
+        return [problem(what, refused)]
     client = KazooClient(
         hosts=address,
         timeout=max(timeout, 1.0),
@@ -139,6 +144,29 @@ async def zookeeper(settings: ZooKeeperSettings, *, prefix: str, timeout: float)
         return [problem(what, f"{type(exc).__name__} while reading {settings.root}")]
     finally:
         await asyncio.to_thread(close_client, client)
+
+
+async def _refused(address: str, timeout: float) -> str:
+    """Why no server of ``address`` can be reached at all, when each says so at once (a
+    refused connection: nothing listens there); '' when one may answer, or is slow to."""
+    try:
+        servers, _ = collect_hosts(address)
+    except ValueError:
+        return ""  # kazoo's own client says what is wrong with the address
+    reasons = []
+    for host, port in servers:
+        try:
+            async with asyncio.timeout(timeout):
+                _, writer = await asyncio.open_connection(host, port)
+        except TimeoutError:
+            return ""  # slow, not refused: the client's wait tells
+        except OSError as exc:  # asyncio's strerror holds the address: say it by errno
+            said = os.strerror(exc.errno) if exc.errno else type(exc).__name__
+            reasons.append(f"{host}:{port} {said.lower()}")
+            continue
+        writer.close()
+        return ""
+    return f"unreachable: {'; '.join(reasons)} (nothing listens there: is the port right?)"
 
 
 async def _root(

@@ -153,6 +153,35 @@ def _labels(value: Any) -> dict[str, str]:
     return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
 
 
+#: at most this many spiders an engine's node offers to jobs (more: the first ones)
+MAX_JOB_SPIDERS = 500
+
+
+def _job_spiders(value: Any) -> dict[str, str]:
+    """``module:Class`` -> name, each at most 200 characters, at most ``MAX_JOB_SPIDERS``."""
+    pairs = _labels(value).items()
+    fit = ((k, v) for k, v in pairs if len(k) <= 200 and len(v) <= 200)
+    return dict(list(fit)[:MAX_JOB_SPIDERS])
+
+
+#: what a running job's entry in ``job_stats`` holds (the names of its final ``stats``)
+JOB_COUNTERS = ("succeeded", "failed", "items", "items_kept", "items_dropped")
+#: at most this many running jobs' counters are read from a node
+MAX_JOB_STATS = 1000
+
+
+def _job_stats(value: Any) -> dict[str, dict[str, int]]:
+    """Job id (at most 40 characters) -> its ``JOB_COUNTERS`` that are counts."""
+    if not isinstance(value, dict):
+        return {}
+    found: dict[str, dict[str, int]] = {}
+    for job, counts in list(value.items())[:MAX_JOB_STATS]:
+        if isinstance(job, str) and len(job) <= 40 and isinstance(counts, dict):
+            read = {k: _count(counts.get(k)) for k in JOB_COUNTERS}
+            found[job] = {k: v for k, v in read.items() if v is not None}
+    return found
+
+
 def _names(value: Any) -> tuple[str, ...]:
     return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
@@ -235,6 +264,12 @@ class EnginePayload:
     max_jobs: int | None = None  # job slots (netdisco.cluster.jobs); None: runs no jobs
     labels: Mapping[str, str] = field(default_factory=dict)  # for placement "label=value"
     jobs: tuple[str, ...] = ()  # ids of the jobs running on the engine now
+    #: ``module:Class`` -> name of the spiders its ``spider_modules`` offer to jobs of no
+    #: project, as imported when it started ({}: not said)
+    job_spiders: Mapping[str, str] = field(default_factory=dict)
+    #: the counters of the jobs running on the engine now, by job id (``JOB_COUNTERS``),
+    #: refreshed with its spiders' figures: how a job's progress reaches the monitor
+    job_stats: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     #: True while the engine's loop has not run for ``loop_stall`` seconds (written by
     #: its watchdog thread); None from writers that do not measure it
     stalled: bool | None = None
@@ -270,8 +305,10 @@ class EnginePayload:
                 continue  # not measured, or runs no jobs: left out, as older writers do
             if f.name == "spiders":
                 value = [_spider_dict(s) for s in value]
-            elif f.name in ("labels", "facts"):
+            elif f.name in ("labels", "facts", "job_spiders"):
                 value = dict(value)
+            elif f.name == "job_stats":
+                value = {job: dict(counts) for job, counts in value.items()}
             elif f.name == "jobs":
                 value = list(value)
             data[f.name] = value
@@ -299,8 +336,9 @@ def _unset(value: Any) -> bool:
 
 
 _OPTIONAL = frozenset(
-    {"stalled", "loop_lag", "facts", "max_jobs", "labels", "jobs", "proof", "left_proof"}
-)
+    {"stalled", "loop_lag", "facts", "max_jobs", "labels", "jobs", "job_spiders", "job_stats",
+     "proof", "left_proof"}
+)  # fmt: skip
 _KNOWN = frozenset(f.name for f in fields(EnginePayload)) - {"extra", "garbage"}
 
 
@@ -322,6 +360,8 @@ def payload_from_dict(data: Mapping[str, Any]) -> EnginePayload:
         max_jobs=_int(data.get("max_jobs")),
         labels=_labels(data.get("labels")),
         jobs=_names(data.get("jobs")),
+        job_spiders=_job_spiders(data.get("job_spiders")),
+        job_stats=_job_stats(data.get("job_stats")),
         stalled=_bool(data.get("stalled")),
         loop_lag=_fact_number(data.get("loop_lag")),
         facts=parse_facts(data.get("facts")),

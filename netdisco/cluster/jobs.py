@@ -77,7 +77,8 @@ class Job:
     """One job's node: what was asked, where it runs, and how it ended."""
 
     id: str
-    spider: str
+    spider: str  # as asked (a name, or module:Class), the same from start to end
+    spider_class: str | None = None  # the module:Class it resolved to, once known
     project: str | None = None
     version: str | None = None
     args: Mapping[str, str] = field(default_factory=dict)
@@ -221,7 +222,8 @@ def job_request(body: Any, now: float | None = None) -> Job:
 
 def _job_fields(data: Mapping[str, Any]) -> dict[str, Any]:
     """The typed fields of a decoded node; ``ValueError``/``TypeError`` when wrong."""
-    strs = {k: data.get(k) for k in ("project", "version", "engine", "incarnation", "error")}
+    keys = ("spider_class", "project", "version", "engine", "incarnation", "error")
+    strs = {k: data.get(k) for k in keys}
     if not all(v is None or isinstance(v, str) for v in strs.values()):
         raise TypeError("a text field is not a string")
     floats = {k: data.get(k) for k in ("started_at", "ended_at", "exit_status")}
@@ -289,6 +291,31 @@ def place(job: Job, engines: Sequence[Slots]) -> Slots | None:
 
 def _reverse(text: str) -> tuple[int, ...]:
     return tuple(-ord(ch) for ch in text)  # max() of this is the smallest id
+
+
+def refuse_unplaceable(job: Job, engines: Sequence[Slots]) -> None:
+    """``ConfigError`` naming the engines that run jobs when ``job`` names engines (or a
+    label) none of which runs jobs in the cluster now: it would wait for ever. ``any``
+    waits for the first engine, ``all`` is judged by :func:`fan_out`."""
+    if job.on in ("any", "all") or any(_allowed(job.on, e) for e in engines):
+        return
+    have = ", ".join(_described(e) for e in sorted(engines, key=lambda e: e.engine)) or "none"
+    if isinstance(job.on, tuple):
+        named = ", ".join(repr(name) for name in job.on)
+        said = f"no engine {named} runs jobs in the cluster"
+    else:
+        said = f"no engine that runs jobs has the label {job.on}"
+    raise ConfigError("on", f"{said}; the engines that run jobs: {have}")
+
+
+def _described(engine: Slots) -> str:
+    labels = ", ".join(f"{k}={v}" for k, v in sorted(engine.labels.items()))
+    return f"{engine.engine} ({labels})" if labels else engine.engine
+
+
+def may_run(on: str | tuple[str, ...], engine: Slots) -> bool:
+    """Whether a job asking ``on`` may run on ``engine``."""
+    return _allowed(on, engine)
 
 
 def _allowed(on: str | tuple[str, ...], engine: Slots) -> bool:

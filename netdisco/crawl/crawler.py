@@ -282,7 +282,7 @@ class Crawler:
 
     def status(self) -> dict[str, Any]:
         """The spider status object that ``GET /netdiscovery/spiders/{name}`` answers."""
-        return {
+        status = {
             "name": self.name,
             "state": self.state.value,
             "started_at": self.started_at,
@@ -290,6 +290,9 @@ class Crawler:
             "errors_by_type": self.stats.errors_by_type(),
             "keep_alive": self.keep_alive,
         }
+        if self.already_finished is not None:  # why nothing was fetched, and what to type
+            status["already_finished"] = self.already_finished
+        return status
 
     # ----------------------------------------------------------------- the crawl
     async def _run(self) -> None:

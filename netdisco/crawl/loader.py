@@ -82,7 +82,7 @@ def _import(name: str) -> object:
     except ImportError as exc:
         raise SpiderLoadError(f"cannot import module {name!r}: {exc}") from exc
     except Exception as exc:  # the module itself failed: say which, not a traceback
-        raise SpiderLoadError(f"error while importing {name!r}: {exc!r}") from exc
+        raise SpiderLoadError(f"error while importing {name!r}: {import_failure(exc)}") from exc
 
 
 def _load_file(path_text: str) -> object:
@@ -105,8 +105,17 @@ def _load_file(path_text: str) -> object:
         raise SpiderLoadError(missing_module(exc, path_text)) from exc
     except Exception as exc:
         del sys.modules[name]
-        raise SpiderLoadError(f"error while loading {path_text}: {exc!r}") from exc
+        raise SpiderLoadError(f"error while loading {path_text}: {import_failure(exc)}") from exc
     return module
+
+
+def import_failure(exc: BaseException) -> str:
+    """Why user code did not import, as Python says it: a ``SyntaxError`` with its file,
+    its line and a caret under the place (not the tuple its repr holds), any other
+    error as ``Type: message``."""
+    if isinstance(exc, SyntaxError):
+        return "\n" + "".join(traceback.format_exception_only(exc)).rstrip()
+    return "".join(traceback.format_exception_only(exc)).strip()
 
 
 def missing_module(exc: ModuleNotFoundError, loading: str) -> str:

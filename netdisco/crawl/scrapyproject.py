@@ -31,7 +31,7 @@ from netdisco.crawl.forms import FormRequest
 from netdisco.crawl.itemchain import ScrapySettings
 from netdisco.crawl.items import Field, Item
 from netdisco.crawl.linkextractor import LinkExtractor
-from netdisco.crawl.loader import missing_module, spider_classes
+from netdisco.crawl.loader import import_failure, missing_module, spider_classes
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.settings import Settings
@@ -113,7 +113,8 @@ def _import(name: str, root: Path) -> ModuleType:
     except ModuleNotFoundError as exc:
         raise SpiderLoadError(missing_module(exc, name)) from exc
     except Exception as exc:
-        raise SpiderLoadError(f"error while importing {name!r} ({root}): {exc!r}") from exc
+        failure = import_failure(exc)
+        raise SpiderLoadError(f"error while importing {name!r} ({root}): {failure}") from exc
 
 
 def find_spider(project: ScrapyProject, name: str) -> type[Spider]:

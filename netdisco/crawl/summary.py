@@ -139,10 +139,11 @@ def render(data: dict[str, Any]) -> str:
         return "\n".join(_finished_before(data))
     pages = data["pages"]
     counted = ", ".join(f"{value} {name.replace('_', ' ')}" for name, value in pages.items()
-                        if value or name in ("ok", "failed"))  # fmt: skip
+                        if (value or name in ("ok", "failed")) and name != "filtered")  # fmt: skip
     lines = [
         f"Spider {data['spider']} {data['state']} in {data['seconds']:.1f} s",
         f"  pages    {counted}  ({data['pages_per_second']:.1f} pages/s)",
+        *_skipped(pages.get("filtered", 0)),
         f"  items    {data['items']}" + _items_lost(data),
         f"  bytes    {_size(data['bytes'])}",
         f"  queue    {data['queue_size']} left, {data['seen']} seen",
@@ -156,6 +157,14 @@ def render(data: dict[str, Any]) -> str:
     if data.get("failed_checks"):
         lines.append(f"  fail-on  {'; '.join(data['failed_checks'])}")
     return "\n".join(lines + _stored(data))
+
+
+def _skipped(filtered: int) -> list[str]:
+    """``filtered`` said as what it is: links not fetched on purpose, not a failure
+    (docs/crawling.md, "What the summary counts")."""
+    if not filtered:
+        return []
+    return [f"  skipped  {filtered} links already seen or out of scope (as meant, not errors)"]
 
 
 def _finished_before(data: dict[str, Any]) -> list[str]:

@@ -204,8 +204,11 @@ async def ready(request: web.Request) -> web.Response:
 
 async def engine_status(request: web.Request) -> web.Response:
     """``GET /netdiscovery/engine``: see ``engine_body``; a page for a browser."""
-    body = engine_body(request.app[ENGINE])
+    engine = request.app[ENGINE]
+    body = engine_body(engine)
     if status_page.wants_html(request.headers.get("Accept", "")):
+        if engine.jobs is not None:  # for a person: the jobs it ran (read from its disk)
+            body["jobs_ran"] = engine.jobs.recent()
         response = web.Response(text=status_page.render(body), content_type="text/html")
     else:
         response = json_response(body)

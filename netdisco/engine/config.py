@@ -138,7 +138,9 @@ class EngineSettings(Section):
         (), 'key=value labels jobs are placed by (on = "key=value")', check=_labels
     )
     jobs_dir: str | None = _engine(
-        None, "where each job's log and spec are kept (none: netdisco-jobs in the temp dir)"
+        None,
+        "where each job's log, items and spec are kept (none: "
+        "$XDG_STATE_HOME or ~/.local/state, netdisco/jobs/<cluster>/<engine id>)",
     )
     job_log_max: int = _engine(
         10 * 1024 * 1024, "bytes of a job's log before it is rotated (two old ones kept)",
@@ -279,10 +281,15 @@ def spider_configs(
     if not isinstance(entries, list):
         raise ConfigError("spiders", f"expected an array of tables ([[spiders]]), got {entries!r}")
     spider_env = {k: v for k, v in env.items() if k.startswith("NETDISCO_")}
-    return tuple(
-        _spider_config(f"spiders[{index}]", entry, spider_env, pairs or {})
-        for index, entry in enumerate(entries)
-    )
+    configs, errors = [], []
+    for index, entry in enumerate(entries):
+        try:
+            configs.append(_spider_config(f"spiders[{index}]", entry, spider_env, pairs or {}))
+        except ConfigError as exc:  # every entry's problems, not the first one's only
+            errors.append(exc)
+    if errors:
+        raise ConfigError.together(errors)
+    return tuple(configs)
 
 
 _SPIDER_KEYS = ("spider", "settings", "schedule", "every", "args")
@@ -346,6 +353,28 @@ def parse_config(
     for section in ("engine", "zookeeper"):
         if section in data and not isinstance(data[section], dict):
             raise ConfigError(section, f"expected a table, got {data[section]!r}")
-    engine = engine_settings(data.get("engine", {}), environ=environ, overrides=overrides)
-    spiders = spider_configs(data.get("spiders", []), environ=environ, pairs=pairs)
+    errors: list[ConfigError] = []  # every section's problems at once, not one per run
+    try:
+        engine = engine_settings(data.get("engine", {}), environ=environ, overrides=overrides)
+    except ConfigError as exc:
+        errors.append(exc)
+    if data.get("zookeeper") is not None:
+        try:
+            _zookeeper_checked(data["zookeeper"], environ)
+        except ConfigError as exc:
+            errors.append(exc)
+    try:
+        spiders = spider_configs(data.get("spiders", []), environ=environ, pairs=pairs)
+    except ConfigError as exc:
+        errors.append(exc)
+    if errors:
+        raise ConfigError.together(errors)
     return EngineConfig(engine=engine, zookeeper=data.get("zookeeper"), spiders=spiders)
+
+
+def _zookeeper_checked(table: Mapping[str, Any], environ: Mapping[str, str] | None) -> None:
+    """``[zookeeper]`` validated with the rest of the file (the engine validates it
+    again when it is built), so that its typos are said with the others'."""
+    from netdisco.cluster.settings import ZooKeeperSettings  # kazoo only when configured
+
+    ZooKeeperSettings.from_mapping(table, environ=os.environ if environ is None else environ)

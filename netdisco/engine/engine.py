@@ -168,6 +168,8 @@ class SpiderEngine:
             max_jobs=None if self.jobs is None else self.settings.max_jobs,
             labels=self.settings.label_map,
             jobs=() if self.jobs is None else tuple(self.jobs.running),
+            job_spiders={} if self.jobs is None else self.jobs.offered,
+            job_stats={} if self.jobs is None else self.jobs.counters(),
             stalled=self.watchdog.stalled,
             loop_lag=self.watchdog.lag,
             facts=self.facts.current,

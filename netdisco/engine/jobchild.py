@@ -88,9 +88,9 @@ def build(spec: dict[str, Any]) -> tuple[Crawler, KeptItems]:
 
 
 def resolve(spec: dict[str, Any]) -> str:
-    """The job's ``module:Class``: as asked, or the spider of ``spider_modules`` that has
-    the ``name`` asked (a job of no project)."""
-    spider = str(spec["job"]["spider"])
+    """The job's ``module:Class``: as its engine resolved it (a project's), as asked, or
+    the spider of ``spider_modules`` that has the ``name`` asked (a job of no project)."""
+    spider = str(spec["job"].get("spider_class") or spec["job"]["spider"])
     if ":" in spider:
         return spider
     names = module_spiders(tuple(spec.get("spider_modules", ())))
@@ -123,7 +123,8 @@ async def run(spec: dict[str, Any]) -> int:
     try:
         spec["job"]["spider"] = resolve(spec)
         crawler, kept = build(spec)
-    except NetdiscoError as exc:
+    except NetdiscoError as exc:  # said in the job's log too, where `jobs log` reads
+        log.error("job_refused", job=spec["job"]["id"], reason=str(exc))
         _emit({"state": "failed", "error": str(exc), "final": True})
         return REFUSED
     stop = asyncio.Event()

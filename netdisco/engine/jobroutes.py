@@ -101,8 +101,13 @@ async def job_items(request: web.Request, engine: SpiderEngine) -> web.StreamRes
     if form is None:
         limit = _query_int(request, "limit", 100, MAX_ITEMS)
         assert engine.jobs is not None
-        body = {"job": job_id, "offset": offset, "limit": limit, **engine.jobs.kept(job_id)}
-        return json_response({**body, "items": page(path, offset, limit)})
+        counts = engine.jobs.kept(job_id)
+        items = page(path, offset, limit + 1)  # one more: whether the file holds more
+        # the child's count is its last status line's (every 0.5 s): never fewer than read
+        seen = offset + len(items)
+        counts["items_kept"] = max(counts["items_kept"], seen)
+        body = {"job": job_id, "offset": offset, "limit": limit, **counts}
+        return json_response({**body, "items": items[:limit]})
     if form not in DOWNLOADS:
         raise ApiError(400, "invalid_query", "format must be jsonl or csv")
     most = _query_int(request, "limit", 0, 10**9) if "limit" in request.query else None

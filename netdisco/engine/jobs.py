@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import re
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -34,12 +34,15 @@ from kazoo.retry import KazooRetry
 
 from netdisco._tasks import Tasks, in_own_thread
 from netdisco.cluster.acl import cluster_acl
-from netdisco.cluster.jobs import Job, JobState, JobStore, transition
+from netdisco.cluster.contract import JOB_COUNTERS, MAX_JOB_SPIDERS
+from netdisco.cluster.jobs import Job, JobState, JobStore, is_job_id, transition
 from netdisco.cluster.settings import ZooKeeperSettings
 from netdisco.cluster.zk import close_client
+from netdisco.crawl.loader import on_path
 from netdisco.crawl.settings import Settings
 from netdisco.engine.config import EngineSettings
 from netdisco.engine.joblog import CHUNK, MAX_LINE, LogWriter, job_dir
+from netdisco.engine.launch import module_spiders
 from netdisco.exceptions import NetdiscoError
 
 log = structlog.get_logger(__name__)
@@ -52,11 +55,35 @@ _NOT_STATS = frozenset({"feeds", "final", "error", "spider_class"})
 _SPIDER_CLASS = re.compile(r"[A-Za-z_][\w.]{0,199}:[A-Za-z_]\w{0,99}")
 
 
-def jobs_dir(settings: EngineSettings, engine_id: str) -> Path:
-    """Where this engine keeps its jobs' directories."""
+def jobs_dir(settings: EngineSettings, engine_id: str, zookeeper: ZooKeeperSettings) -> Path:
+    """Where this engine keeps its jobs' directories: ``jobs_dir``, or, by default, the
+    user's state folder (``$XDG_STATE_HOME``, else ``~/.local/state``) under a folder of
+    the cluster (its ZooKeeper hosts and root) and one of the engine, so that the jobs and
+    project caches of two clusters on one machine never share a folder."""
     if settings.jobs_dir is not None:
         return Path(settings.jobs_dir)
-    return Path(tempfile.gettempdir()) / "netdisco-jobs" / engine_id
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "netdisco" / "jobs" / cluster_folder(zookeeper) / engine_id
+
+
+def cluster_folder(zookeeper: ZooKeeperSettings) -> str:
+    """A folder name of one cluster: its hosts and root, readable, and a hash of them."""
+    where = f"{zookeeper.hosts}{zookeeper.root}"
+    readable = re.sub(r"[^A-Za-z0-9.-]+", "_", where).strip("_")[:60]
+    return f"{readable}-{hashlib.sha256(where.encode()).hexdigest()[:8]}"
+
+
+def offered_spiders(settings: EngineSettings) -> dict[str, str]:
+    """``module:Class`` -> name of the spiders of ``spider_modules``, which the engine's
+    node offers so that the monitor refuses a job of no project naming another one; {}
+    (not said: the monitor does not judge) when a module does not import, said in the log."""
+    try:
+        with on_path(os.getcwd()):  # as the job's child finds them (python -m, here)
+            found = module_spiders(settings.spider_modules)
+    except NetdiscoError as exc:
+        log.warning("job_spiders_unknown", error=str(exc))
+        return {}
+    return dict(sorted(found.items())[:MAX_JOB_SPIDERS])
 
 
 async def batches(reader: asyncio.StreamReader) -> AsyncIterator[list[bytes]]:
@@ -195,11 +222,12 @@ class JobProcess:
         stats = {k: v for k, v in status.items() if k not in _NOT_STATS}
         feeds = tuple(f for f in status.get("feeds") or () if isinstance(f, dict))
         ref = status.get("spider_class")
-        spider = ref if isinstance(ref, str) and _SPIDER_CLASS.fullmatch(ref) else self.job.spider
+        valid = isinstance(ref, str) and _SPIDER_CLASS.fullmatch(ref)
+        spider = ref if valid else self.job.spider_class
         return (
             state,
             {
-                "spider": spider,  # as resolved: a name becomes its module:Class
+                "spider_class": spider,  # as resolved; ``spider`` stays as asked
                 "version": self.job.version,
                 "ended_at": time.time(),
                 "exit_status": code,
@@ -234,11 +262,12 @@ class JobRunner:
         self._tasks = Tasks()  # the poll loop
         self._ends = Tasks()  # one per job taken: starts its child, waits, writes its end
         self._starting: set[str] = set()  # taken, its project installing or child starting
+        self.offered = offered_spiders(settings)
 
     @property
     def directory(self) -> Path:
         """Where this engine's jobs keep their logs."""
-        return jobs_dir(self.settings, self._engine_id())
+        return jobs_dir(self.settings, self._engine_id(), self.zookeeper)
 
     def active(self, job_id: str) -> bool:
         """Whether the job is this engine's now: starting (its project installing, its
@@ -258,6 +287,37 @@ class JobRunner:
             }
             for p in self.running.values()
         ]
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        """The running jobs' counters from their children's last status lines, for the
+        engine's node (the path a spider's figures take to the monitor)."""
+        return {
+            job_id: {
+                k: v
+                for k in JOB_COUNTERS
+                if isinstance(v := p.status.get(k), int) and not isinstance(v, bool)
+            }
+            for job_id, p in self.running.items()
+        }
+
+    def recent(self, limit: int = 50) -> list[dict[str, Any]]:
+        """The jobs this engine ran, for its status page: running ones first, then those
+        whose directory is under ``jobs_dir``, newest first (at most ``limit``)."""
+        try:
+            found = [d for d in self.directory.iterdir() if is_job_id(d.name)]
+            ended = sorted(((d.stat().st_mtime, d.name) for d in found), reverse=True)
+        except OSError:
+            ended = []
+        running = [(time.time(), job_id) for job_id in self.running]
+        rows = []
+        for at, job_id in [*running, *((a, j) for a, j in ended if j not in self.running)]:
+            status = self.last_status(job_id)
+            process = self.running.get(job_id)
+            spider = process.job.spider if process else status.get("spider_class", "-")
+            counts = {k: status.get(k, "-") for k in ("succeeded", "items", "failed")}
+            state = "running" if process else status.get("state", "-")
+            rows.append({"job": job_id, "state": state, "spider": spider, **counts, "at": at})
+        return rows[:limit]
 
     def last_status(self, job_id: str) -> dict[str, Any]:
         """The last status line of a job running, or ended on this engine ({}: none)."""
@@ -368,6 +428,7 @@ class JobRunner:
         except (OSError, NetdiscoError) as exc:
             log.error("job_start_failed", job=job.id, error=str(exc))
             error = f"cannot start the job: {exc}"
+            self._log_failure(job, error)
             await self._write_end(job, JobState.FAILED, ended_at=time.time(), error=error)
             return
         finally:
@@ -377,6 +438,16 @@ class JobRunner:
         self.running[job.id] = process
         self._on_change()
         await self._finish(process)
+
+    def _log_failure(self, job: Job, error: str) -> None:
+        """A start that failed, said in the job's log too, where ``jobs log`` reads."""
+        line = {"event": "job_start_failed", "level": "error", "job": job.id, "error": error}
+        with contextlib.suppress(OSError):
+            directory = job_dir(self.directory, job.id)
+            directory.mkdir(parents=True, exist_ok=True)
+            writer = LogWriter(directory / "job.log", self.settings.job_log_max)
+            writer.write(json.dumps(line).encode())
+            writer.close()
 
     async def _environment(self, job: Job) -> tuple[Job, str, Path | None, list[str]]:
         """The job (its spider and version resolved), the Python and directory it runs
@@ -392,7 +463,8 @@ class JobRunner:
         )
         spider = project_spider(job.spider, got.names)
         modules = sorted({ref.partition(":")[0] for ref in got.spiders})
-        return replace(job, spider=spider, version=got.version), str(got.python), got.path, modules
+        resolved = replace(job, spider_class=spider, version=got.version)
+        return resolved, str(got.python), got.path, modules
 
     async def _finish(self, process: JobProcess) -> None:
         state, changes = await process.wait()

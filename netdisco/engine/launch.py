@@ -17,6 +17,7 @@ import importlib
 import pkgutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from netdisco.cluster.ticks import Schedule, parse_schedule
@@ -24,7 +25,7 @@ from netdisco.crawl import settings as crawl_settings
 from netdisco.crawl.arguments import check_args
 from netdisco.crawl.feeds.pipeline import feed_path
 from netdisco.crawl.feeds.spec import confine
-from netdisco.crawl.loader import load_spider
+from netdisco.crawl.loader import import_failure, load_spider
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
 from netdisco.engine.config import EngineConfig, EngineSettings
@@ -111,19 +112,26 @@ def check_allowed(ref: str, allowed: Sequence[str]) -> None:
         raise SpiderNotAllowed(f"module {module!r} is not in engine.spider_modules")
 
 
+def _import_spiders(name: str) -> ModuleType:
+    """A module of ``spider_modules``; its own error (a syntax error shown as Python shows
+    it, with file, line and caret) as a ``SpiderLoadError``."""
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:  # the module's own error, whatever it is, named
+        failure = import_failure(exc)
+        raise SpiderLoadError(f"spider_modules: {name!r} cannot be imported: {failure}") from None
+
+
 def module_spiders(modules: Sequence[str]) -> dict[str, str]:
     """``module:Class`` -> ``name`` of every spider class defined in ``modules`` (the
     engine's ``spider_modules``: each module and, for a package, its submodules), so a
     job of no project can name its spider as ``scrapy crawl`` does."""
     found: dict[str, str] = {}
     for name in modules:
-        try:
-            top = importlib.import_module(name)
-        except ImportError as exc:
-            raise SpiderLoadError(f"spider_modules: {name!r} cannot be imported: {exc}") from None
+        top = _import_spiders(name)
         inside = getattr(top, "__path__", None)
         subs = pkgutil.walk_packages(inside, prefix=f"{name}.") if inside is not None else ()
-        for module in (top, *(importlib.import_module(sub.name) for sub in subs)):
+        for module in (top, *(_import_spiders(sub.name) for sub in subs)):
             found |= {
                 f"{module.__name__}:{cls.__name__}": cls.name or cls.__name__.lower()
                 for cls in vars(module).values()

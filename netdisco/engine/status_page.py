@@ -13,7 +13,14 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
-_SPIDER_COLUMNS = ("name", "state", "succeeded", "items", "failed", "queue_size", "started_at")
+#: a spider's keys shown, and the words their columns are headed by
+_SPIDER_COLUMNS = {"name": "spider", "state": "state", "succeeded": "pages", "items": "items",
+                   "failed": "failed", "queue_size": "queued", "started_at": "started"}  # fmt: skip
+#: a job's keys shown (``JobRunner.recent``), and their columns' words
+_JOB_COLUMNS = {"job": "job", "state": "state", "spider": "spider", "succeeded": "pages",
+                "items": "items", "failed": "failed", "at": "last change"}  # fmt: skip
+#: no /favicon.ico request (a 404 on every load): the page names an empty icon itself
+_NO_ICON = '<link rel=icon href="data:,">'
 
 
 def _quality(accept: str, wanted: str) -> float:
@@ -81,16 +88,26 @@ def _facts(facts: dict[str, Any]) -> list[tuple[str, Any]]:
     ]  # fmt: skip
 
 
-def _spider_table(spiders: list[dict[str, Any]]) -> str:
-    head = "".join(f"<th>{escape(c)}</th>" for c in _SPIDER_COLUMNS)
+def _table(entries: list[dict[str, Any]], columns: dict[str, str], none: str) -> str:
+    """One row per entry, headed by the columns' words; times as ``when`` says them."""
+    head = "".join(f"<th>{escape(word)}</th>" for word in columns.values())
     rows = []
-    for spider in spiders:
+    for entry in entries:
         cells = [
-            when(spider.get(c)) if c == "started_at" else str(spider.get(c, "-"))
-            for c in _SPIDER_COLUMNS
+            when(entry.get(key)) if key in ("started_at", "at") else str(entry.get(key, "-"))
+            for key in columns
         ]
         rows.append("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(rows) or '<tr><td>no spiders</td></tr>'}</table>"
+    empty = f"<tr><td colspan={len(columns)}>{escape(none)}</td></tr>"
+    return f"<table><tr>{head}</tr>{''.join(rows) or empty}</table>"
+
+
+def _jobs(body: dict[str, Any]) -> str:
+    """The jobs the engine ran (``jobs_ran``: running, then ended, newest first)."""
+    if "jobs_ran" not in body:
+        return ""  # an engine that runs no jobs
+    ran = list(body["jobs_ran"] or [])
+    return f"<h2>Jobs</h2>{_table(ran, _JOB_COLUMNS, 'none yet')}"
 
 
 def render(body: dict[str, Any]) -> str:
@@ -107,12 +124,13 @@ def render(body: dict[str, Any]) -> str:
     ]
     title = escape(f"netdisco engine {body.get('id')}")
     return (
-        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{title}</title>"
+        f"<!doctype html><html lang=en><head><meta charset=utf-8>{_NO_ICON}<title>{title}</title>"
         "<style>body{font:14px sans-serif;margin:2em}table{border-collapse:collapse;"
         "margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}"
         "</style></head><body>"
         f"<h1>{title}</h1><table>{_rows(identity)}</table>"
-        f"<h2>Spiders</h2>{_spider_table(list(body.get('spiders') or []))}"
+        f"<h2>Spiders</h2>{_table(list(body.get('spiders') or []), _SPIDER_COLUMNS, 'none')}"
+        f"{_jobs(body)}"
         f"<h2>Node</h2><table>{_rows(_facts(dict(body.get('facts') or {})))}</table>"
         "<p>JSON: ask with <code>Accept: application/json</code>.</p></body></html>"
     )

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
+import re
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +57,10 @@ async def test_sigkilled_engine_email_has_its_details(
     assert "engine_lost" in msg["Subject"]
     assert "doomed" in msg["Subject"]
     assert msg["To"] == "ops@example.org"
+    sent = email.utils.parsedate_to_datetime(msg["Date"])  # what mail servers and filters want
+    assert sent.tzinfo is not None
+    assert abs(sent.timestamp() - time.time()) < 600  # today's date, not a fixed one
+    assert re.fullmatch(r"<[0-9a-f]{32}@netdisco-monitor>", msg["Message-ID"]), msg["Message-ID"]
     body = msg.get_payload(decode=True).decode()
     assert "engine:     doomed" in body
     assert "host:       127.0.0.1:8715" in body
@@ -308,3 +315,20 @@ async def test_a_storm_is_one_bounded_email(smtp):
     body = msg.get_payload(decode=True).decode()
     assert body.count("engine_lost at") == MAX_DESCRIBED
     assert "... and 70 more events: 70 engine_lost" in body
+
+
+def test_a_retried_email_keeps_its_message_id() -> None:
+    """Built again for a retry, a message keeps its Message-ID (one message to a server
+    that took the first try); other events make another."""
+    from monitor.hooks import EmailHook
+    from monitor.settings import EmailSettings
+
+    settings: dict[str, Any] = {**EMAIL, "port": 25}
+    hook = EmailHook(EmailSettings(**settings))
+    lost = [Event(type=EventType.ENGINE_LOST, engine_id="e1", identity=("engine_lost", "e1", "7"))]
+    first, again = hook.message(lost), hook.message(lost)
+    assert first["Message-ID"] == again["Message-ID"]
+    two = ("engine_lost", "e2", "9")
+    other = hook.message([Event(type=EventType.ENGINE_LOST, engine_id="e2", identity=two)])
+    assert other["Message-ID"] != first["Message-ID"]
+    assert email.utils.parsedate_to_datetime(first["Date"]).tzinfo is not None

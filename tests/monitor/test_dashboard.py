@@ -86,6 +86,8 @@ async def test_a_click_pauses_a_spider_on_a_real_engine(
         dead_port = free_port()
         dead = f"http://127.0.0.1:{dead_port}/netdiscovery/engine"
         await asyncio.to_thread(gone.join, status_url=dead, port=dead_port)
+        empty = await asyncio.to_thread(engines, "crawler-empty")
+        await asyncio.to_thread(empty.join, status_url=dead, port=dead_port, spiders=[])
         spiders = f"{monitor.http.url}/spiders?interval=300"
         async with chromium(spiders, tmp_path / "profile") as page:
             state = row("crawler-1", "slowtree", ".state")
@@ -94,6 +96,13 @@ async def test_a_click_pauses_a_spider_on_a_real_engine(
             await shows(page, f"Number({chart}?.dataset.samples) >= 5", "five samples in the chart")
             points = await page.eval(f"{chart}.querySelector('polyline').getAttribute('points')")
             assert len(points.split()) >= 5
+            # one figure of pages/s: the column says what the legend says, read together
+            both = f"[{row('crawler-1', 'slowtree', '.rate')}.textContent, " \
+                   f"{row('crawler-1', 'slowtree', '.legend .pages')}.textContent]"  # fmt: skip
+            rate, legend = await page.eval(both)
+            assert legend == f"pages/s {rate}", (rate, legend)
+            nothing = "document.querySelector(\"table[data-engine='crawler-empty'] tbody\")"
+            assert "no spiders" in await shows(page, f"{nothing}?.textContent", "no spiders said")
             await _charts_have_axes_three_series_and_a_span(page)
             assert "hourly" in await page.eval("document.getElementById('next-runs').textContent")
             await _the_engines_page(page, engines)
@@ -113,6 +122,8 @@ async def test_a_click_pauses_a_spider_on_a_real_engine(
             assert await page.eval(message) == "crawler-1/slowtree pause: now paused"
             await shows(page, f"{row('crawler-1', 'slowtree', '.rate')}.textContent === '-'",
                         "no rate once paused")  # fmt: skip
+            paused = f"{row('crawler-1', 'slowtree', '.legend .pages')}.textContent"
+            assert await page.eval(paused) == "pages/s -"  # not the rate it had running
             await screenshot(page, shot)
 
             await _a_gone_engine_is_a_clear_error(page)

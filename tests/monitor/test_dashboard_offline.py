@@ -52,6 +52,9 @@ async def test_a_lost_engine_stays_listed_offline_with_its_alert(
         assert gone.startswith("lost (crashed or cut off) at ")
         assert "(email)" in gone
         assert await page.eval(f"{offline('doomed')}.className") == "offline"
+        # its figures as a reading (pages and items, and when, if it was ever read)
+        figures = await page.eval(f"{offline('doomed')}.textContent")
+        assert "· its spiders never read" in figures, figures  # a fake: never read, not "0"
         said = f"{offline('quitter')}?.querySelector('.gone').textContent.startsWith('left')"
         assert await shows(page, said, "the engine that left, listed offline")
         left = await page.eval(f"{offline('quitter')}.querySelector('.gone').textContent")

@@ -163,7 +163,7 @@ async def test_a_person_deploys_starts_follows_pages_downloads_cancels_and_rerun
     await expect(page.locator("#job-id")).not_to_have_text(job_id)
     again = (await page.locator("#job-id").text_content()) or ""
     rerun = await state_of(Client(monitor), again, "running", timeout=60)
-    assert (rerun["project"], rerun["spider"]) == ("shop", "shop_spiders:Titles")
+    assert (rerun["project"], rerun["spider"]) == ("shop", "titles")  # named as first asked
     row = page.locator(f"#jobs tr[data-job='{again}'] .state")
     await expect(row).to_have_text("running")
     await Client(monitor).call("POST", f"/{again}/cancel")

@@ -186,3 +186,20 @@ def test_a_bad_span_is_a_clear_400(raw: str) -> None:
         span_param(raw, 6.0)
     assert (info.value.text or "").startswith("span must be a duration like 10m, 1h or 6h")
     assert len(info.value.text or "") < 200
+
+
+def test_a_departed_engine_keeps_when_its_figures_were_read() -> None:
+    """The dashboard says its last figures as a reading with its time: what the engine
+    did after that read (its last seconds, in its feed) is not in them."""
+    from monitor.departed import Departed
+    from monitor.events import Event, EventType
+
+    history = History()
+    history.record("e1", [spider("a", items=6)], 7.0)
+    assert (history.read_at("e1"), history.read_at("never")) == (7.0, None)
+    departed = Departed(retention=60)
+    lost = Event(type=EventType.ENGINE_LOST, engine_id="e1", time=8.0)
+    departed.add(lost, history.engine("e1"), history.read_at("e1"))
+    (entry,) = departed.entries(9.0, lambda *_: None)
+    assert entry["spiders_read_at"] == 7.0
+    assert entry["spiders_read"][0]["items"] == 6

@@ -9,7 +9,8 @@ import sys
 from asyncio.subprocess import PIPE
 from pathlib import Path
 
-from tests.monitor.conftest import monitor_config
+from netdisco.testing import eventually
+from tests.monitor.conftest import Recorder, monitor_config
 from tests.monitor.test_jobs import (  # noqa: F401 - fixtures
     TOKEN,
     Client,
@@ -98,14 +99,48 @@ async def test_a_job_of_no_project_names_a_spider_of_the_engines_spider_modules(
     site,  # noqa: F811 - the fixture
 ):
     monitor, _ = await steering_engines(zk_hosts, start_monitor, spawn_engine, e1={})
+    rec = Recorder(monitor)
     code, out, err = await cli(monitor.http.url, "start", "-", "walk", "-a", f"site={site}")
     assert code == 0, err
     client = Client(monitor)
     done = await state_of(client, out.strip(), "finished", "failed")
-    assert (done["state"], done["spider"]) == ("finished", "tests.monitor.job_spiders:Walk")
-    (unknown,) = await client.start(spider="nope")
-    failed = await state_of(client, unknown["id"], "failed")
-    assert failed["error"] == (
-        "engine.spider_modules has no spider 'nope'; its spiders: "
+    assert (done["state"], done["spider"]) == ("finished", "walk")  # as asked, to the end
+    assert done["spider_class"] == "tests.monitor.job_spiders:Walk"
+
+    def named() -> set[tuple[str, str]]:
+        return {
+            (e.type.value, e.detail["spider"])
+            for e in rec.events
+            if e.detail.get("job") == done["id"]
+        }
+
+    await eventually(lambda: len(named()) >= 2, "the job's events")
+    assert named() == {("job_started", "walk"), ("job_finished", "walk")}, named()
+    # what cannot run is refused at start, naming what exists; nothing is stored
+    before = len(await monitor.jobs.store.list())
+    code, out, err = await cli(monitor.http.url, "start", "-", "nope")
+    assert (code, out) == (1, ""), err
+    assert (
+        "answered 400: spider: engine.spider_modules has no spider 'nope'; its spiders: "
         "crash (tests.monitor.job_spiders:Crash), walk (tests.monitor.job_spiders:Walk)"
+    ) in err
+    code, out, err = await cli(monitor.http.url, "start", "-", "walk", "--on", "engine-99")
+    assert (code, out) == (1, ""), err
+    assert (
+        "answered 400: on: no engine 'engine-99' runs jobs in the cluster; "
+        "the engines that run jobs: e1"
+    ) in err
+    code, _, err = await cli(monitor.http.url, "start", "-", "walk", "--on", "zone=mars")
+    assert code == 1
+    assert "no engine that runs jobs has the label zone=mars; the engines that run jobs: e1" in err
+    assert len(await monitor.jobs.store.list()) == before
+    # a job that fails says why in its log, where `jobs log` reads
+    code, out, err = await cli(
+        monitor.http.url, "start", "-", "walk", "-s", f"state_dir={os.devnull}"
     )
+    assert code == 0, err
+    failed = await state_of(client, out.strip(), "failed")
+    code, log, err = await cli(monitor.http.url, "log", out.strip())
+    assert code == 0, err
+    assert "job_refused" in log, log
+    assert failed["error"] in log.replace('\\"', '"'), (failed["error"], log)

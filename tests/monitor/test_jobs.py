@@ -350,7 +350,8 @@ async def test_a_job_of_a_deployed_project_runs_in_its_venv(
     (job,) = await client.start(project="shop", spider="titles", args={"site": site})
     done = await state_of(client, job["id"], "finished", "failed", timeout=180)
     assert done["state"] == "finished", done["error"]
-    assert (done["spider"], done["version"]) == ("shop_spiders:Titles", version.id)
+    assert (done["spider"], done["version"]) == ("titles", version.id)  # the name asked
+    assert done["spider_class"] == "shop_spiders:Titles"
     assert done["stats"]["items"] == 200
     status, refused = await client.call("POST", "", {"project": "shop", "spider": "nope"})
     assert status == 400

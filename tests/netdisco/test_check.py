@@ -108,7 +108,7 @@ def test_each_problem_of_an_engine_config_is_named(
     assert "Nope" in said
     assert "spider_modules no_such_module_here: does not import: ModuleNotFoundError" in said
     assert "zookeeper 127.0.0.1:" in said
-    assert "unreachable (no answer within 1 s)" in said
+    assert "connection refused (nothing listens there: is the port right?)" in said
     assert "redis redis://127.0.0.1:" in said
     assert "unreachable" in said
     assert f"engine port 127.0.0.1:{taken_port}: cannot bind" in said
@@ -196,6 +196,45 @@ def test_the_monitor_check_shares_the_checks(
     assert said.count("problem: ") == 2, said
     assert f"problem: monitor port 127.0.0.1:{taken_port}: cannot bind" in said
     assert "problem: zookeeper 127.0.0.1:" in said
+
+
+def test_zookeeper_refused_is_told_from_silent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], taken_port: int
+) -> None:
+    """A port nothing listens on is refused at once and said so; a server that takes the
+    connection but never answers is waited for, and said to give no answer."""
+    refused = f"127.0.0.1:{free_port()}"
+    config = _engine_toml(tmp_path, refused, "memory://")
+    _, lines = _check(capsys, str(config))
+    said = next(line for line in lines if line.startswith("problem: zookeeper"))
+    assert said == (f"problem: zookeeper {refused}: unreachable: {refused} connection refused"
+                    " (nothing listens there: is the port right?)")  # fmt: skip
+    config = _engine_toml(tmp_path, f"127.0.0.1:{taken_port}", "memory://")
+    _, lines = _check(capsys, str(config))
+    said = next(line for line in lines if line.startswith("problem: zookeeper"))
+    assert said.endswith("unreachable (no answer within 1 s)"), said
+
+
+def test_a_spider_module_with_a_syntax_error_is_shown_as_python_shows_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file, the line and a caret under the place: not a SyntaxError's repr."""
+    (tmp_path / "broken_spiders.py").write_text(
+        "from netdisco import Spider\n\nclass Shop(Spider):\n    def parse(self, response)\n"
+        "        yield {}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = _engine_toml(tmp_path, f"127.0.0.1:{free_port()}", "memory://",
+                          spider_modules='["broken_spiders"]')  # fmt: skip
+    _, lines = _check(capsys, str(config))
+    start = next(i for i, line in enumerate(lines) if "spider_modules broken_spiders" in line)
+    assert lines[start] == "problem: spider_modules broken_spiders: does not import: "
+    assert lines[start + 1 : start + 5] == [
+        f'  File "{tmp_path / "broken_spiders.py"}", line 4',
+        "    def parse(self, response)",
+        "                             ^",
+        "SyntaxError: expected ':'",
+    ]
 
 
 @pytest.mark.parametrize(

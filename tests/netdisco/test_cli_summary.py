@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import pty
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,9 @@ async def test_on_a_terminal_the_summary_is_a_few_readable_lines(
     assert "catalogue  finished" in live, text  # ... drawn once more at the end, then erased
     written = len(out.read_text().splitlines())
     assert f"Stored jsonl feed ({written} items) in {out}" in summary
-    assert "pages    31 ok, 0 failed" in summary
+    assert "pages    31 ok, 0 failed  (" in summary  # duplicates are not on the pages line
+    assert "filtered" not in summary  # which reads like a problem: they are skipped, as meant
+    assert re.search(r"\n  skipped  \d+ links already seen or out of scope \(as meant", summary)
     assert "{" not in summary  # not a JSON line
     summary = summary.lstrip("\r").removeprefix(ERASE_LINE * 3)
     assert "\x1b" not in summary, text  # plain lines: no colour, no cursor moves

@@ -128,11 +128,15 @@ def test_up_serves_everything_then_down_stops_exactly_it(state_dir: Path, tmp_pa
     engine_port = free_port()
     config = tmp_path / "engine.toml"
     config.write_text(f'[engine]\nid = "dev-engine"\nport = {engine_port}\n\n{lines}\n')
+    readme = (Path(dev.__file__).resolve().parents[1] / "README.md").read_text("utf-8")
+    catalogue = re.search(r"^# catalogue\.py\n(.*?)^```", readme, re.M | re.S)
+    assert catalogue, "the README's catalogue.py"  # the spider the printed lines name
+    (tmp_path / "catalogue.py").write_text(catalogue.group(1))
     env = {k: v for k, v in os.environ.items() if not k.startswith("NETDISCO_")}
     with (tmp_path / "engine.log").open("wb") as log:
         engine = subprocess.Popen(
             [sys.executable, "-m", "netdisco.cli", "--log-json", "engine", "--config", str(config)],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=tmp_path,
         )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
@@ -262,3 +266,15 @@ def test_a_failed_up_stops_what_it_had_started(
     assert len(started) == 1  # ZooKeeper
     assert not [pid for pid in [*spawned, *started] if running(pid)]
     assert not (state_dir / "state.json").exists()
+
+
+def test_up_without_the_demo_extra_says_what_to_install_and_starts_nothing(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without aiosmtpd (the ``[demo]`` extra), one line naming it, not a traceback."""
+    monkeypatch.setitem(sys.modules, "aiosmtpd", None)  # as if not installed
+    assert dev.up(state_dir, free_base()) == 2
+    said = capsys.readouterr()
+    assert "pip install 'netdiscovery[demo]'" in said.err
+    assert "Traceback" not in said.err + said.out
+    assert dev.load_state(state_dir) == []  # nothing started

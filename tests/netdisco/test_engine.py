@@ -181,6 +181,24 @@ def test_bad_config_names_the_key(tmp_path: Path, text: str, key: str) -> None:
     assert info.value.key == key
 
 
+def test_every_typo_of_a_config_is_named_in_one_run(tmp_path: Path) -> None:
+    """Typos in every section said together, not one a run."""
+    text = ("[engine]\nmax_job = 2\nprot = 1\n[zookeeper]\nhosts = '127.0.0.1:1'\n"
+            "session_timout = 4\n[[spiders]]\nspider = 'm:A'\nsettings = { concurency = 2 }\n"
+            "[[spiders]]\nspider = 'nocolon'\n")  # fmt: skip
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text), environ={})
+    lines = str(info.value).splitlines()
+    assert lines[0] == "5 problems:"
+    assert [line.split(":")[0].strip() for line in lines[1:]] == [
+        "engine.max_job", "engine.prot", "zookeeper.session_timout",
+        "spiders[0].settings.concurency", "spiders[1].spider",
+    ]  # fmt: skip
+    assert "did you mean engine.max_jobs?" in lines[1]
+    assert "did you mean zookeeper.session_timeout?" in lines[3]
+    assert info.value.key == "engine.max_job"
+
+
 def test_config_layers_file_environment_and_command_line(tmp_path: Path) -> None:
     path = write(
         tmp_path,

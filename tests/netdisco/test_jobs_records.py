@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from netdisco.cluster.contract import EnginePayload, parse_payload
+from netdisco.cluster.contract import MAX_JOB_SPIDERS, EnginePayload, parse_payload
 from netdisco.cluster.jobs import (
     MAX_JOB_DATA,
     Job,
@@ -19,8 +19,12 @@ from netdisco.cluster.jobs import (
     job_request,
     parse_job,
     place,
+    refuse_unplaceable,
 )
+from netdisco.cluster.settings import ZooKeeperSettings
+from netdisco.engine.config import EngineSettings
 from netdisco.engine.joblog import LogWriter, follow, job_dir, tail
+from netdisco.engine.jobs import jobs_dir
 from netdisco.exceptions import ConfigError
 from netdisco.testing import eventually
 
@@ -105,6 +109,57 @@ def test_placement_most_free_slots_named_engines_and_labels():
         ("e1",), ("e2",)]  # fmt: skip
     with pytest.raises(ConfigError):
         fan_out(Job(id=ID, spider="s", on="all"), [])
+
+
+def test_a_job_no_engine_may_take_is_refused_naming_those_that_may():
+    """Named engines, or a label, that no engine running jobs has: it would wait for
+    ever. Busy engines are no reason: the job waits for a slot."""
+    held = Job(id=ID, spider="s", engine="e1", incarnation="i-e1", state=JobState.RUNNING)
+    busy = engine_slots(engine("e1", 1, zone="a"), [held])
+    slots = [s for s in (busy, engine_slots(engine("e2"), [])) if s is not None]
+    for on in ("any", "all", ("e1",), ("e9", "e2"), "zone=a"):
+        refuse_unplaceable(Job(id=ID, spider="s", on=on), slots)
+    with pytest.raises(ConfigError) as caught:
+        refuse_unplaceable(Job(id=ID, spider="s", on=("e9",)), slots)
+    assert str(caught.value) == (
+        "on: no engine 'e9' runs jobs in the cluster; the engines that run jobs: e1 (zone=a), e2"
+    )
+    with pytest.raises(ConfigError, match="no engine that runs jobs has the label zone=b"):
+        refuse_unplaceable(Job(id=ID, spider="s", on="zone=b"), slots)
+    with pytest.raises(ConfigError, match="the engines that run jobs: none"):
+        refuse_unplaceable(Job(id=ID, spider="s", on=("e1",)), [])
+
+
+def test_a_node_offers_its_spiders_bounded():
+    offered = {"m:A": "a", "m:B": "b"}
+    payload = parse_payload(EnginePayload(id="e", max_jobs=1, job_spiders=offered).to_json())
+    assert payload.job_spiders == offered
+    many = {f"m:S{n}": "x" * (1 + n % 300) for n in range(MAX_JOB_SPIDERS + 100)}
+    raw = json.dumps({"id": "e", "job_spiders": {**many, "m:Bad": 3}}).encode()
+    kept = parse_payload(raw).job_spiders
+    assert len(kept) <= MAX_JOB_SPIDERS
+    assert all(isinstance(v, str) and len(v) <= 200 for v in kept.values())
+    assert "m:Bad" not in kept
+    assert "job_spiders" not in EnginePayload(id="e").to_dict()  # not said: left out
+
+
+def test_the_default_jobs_dir_is_the_clusters_own_not_a_shared_temp_folder(tmp_path, monkeypatch):
+    """Two clusters on one machine (a ``dev up`` and a test run), each with an
+    ``engine-3``, keep their jobs and project caches apart, under the user's state."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    engine = EngineSettings()
+    dev = ZooKeeperSettings.from_mapping({"hosts": "127.0.0.1:8320"})
+    other = ZooKeeperSettings.from_mapping({"hosts": "127.0.0.1:40000"})
+    chrooted = ZooKeeperSettings.from_mapping({"hosts": "127.0.0.1:8320/test"})
+    found = {jobs_dir(engine, "engine-3", zk) for zk in (dev, other, chrooted)}
+    assert len(found) == 3
+    assert jobs_dir(engine, "engine-3", dev) == jobs_dir(engine, "engine-3", dev)
+    for path in found:
+        assert path.is_relative_to(tmp_path / "netdisco" / "jobs"), path
+        assert path.name == "engine-3"
+    assert "127.0.0.1_8320" in str(jobs_dir(engine, "engine-3", dev))  # readable
+    mine = EngineSettings(jobs_dir=str(tmp_path / "mine"))
+    assert jobs_dir(mine, "engine-3", dev) == tmp_path / "mine"
 
 
 def test_log_rotates_by_size_and_tails_whole_lines(tmp_path):

@@ -51,8 +51,22 @@ def test_file_that_fails_to_load(tmp_path: Path) -> None:
     with pytest.raises(SpiderLoadError, match=r"error while loading .*boom at import"):
         load_spider(f"{path}:Anything")
     broken = _write(tmp_path, "class Oops(:\n")
-    with pytest.raises(SpiderLoadError, match=r"error while loading .*SyntaxError"):
+    with pytest.raises(SpiderLoadError, match=r"error while loading (.|\n)*SyntaxError"):
         load_spider(f"{broken}:Oops")
+
+
+def test_a_syntax_error_is_shown_with_its_file_line_and_caret(tmp_path: Path) -> None:
+    """As Python shows it, not as the repr of a SyntaxError and its tuple."""
+    broken = _write(tmp_path, "class Shop:\n    def parse(self, response)\n        pass\n")
+    with pytest.raises(SpiderLoadError) as caught:
+        load_spider(f"{broken}:Shop")
+    assert str(caught.value).splitlines() == [
+        f"error while loading {broken}: ",
+        f'  File "{broken}", line 2',
+        "    def parse(self, response)",
+        "                             ^",
+        "SyntaxError: expected ':'",
+    ]
 
 
 def test_module_that_fails_to_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -81,3 +81,37 @@ async def test_a_browser_sees_the_page(site: str, tmp_path: Path) -> None:
 
 def await_title_ok(text: str) -> bool:
     return "netdisco engine page-b" in text and "Spiders" in text
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium absent")
+async def test_the_page_reads_in_words_and_asks_for_nothing_missing(
+    site: str, tmp_path: Path
+) -> None:
+    """Headed by words (not queue_size or started_at), its own (empty) icon: a load asks
+    the engine for nothing it does not have (no /favicon.ico 404). A screenshot is kept."""
+    from playwright.async_api import async_playwright
+
+    from netdisco.crawl.render.pool import CHROMIUM_FLAGS
+
+    async with SpiderEngine(EngineSettings(id="page-w", port=0)) as engine:
+        engine.add_spider(site_spider("one", site, "slow"), Settings(progress_interval=0))
+        await engine.start()
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(
+                executable_path=str(CHROMIUM), args=list(CHROMIUM_FLAGS), headless=True
+            )
+            try:
+                page = await browser.new_page()
+                missing: list[str] = []
+                page.on("response", lambda r: missing.append(r.url) if r.status >= 400 else None)
+                await page.goto(f"http://127.0.0.1:{engine.port}/", wait_until="networkidle")
+                heads = await page.locator("th").all_text_contents()
+                icon = await page.locator("link[rel=icon]").count()
+                await page.screenshot(path=str(tmp_path / "engine-page.png"), full_page=True)
+            finally:
+                await browser.close()
+    assert missing == []
+    assert icon == 1
+    assert {"spider", "pages", "queued", "started"} <= set(heads), heads
+    assert not {"succeeded", "queue_size", "started_at"} & set(heads), heads
