@@ -48,8 +48,11 @@ async def wait_result(async_result: Any) -> Any:
         except BaseException as exc:  # handed to the awaiting task, whatever it is
             future.set_exception(exc)
 
+    caller = threading.get_ident()
+
     def on_kazoo(result: Any) -> None:
-        _mark_kazoo_thread()
+        if threading.get_ident() != caller:  # a client already stopped calls back at once,
+            _mark_kazoo_thread()  # on the loop's own thread: that thread is not kazoo's
         loop.call_soon_threadsafe(settle, result)
 
     async_result.rawlink(on_kazoo)

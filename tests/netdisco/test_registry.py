@@ -22,7 +22,7 @@ from kazoo.security import Permissions, make_acl
 
 from netdisco.cluster.contract import CONTRACT, tombstone_path, tombstone_root
 from netdisco.cluster.registry import Registration, ZooKeeperSettings
-from netdisco.cluster.zk import _mark_kazoo_thread, wait_result
+from netdisco.cluster.zk import _mark_kazoo_thread, on_kazoo_thread, wait_result
 from netdisco.exceptions import ConfigError, RegistrationError
 from netdisco.testing import ZooKeeperServer, eventually, four_letter
 from tests.faults.proxy import DelayProxy
@@ -591,6 +591,16 @@ def test_registration_checks_engine_id_and_secret_at_construction() -> None:
     os.environ.pop("NETDISCO_TEST_UNSET_DIGEST", None)
     with pytest.raises(ConfigError, match="digest_env"):
         Registration(unset, "engine-1", Describe("engine-1"))
+
+
+async def test_a_stopped_client_answering_at_once_leaves_the_loop_thread_unmarked() -> None:
+    """A client whose handler is stopped calls back on the caller's thread: the loop's
+    thread must not be taken for kazoo's (every later call would read as a violation)."""
+    client = KazooClient(hosts="127.0.0.1:1")  # never started: its handler is stopped
+    with pytest.raises(Exception):  # noqa: B017, PT011 - whatever a closed client says
+        await wait_result(client.exists_async("/x"))
+    assert not on_kazoo_thread()
+    client.close()
 
 
 def test_guard_flags_calls_from_kazoo_threads_only() -> None:

@@ -75,8 +75,7 @@ class RedisFrontier(Frontier[R]):
         self._redis = redis or connect(options.url, socket_connect_timeout=2.0, socket_timeout=10.0)
         scripts = (ADD_LUA, CLAIM_LUA, TAKE_LUA, DONE_LUA)
         self._add, self._claim, self._take, self._done = map(self._redis.register_script, scripts)
-        self._bloom = options.seen == "bloom"
-        self._seen_mode = options.seen_mode()
+        self._bloom, self._seen_mode = options.seen == "bloom", options.seen_mode()
         self._ttl_ms = int(options.lease_ttl * 1000)
         self._ids: dict[int, str] = {}  # id(request) -> Redis id, for requests we hold
         self._buffer: deque[tuple[str, bytes]] = deque()  # leased, not yet handed out
