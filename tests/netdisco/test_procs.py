@@ -178,7 +178,9 @@ async def test_a_signal_stops_every_worker_with_one_summary(
     assert code == 128 + signum
     (summary,) = events(lines, "crawl_summary")
     assert summary["state"] == "stopped"
-    assert len(urls(out)) == summary["feeds"][0]["items"] == summary["items"] < PAGES
+    # stopped, whatever it fetched by then (a loaded machine may have fetched every page
+    # before the signal was handled: the state and the exit code say it stopped)
+    assert len(urls(out)) == summary["feeds"][0]["items"] == summary["items"] <= PAGES
     assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}")]  # noqa: ASYNC240
 
 
