@@ -82,6 +82,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The 25 slowest tests are named at the end (the suite has a budget: 6 minutes quiet).
 # Four workers, each taking the next test: most tests wait on servers (ZooKeeper sessions,
 # crawls over loopback, child processes), and two workers kept two cores half idle; no
 # test may depend on a quiet machine (docs/development.md: a suite that never lies).
@@ -101,7 +102,7 @@ unit: $(STAMP) system-deps
 	@run=$$($(BIN)/python -c 'import uuid; print(uuid.uuid4().hex)'); status=0; \
 	NDTEST_RUN=$$run NETDISCO_SUITE_DEADLINE=$(SUITE_DEADLINE) \
 	  timeout --foreground -k 30 $$(( $(SUITE_DEADLINE) + 60 )) \
-	  $(BIN)/pytest -n $(WORKERS) --dist load --max-worker-restart 4 -m "not memory" \
+	  $(BIN)/pytest -n $(WORKERS) --dist load --max-worker-restart 4 -m "not memory" --durations=25 \
 	    $(PYTEST_ARGS) \
 	  || status=$$?; \
 	$(BIN)/python -m tests.reaper $$run || status=$${status/#0/1}; \
