@@ -445,6 +445,7 @@ class SpiderEngine:
                 log.warning("registry_stop_failed", engine=self.id, error=repr(exc))
         if self.jobs is not None:
             await self.jobs.stop()
+        await self._timetable.stop()  # no tick starts a run once the stop has begun
         await self._starting.cancel_all()  # a spider still opening its frontier must not start
         await asyncio.gather(*(self._stop_crawler(c, deadline) for c in self.crawlers()))
         await self._leases.stop()

@@ -111,6 +111,14 @@ class Timetable:
         """Start keeping time for ``name`` in a task of the engine's."""
         self._tasks[name] = spawn(self._spiders[name].keep(changed))
 
+    async def stop(self) -> None:
+        """Stop keeping time, every tick under way ended (an engine's stop): a tick that
+        fired while the spiders were being stopped would start a run no one stops."""
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     def remove(self, name: str) -> None:
         """Stop keeping time for ``name`` and forget it."""
         task = self._tasks.pop(name, None)
