@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -210,6 +211,10 @@ async def test_every_runs_again_and_skips_while_a_run_is_going(site: str) -> Non
         await waiting
 
 
+def _ran_twice(engine: SpiderEngine) -> bool:
+    return bool(engine.spider_status("fast")["runs"] >= 2)
+
+
 async def test_a_stop_ends_the_ticks_before_it_stops_the_spiders(site: str) -> None:
     """A tick that fired while an engine stopped its spiders started a run nobody
     stopped: the engine's stop waited for it for ever. Ticks 20 ms apart, so that stops
@@ -219,7 +224,7 @@ async def test_a_stop_ends_the_ticks_before_it_stops_the_spiders(site: str) -> N
         spider = SiteSpider(name="fast", start_urls=[f"{site}/fast/p/0"])
         engine.add_spider(spider, QUIET, schedule=Schedule(every=0.02))
         await engine.start()
-        await eventually(lambda e=engine: e.spider_status("fast")["runs"] >= 2, what="two runs")
+        await eventually(partial(_ran_twice, engine), what="two runs")
         await asyncio.wait_for(engine.stop(deadline=0.5), 30)
         assert engine.spider_status("fast")["state"] in ("finished", "stopped")
         runs = engine.spider_status("fast")["runs"]
