@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from redis import asyncio as aioredis
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from structlog.testing import capture_logs
 
 from netdisco import Request, Settings
@@ -343,6 +344,28 @@ async def test_claim_marks_seen_without_queueing(
     assert await b.claim(targets[1:]) == [False, False]
     assert await b.add(targets) == [False, False, False]
     assert await a.counts() == (2, 0, 4)
+
+
+async def test_a_cancellation_that_comes_back_as_a_redis_error_still_cancels(frontier: Factory):
+    """On Python 3.11 asyncio.timeout (inside redis-py) can turn a task's cancellation
+    into a TimeoutError; retried, the cancellation was lost and the crawl's progress task
+    never ended (a stress run's witness: its TaskGroup waited for it for ever)."""
+    f = frontier()
+    started = asyncio.Event()
+
+    async def read() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            raise RedisTimeoutError("Timeout reading from socket") from None
+
+    task = asyncio.create_task(f._call(read))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 10)
+    assert task.cancelled()
 
 
 async def test_unreachable_redis_is_a_clear_error_at_start(spider: SiteSpider):

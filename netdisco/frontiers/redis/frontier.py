@@ -435,6 +435,10 @@ class RedisFrontier(Frontier[R]):
             try:
                 result = await operation()
             except (RedisError, SlotNotCoveredError) as exc:
+                if (task := asyncio.current_task()) is not None and task.cancelling():
+                    # our cancellation came back as a Redis error (asyncio.timeout on
+                    # Python 3.11 can turn one into a TimeoutError): a retry would swallow it
+                    raise asyncio.CancelledError from exc
                 if str(exc).startswith(LOST):  # "NETDISCO_LOST <epoch found> [script: ...]"
                     raise self._lost([*str(exc).split(), "?"][1]) from None
                 if (failure := refusal(exc, self.options.url)) is not None:
