@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from netdisco.testing import wait_for
 from tests import reaper
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,7 +61,9 @@ def test_the_reaper_finds_only_its_own_run() -> None:
     env = {**os.environ, reaper.MARK: "another-run"}
     other = subprocess.Popen(["sleep", "300"], env=env, start_new_session=True)
     try:
-        assert other.pid in {left.pid for left in reaper.marked("another-run")}
+        # until it has exec'd, a child's /proc environ is still its parent's
+        ran = lambda: other.pid in {left.pid for left in reaper.marked("another-run")} or None  # noqa: E731
+        wait_for("the other run's process, marked", ran, 10)
         assert other.pid not in {left.pid for left in reaper.marked("a-third-run")}
         assert reaper.main(["another-run"]) == 1  # make test's check after pytest: a failure
         other.wait(10)  # stopped by it
