@@ -13,6 +13,8 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +181,13 @@ def _outbox_states(zk_hosts: str, engine: str) -> dict[str, str]:
     finally:
         client.stop()
         client.close()
+
+
+def _alerted(
+    scene: Scene, webhook: Webhook, name: str, how: Callable[[Iterable[bool]], bool]
+) -> bool:
+    """``name``'s loss reached any (or all) of the hooks."""
+    return how(name in alerted for alerted in scene.received(webhook).values())
 
 
 def _said(monitor: MonitorProcess, event: str, engine: str) -> bool:
@@ -402,7 +411,12 @@ async def test_the_goal_losses_with_monitors_killed_at_random(zk_hosts, tmp_path
             (leavers if leaves else lost).append(name)
             await asyncio.to_thread(engine.close)
             if rng.random() < 0.15:
-                await asyncio.sleep(rng.uniform(0.0, 1.5))  # before, during or after a send
+                # the kill falls before the send, between the hooks' deliveries, or after
+                moment = "before" if leaves else rng.choice(("before", "between", "after"))
+                if moment != "before":
+                    hooks = any if moment == "between" else all
+                    got = partial(_alerted, scene, webhook, name, hooks)
+                    await eventually(got, what=f"{name} alerted ({moment})")
                 await trio.kill_leader()
                 await trio.fill()
         for name in lost:

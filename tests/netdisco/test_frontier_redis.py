@@ -356,7 +356,7 @@ async def test_a_cancellation_that_comes_back_as_a_redis_error_still_cancels(fro
     async def read() -> None:
         started.set()
         try:
-            await asyncio.sleep(30)
+            await asyncio.Event().wait()  # a read that only a cancellation ends
         except asyncio.CancelledError:
             raise RedisTimeoutError("Timeout reading from socket") from None
 
