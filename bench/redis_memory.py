@@ -54,6 +54,18 @@ def requests(spider: Shop, count: int, hosts: int) -> Iterator[Request]:
         yield request
 
 
+def batches(items: Iterator[Request], size: int) -> Iterator[list[Request]]:
+    """``items`` in lists of ``size`` (the last may be shorter)."""
+    batch: list[Request] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
 def used_memory(url: str) -> int:
     client = redis.Redis.from_url(url)
     try:
@@ -69,15 +81,9 @@ async def measure(url: str, count: int, hosts: int) -> dict[str, Any]:
     frontier = kind(options, spider.name, RequestCodec(spider), owner="bench")
     await frontier.open()
     before = used_memory(options.url)
-    batch: list[Request] = []
     urls = 0
-    for request in requests(spider, count, hosts):
-        batch.append(request)
-        urls += len(request.url)
-        if len(batch) == BATCH:
-            await frontier.add(batch)
-            batch = []
-    if batch:
+    for batch in batches(requests(spider, count, hosts), BATCH):
+        urls += sum(len(request.url) for request in batch)
         await frontier.add(batch)
     after = used_memory(options.url)
     queued, _, seen = await frontier.counts()
@@ -103,15 +109,8 @@ async def measure_seen(url: str, count: int, hosts: int) -> dict[str, Any]:
     frontier = RedisFrontier(options, spider.name, RequestCodec(spider), owner="bench")
     await frontier.open()
     before = used_memory(options.url)
-    batch: list[Request] = []
-    false_positives = 0
-    for request in requests(spider, count, hosts):
-        batch.append(request)
-        if len(batch) == 5 * BATCH:
-            false_positives += (await frontier.claim(batch)).count(False)
-            frontier._known.clear()  # what a long crawl would have forgotten: ask Redis
-            batch = []
-    if batch:
+    false_positives = 0  # claims always ask Redis: every False is the filter's
+    for batch in batches(requests(spider, count, hosts), 5 * BATCH):
         false_positives += (await frontier.claim(batch)).count(False)
     after = used_memory(options.url)
     _, _, seen = await frontier.counts()
