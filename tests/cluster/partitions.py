@@ -274,18 +274,19 @@ class Partitions:
                 result.false_events.append(f"{event['type']} {event['engine_id']}")
 
     def explained(self, result: Result, event: dict[str, Any], later: list[Any]) -> bool:
-        """An engine_lost of the engine cut from ZooKeeper long enough to expire; in the
-        other scenarios, one whose session ZooKeeper did end (a ZooKeeper server cut
-        under it): the engine came back on a new session. A loss that nothing ended,
-        the engine still on its session, is false."""
+        """An engine_lost of an engine whose session ZooKeeper did end: the engine came
+        back on a new session. In engine-zk it must also be the engine cut at the time
+        (ZooKeeper expires a session ``SESSION_TIMEOUT`` after it last heard the client,
+        which pings only every third of it when idle: a cut from two thirds of the
+        timeout on can end one). A loss that nothing ended, the engine still on its
+        session afterwards, is false."""
         if event["type"] != "engine_lost":
             return False
-        if result.name == "engine-zk":
-            return any(
-                c.target == event["engine_id"] and c.healed - c.began > SESSION_TIMEOUT * 0.9
-                and c.began <= event["time"] <= c.healed + RECOVERY_LIMIT
-                for c in result.cuts
-            )  # fmt: skip
+        if result.name == "engine-zk" and not any(
+            c.target == event["engine_id"] and c.began <= event["time"] <= c.healed + RECOVERY_LIMIT
+            for c in result.cuts
+        ):
+            return False
         session = (event.get("engine") or {}).get("session")
         if session is not None and expired_session(event, later):
             result.expiries += 1

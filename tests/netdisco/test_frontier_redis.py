@@ -576,3 +576,98 @@ async def test_dedup_pipeline_passes_each_key_once_across_engines(redis_url: str
             await pipe.close()
     assert sinks[0].items == [{"url": "a"}, {"url": "c"}]
     assert sinks[1].items == [{"url": "b"}]
+
+
+class StallingProxy:
+    """A TCP proxy in front of Redis whose ``stall`` acts as a cut link: bytes on the
+    connections open then are never delivered (as when TCP's retransmission backoff
+    outlasts the cut), and new connections are refused until ``mend``."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.port = free_port()
+        self.refusing = False
+        self.stalled: set[asyncio.StreamWriter] = set()
+        self.open: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+
+    def stall(self) -> None:
+        self.refusing = True
+        self.stalled |= self.open
+
+    def mend(self) -> None:
+        self.refusing = False
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self.open:
+            writer.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.refusing:
+            writer.close()
+            return
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        self.open |= {writer, up_writer}
+        for source, sink, pair in ((reader, up_writer, writer), (up_reader, writer, up_writer)):
+            task = asyncio.create_task(self._pump(source, sink, pair))
+            self._tasks.add(task)
+
+    async def _pump(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, mine: asyncio.StreamWriter
+    ) -> None:
+        while data := await source.read(65536):
+            if mine in self.stalled or sink in self.stalled:
+                continue  # a cut link: nothing gets through, nothing says so
+            sink.write(data)
+            await sink.drain()
+        sink.close()
+
+
+async def test_after_an_outage_the_listener_subscribes_anew(
+    redis_server: RedisServer, redis_url: str, spider: SiteSpider
+):
+    """Notices published after a cut healed reach the engine that was cut, although its
+    old subscription stays stalled (the 6 Dec CI run: an engine that missed every
+    wake-up lost every turn to the others and fetched nothing for a minute)."""
+    proxy = StallingProxy(int(redis_server.url.rsplit(":", 1)[1].split("/")[0]))
+    await proxy.start()
+    options = RedisOptions.from_url(redis_url)
+    client = aioredis.Redis(host="127.0.0.1", port=proxy.port, protocol=2,
+                            socket_connect_timeout=1.0, socket_timeout=1.0)  # fmt: skip
+    cut = RedisFrontier(options, spider.name, RequestCodec(spider), redis=client)
+    other = RedisFrontier(options, spider.name, RequestCodec(spider))
+    woken: list[Any] = []
+    cut._woken = woken.append  # type: ignore[method-assign]
+    try:
+        await cut.open()
+        await other.open()
+        proxy.stall()
+        with capture_logs() as logs:
+            take = asyncio.create_task(cut.take())
+            await eventually(
+                lambda: any(e["event"] == "frontier_unavailable_waiting" for e in logs),
+                "the cut frontier waiting", timeout=30,
+            )  # fmt: skip
+            proxy.mend()
+            await eventually(
+                lambda: any(e["event"] == "frontier_available_again" for e in logs),
+                "the cut frontier back", timeout=30,
+            )  # fmt: skip
+        await eventually(cut._listening.is_set, "subscribed again", timeout=15)
+        await other.add(requests_for(spider, 1))
+        await eventually(lambda: woken, "a wake-up through a new subscription", timeout=15)
+        take.cancel()
+        await asyncio.gather(take, return_exceptions=True)
+    finally:
+        await cut.close(hand_back=False)
+        await other.close(hand_back=False)
+        await proxy.close()

@@ -461,7 +461,17 @@ class RedisFrontier(Frontier[R]):
             self._known.clear()  # Redis may have lost its last writes (AOF everysec)
             down, self._down_since = time.monotonic() - self._down_since, None
             log.warning("frontier_available_again", seconds_down=round(down, 2))
+            # the notices of the outage are lost, and the listener's stream may stall for
+            # its TCP retransmission backoff (seconds): others woken at once would take
+            # every turn meanwhile. Subscribe anew and ask again now.
+            self._listening.clear()
+            self._wake()
         return result
+
+    def _wake(self) -> None:
+        """Wake every waiting take: there may be work for us."""
+        self._work.set()
+        self._work = asyncio.Event()
 
     async def _listen(self) -> None:
         """Turn other engines' additions into a wake-up for our waiting workers.
@@ -474,15 +484,26 @@ class RedisFrontier(Frontier[R]):
                 async with self._redis.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(self.keys.added_channel)
                     self._listening.set()
-                    while not self._closed:
+                    self._wake()  # what was added while we subscribed
+                    while not self._closed and self._listening.is_set():  # see _answered
                         message = await pubsub.get_message(timeout=0.5)
                         if message is not None:
                             self._woken(message["data"])
-                            self._work.set()
-                            self._work = asyncio.Event()
-            except RedisError as exc:  # an outage: the operations log it and wait
+                            self._wake()
+                if not self._closed:  # an outage ended (see _answered)
+                    await self._drop_idle_connections()
+            except (RedisError, OSError) as exc:  # an outage: the operations log it and wait
                 log.debug("frontier_listener_failed", error=repr(exc))
                 await asyncio.sleep(_RETRY_MAX)
+
+    async def _drop_idle_connections(self) -> None:
+        """Connections opened before an outage may still be stalled by TCP's backoff, and a
+        subscription sends without reading: one sent on such a connection would never be
+        heard. Idle ones reconnect on their next use instead (a cluster's nodes keep their
+        own pools: there, the stalled ones time out first)."""
+        pool = getattr(self._redis, "connection_pool", None)
+        if pool is not None:
+            await pool.disconnect(inuse_connections=False)
 
     def _woken(self, data: Any) -> None:
         """A notice of work came (``data``: what the script published)."""
