@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -218,6 +219,8 @@ async def _data(session: aiohttp.ClientSession, args: argparse.Namespace) -> Non
             session, "GET", f"{monitor}/projects/{quote(args.project)}/spiders{query}"
         )
         rows = [("NAME", "SPIDER")] + [(r["name"], r["spider"]) for r in data["spiders"]]
+        commands = data.get("commands") or []
+        rows += [(r["name"], "command: " + shlex.join(r["argv"])) for r in commands]
         print(_columns(rows))
         return
     params = {"format": args.format, "offset": str(args.offset)}

@@ -224,12 +224,13 @@ def _ending(code: int, last: deque[bytes]) -> tuple[int, str | None]:
 async def _supervise(
     spec: dict[str, Any], argv: list[str], env: dict[str, str], items: CommandItems
 ) -> tuple[int, str | None]:
-    """Run the command to its end, a status line every half second, stopped on SIGTERM
-    or the engine's end; its exit status and the job's error."""
+    """Run the command to its end, stopped on SIGTERM or the engine's end; its exit
+    status and the job's error. Whatever it left running is killed when it ends (or
+    at once, should this process fail)."""
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-    tasks, parent, last = Tasks(), os.getppid(), deque[bytes](maxlen=1)
+    tasks, last = Tasks(), deque[bytes](maxlen=1)
     tasks.spawn(_watch_stdin(stop))
     pipe = asyncio.subprocess.PIPE
     proc = await asyncio.create_subprocess_exec(
@@ -238,6 +239,26 @@ async def _supervise(
     )  # fmt: skip
     log.info("command_started", job=spec["job"]["id"], argv=argv, pid=proc.pid)
     copies = [tasks.spawn(_copy(proc.stdout, last)), tasks.spawn(_copy(proc.stderr, last))]
+    try:
+        code = await _watch(spec, proc, items, stop, tasks)
+    finally:
+        _signal_group(proc.pid, signal.SIGKILL)
+    await asyncio.wait(copies, timeout=AFTER_EXIT)
+    await tasks.cancel_all(timeout=0.1)
+    log.info("command_exited", job=spec["job"]["id"], status=code)
+    return _ending(code, last)
+
+
+async def _watch(
+    spec: dict[str, Any],
+    proc: asyncio.subprocess.Process,
+    items: CommandItems,
+    stop: asyncio.Event,
+    tasks: Tasks,
+) -> int:
+    """Until the command exits, a status line every half second; on ``stop``, SIGTERM
+    to its group, then SIGKILL ``stop_deadline`` later."""
+    parent = os.getppid()
     exited, stopping = tasks.spawn(proc.wait()), tasks.spawn(stop.wait())
     while not exited.done():
         _emit({"state": "running", **items.counts(), "final": False})
@@ -248,11 +269,7 @@ async def _supervise(
             log.info("job_stopping", job=spec["job"]["id"])
             _signal_group(proc.pid, signal.SIGTERM)
             tasks.spawn(_kill_after(proc.pid, float(spec.get("stop_deadline", 10.0))))
-    _signal_group(proc.pid, signal.SIGKILL)  # what it left running ends with it
-    await asyncio.wait(copies, timeout=AFTER_EXIT)
-    await tasks.cancel_all(timeout=0.1)
-    log.info("command_exited", job=spec["job"]["id"], status=exited.result())
-    return _ending(exited.result(), last)
+    return exited.result()
 
 
 async def run(spec: dict[str, Any]) -> int:
