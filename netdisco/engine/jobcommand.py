@@ -138,6 +138,9 @@ class CommandItems:
         if not raw.strip():
             return
         self.lines += 1
+        if len(raw) > MAX_LINE:
+            self._refuse(f"longer than {MAX_LINE} bytes", raw)
+            return
         try:
             text = raw.decode("utf-8").strip()
             item = json.loads(text, parse_constant=_constant)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import os
 import re
 import signal
 import zipfile
@@ -21,6 +20,7 @@ from netdisco.projects import archive
 from netdisco.testing import eventually
 from tests.monitor.conftest import monitor_config
 from tests.monitor.test_jobs import Client, Spawn, spawn_engine, state_of, with_token  # noqa: F401
+from tests.netdisco.test_command_child import gone
 
 CRAWL = r"""#!/bin/sh
 # crawl.sh MODE [N]: write N items and a bad line, fail, or loop N times
@@ -91,15 +91,7 @@ async def logged(client: Client, job_id: str, text: str) -> str:
         found = await client.log(job_id, tail="1000")
         return found if text in found else None
 
-    return await eventually(has, f"{text!r} in the log of job {job_id}", timeout=60)
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+    return str(await eventually(has, f"{text!r} in the log of job {job_id}", timeout=60))
 
 
 @pytest.mark.timeout(300)
@@ -181,7 +173,7 @@ async def test_a_command_job_is_refused_when_it_cannot_be_run_as_asked(
     status, _ = await deploy(base, "shell", shell_project(tmp_path / "shell"))
     assert status == 201
     client = Client(monitor)
-    refused = {
+    refused: dict[str, tuple[dict[str, Any], str]] = {
         "unknown": ({"command": "nope"}, "has no command 'nope'; its commands: fail, items, loop"),
         "a NUL": ({"command": "items", "argv": ["a\x00b"]}, "holds a control character"),
         "a newline": ({"command": "items", "argv": ["a\nb"]}, "holds a control character"),
