@@ -39,7 +39,7 @@ class Child:
         self.job = tmp_path / "job"
         (self.src / "crawl.sh").write_text("#!/bin/sh\n" + script)
         (self.src / "crawl.sh").chmod(0o755)
-        self.spec = {
+        self.spec: dict[str, Any] = {
             "job": {"id": "0123456789ab", "settings": {}},
             "directory": str(self.job),
             "items_max": 100,
