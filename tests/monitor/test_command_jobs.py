@@ -194,6 +194,16 @@ async def test_a_command_job_is_refused_when_it_cannot_be_run_as_asked(
     status, answer = await client.call("POST", "", {"spider": "x", "argv": ["y"]})
     assert (status, "only a command job" in answer["error"]["message"]) == (400, True)
     assert monitor.jobs.jobs == {}
+    # a schedule's request is checked as a job's
+    schedules = f"{base}/netdiscovery/monitor/schedules"
+    async with aiohttp.ClientSession(headers=client.headers) as s:
+        wrong = {"project": "shell", "command": "nope", "every": "1h"}
+        async with s.post(schedules, json=wrong) as resp:
+            assert resp.status == 400
+            assert "its commands: fail, items, loop" in (await resp.json())["error"]["message"]
+        right = {"project": "shell", "command": "items", "argv": ["2"], "every": "1h"}
+        async with s.post(schedules, json=right) as resp:
+            assert resp.status == 201, await resp.text()
     # declarations refused at deploy, and nothing stored
     top = {"crawl.sh": "#!/bin/sh\n", "bin/run": "#!/bin/sh\n"}
     declared = {
