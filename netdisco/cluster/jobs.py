@@ -248,7 +248,8 @@ def _job_fields(data: Mapping[str, Any]) -> dict[str, Any]:
         "on": parse_on(data.get("on", "any")),
         "on_lost": data.get("on_lost") if data.get("on_lost") == "requeue" else "fail",
         "state": JobState(str(data.get("state"))),
-        "kind": "command" if data.get("kind") == "command" else "spider",
+        # a command is a project's: a node saying otherwise is a spider job, held to its checks
+        "kind": "command" if data.get("kind") == "command" and data.get("project") else "spider",
         "argv": check_argv("argv", data.get("argv", [])),
         "created_at": float(data.get("created_at") or 0.0),
         "attempts": int(data.get("attempts") or 0),
