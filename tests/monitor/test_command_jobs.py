@@ -10,15 +10,19 @@ import json
 import re
 import signal
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from monitor.settings import ControlSettings
 from netdisco.projects import archive
 from netdisco.testing import eventually
 from tests.monitor.conftest import monitor_config
+from tests.monitor.test_dashboard import shows
+from tests.monitor.test_http import CHROMIUM, chromium
 from tests.monitor.test_jobs import Client, Spawn, spawn_engine, state_of, with_token  # noqa: F401
 from tests.netdisco.test_command_child import gone
 
@@ -230,3 +234,38 @@ async def test_a_command_job_is_refused_when_it_cannot_be_run_as_asked(
         async with s.get(f"{base}/netdiscovery/monitor/projects/shell/spiders") as resp:
             listed = await resp.json()
     assert listed["commands"][1] == {"name": "items", "argv": ["./crawl.sh", "items"]}
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(240)  # Chromium's first start and the project's install, on a loaded machine
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium absent")
+async def test_the_jobs_page_starts_a_command_and_shows_its_log(
+    zk_hosts,
+    start_monitor,
+    spawn_engine: Spawn,  # noqa: F811 - test_jobs' fixture: engines that run jobs
+    tmp_path,
+):
+    config = replace(monitor_config(zk_hosts), control=ControlSettings())  # loopback, no token
+    monitor, _ = await start_monitor(config)
+    status, _ = await deploy(monitor.http.url, "shell", shell_project(tmp_path / "shell"))
+    assert status == 201
+    await spawn_engine("e1")
+    await eventually(lambda: monitor.jobs.slots(), "an engine with slots", timeout=30)
+    pick = "document.querySelector('#spider-pick')"
+    async with chromium(f"{monitor.http.url}/jobs?project=shell", tmp_path / "profile") as page:
+        has = f"[...{pick}.options].some(o => o.value === 'command:items')"
+        await shows(page, f"{has} && document.querySelector('#start-button') !== null", "it")
+        await page.eval(
+            f"{pick}.value = 'command:items';"
+            "document.querySelector('#args').value = '[\"4\", \"from the page\"]';"
+            "document.querySelector('#start-button').click(); true"
+        )
+        log = "document.querySelector('#log').textContent"
+        await shows(page, f"{log}.includes('writing 4 items from')", "the command's own log")
+        (job_id,) = monitor.jobs.jobs
+        state = f"document.querySelector(\"tr[data-job='{job_id}'] .state\").textContent"
+        await shows(page, f"{state} === 'finished'", "the job finished, in the list")
+        listed = f"document.querySelector(\"tr[data-job='{job_id}']\").textContent"
+        assert "items (command)" in await page.eval(listed)
+    job = monitor.jobs.jobs[job_id]
+    assert (job.kind, job.argv) == ("command", ("4", "from the page"))
