@@ -42,6 +42,9 @@ log = structlog.get_logger(__name__)
 
 #: the FIFO in the job's directory that ``$NETDISCO_ITEMS`` names
 ITEMS_FIFO = "items.fifo"
+#: replaced by the FIFO's path in the command's arguments (no shell expands it):
+#: ``["scrapy", "crawl", "quotes", "-O", "$NETDISCO_ITEMS:jsonlines"]``
+ITEMS_VARIABLE = "$NETDISCO_ITEMS"
 #: refused item lines said in the log one by one (the rest are counted)
 SAID_BAD = 10
 #: seconds the output left in the pipes is read after the command exited
@@ -283,7 +286,8 @@ async def run(spec: dict[str, Any]) -> int:
     try:
         env = command_env(spec, items.path)
         cwd = Path(spec["command"]["cwd"])
-        argv = resolve_program(list(spec["command"]["argv"]), cwd, env["PATH"])
+        said = [arg.replace(ITEMS_VARIABLE, str(items.path)) for arg in spec["command"]["argv"]]
+        argv = resolve_program(said, cwd, env["PATH"])
     except ConfigError as exc:  # said in the job's log too, where `jobs log` reads
         log.error("job_refused", job=spec["job"]["id"], reason=str(exc))
         _emit({"state": "failed", "error": str(exc), "final": True})

@@ -157,3 +157,12 @@ async def test_the_engine_gone_stops_the_command(tmp_path):
     proc.stdin.close()  # what the engine's death looks like from here
     await asyncio.wait_for(proc.wait(), 30)
     await eventually(lambda: gone(sleeper), "the command ended", timeout=10)
+
+
+async def test_the_items_variable_in_an_argument_is_the_fifos_path(tmp_path):
+    script = 'printf \'{"to": "%s"}\\n\' "$1" > "${1%:jsonlines}"\n'  # as scrapy -O PATH:FORMAT
+    child = Child(tmp_path, script)
+    child.spec["command"]["argv"] = ["./crawl.sh", "$NETDISCO_ITEMS:jsonlines"]
+    code, status, _ = await child.end()
+    assert (code, status["items_kept"]) == (0, 1)
+    assert child.items() == [json.dumps({"to": f"{child.job / 'items.fifo'}:jsonlines"})]
