@@ -262,11 +262,12 @@ async def _watch(
     stop: asyncio.Event,
     tasks: Tasks,
 ) -> int:
-    """Until the command exits, a status line every half second; on ``stop``, SIGTERM
-    to its group, then SIGKILL ``stop_deadline`` later."""
+    """Until the command exits, its items flushed and a status line every half second;
+    on ``stop``, SIGTERM to its group, then SIGKILL ``stop_deadline`` later."""
     parent = os.getppid()
     exited, stopping = tasks.spawn(proc.wait()), tasks.spawn(stop.wait())
     while not exited.done():
+        await items.kept.flush()  # what it wrote so far can be read through the items routes
         _emit({"state": "running", **items.counts(), "final": False})
         waited = {exited} if stopping.done() else {exited, stopping}
         await asyncio.wait(waited, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)

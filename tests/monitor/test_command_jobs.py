@@ -139,6 +139,12 @@ async def test_a_command_job_keeps_items_fails_is_cancelled_and_requeued_when_lo
     (looping,) = await client.start(project="shell", command="loop", argv=["100000"], on=["e1"])
     await state_of(client, looping["id"], "running")
     await logged(client, looping["id"], "item 3")
+
+    async def browsable() -> bool:
+        status, page = await client.call("GET", f"/{looping['id']}/items?limit=3")
+        return status == 200 and page["items"] == [{"n": 1}, {"n": 2}, {"n": 3}]
+
+    await eventually(browsable, "its items, read while it runs", timeout=30)
     follow = asyncio.create_task(client.log(looping["id"], tail="1000", follow="1"))
     status, _ = await client.call("POST", f"/{looping['id']}/cancel")
     assert status == 200
