@@ -46,7 +46,7 @@ from netdisco.cluster.jobs import (
     transition,
 )
 from netdisco.exceptions import ConfigError, ControlRefused, SpiderLoadError
-from netdisco.projects.store import ProjectStore, check_spider, project_spider
+from netdisco.projects.store import ProjectStore, check_request, project_spider
 
 log = structlog.get_logger(__name__)
 
@@ -205,10 +205,8 @@ class Jobs:
     async def create(self, body: Any) -> list[Job]:
         """New jobs from a request body (one, or one per engine for ``on = "all"``)."""
         job = job_request(body)
-        if job.project is not None:  # a spider the project does not have: refused now
-            await check_spider(
-                self.projects, job.project, {"spider": job.spider, "version": job.version}
-            )
+        if job.project is not None:  # a spider or command the project lacks: refused now
+            await check_request(self.projects, job.project, job)
         if self.watcher.fresh.is_set():  # what cannot run is refused, by a fresh view
             refuse_unplaceable(job, self.slots())
             self._refuse_unoffered(job)
@@ -263,6 +261,8 @@ class Jobs:
         new = Job(
             id=new_id(),
             spider=old.spider,
+            kind=old.kind,
+            argv=old.argv,
             project=old.project,
             version=old.version,
             args=old.args,

@@ -95,7 +95,8 @@ class Projects:
         return web.json_response(await self.store.describe(project))
 
     async def spiders(self, request: web.Request) -> web.Response:
-        """A version's spiders (``?version=``, else the default): each name and class."""
+        """A version's spiders (``?version=``, else the default): each name and class; and
+        the commands it declares as jobs."""
         project = check_project_name(request.match_info["name"])
         wanted = request.query.get("version") or None
         if wanted is not None and len(wanted) > 64:
@@ -103,7 +104,9 @@ class Projects:
         version = await self.store.resolve(project, wanted)
         rows = [{"name": n, "spider": r} for r, n in version.names.items()]
         body = {"project": project, "version": version.id, "label": version.label}
-        return web.json_response({**body, "spiders": sorted(rows, key=lambda r: r["name"])})
+        commands = [{"name": n, "argv": list(a)} for n, a in sorted(version.commands.items())]
+        spiders = sorted(rows, key=lambda r: r["name"])
+        return web.json_response({**body, "spiders": spiders, "commands": commands})
 
     async def delete(self, request: web.Request) -> web.Response:
         self.check(request)

@@ -28,7 +28,7 @@ from netdisco.cluster.acl import cluster_acl
 from netdisco.cluster.jobs import ACTIVE
 from netdisco.cluster.schedules import JobSchedule, ScheduleStore, schedule_request
 from netdisco.exceptions import ControlRefused
-from netdisco.projects.store import check_spider
+from netdisco.projects.store import check_request
 
 log = structlog.get_logger(__name__)
 
@@ -102,7 +102,7 @@ class Schedules:
         made = schedule_request(body)
         project = made.request.get("project")
         if project is not None:
-            await check_spider(self.projects, project, made.request)
+            await check_request(self.projects, project, made.job())
         await self.store.create(made)
         log.info("schedule_created", schedule=made.id, cron=made.cron, every=made.every)
         return made

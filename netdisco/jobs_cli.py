@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -57,6 +58,7 @@ def add_jobs_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     _monitor_options(jobs, defaults=True)
     sub = jobs.add_subparsers(dest="jobs_command", required=True)
     _add_request(sub.add_parser("start", help="start a job"))
+    _add_command_request(sub.add_parser("run", help="start a job of a project's command"))
     sub.add_parser("list", help="every job, newest first")
     for name, text in (("show", "one job"), ("cancel", "stop a job"), ("rerun", "start it again")):
         sub.add_parser(name, help=text).add_argument("id")
@@ -87,6 +89,21 @@ def _add_request(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("project", help="a deployed project, or - for the engines' spider_modules")
     parser.add_argument("spider", help="the spider's name, or module:Class")
     parser.add_argument("-a", dest="args", action="append", default=[], metavar="NAME=VALUE")
+    _add_placement(parser)
+
+
+def _add_command_request(parser: argparse.ArgumentParser) -> None:
+    """``run PROJECT COMMAND [-- ARG ...]``: a command the project declares, its arguments."""
+    parser.add_argument("project", help="a deployed project")
+    parser.add_argument(
+        "job_command", metavar="command", help="a command of [tool.netdisco.commands]"
+    )
+    parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="ARG", help="its arguments")
+    _add_placement(parser)
+
+
+def _add_placement(parser: argparse.ArgumentParser) -> None:
+    """Settings, placement and version: what every job request takes."""
     parser.add_argument("-s", dest="settings", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument(
         "--on", nargs="+", default=["any"], help="any, all, label=value, or engine ids"
@@ -116,13 +133,12 @@ def start_body(args: argparse.Namespace) -> dict[str, Any]:
     on: Any = args.on[0] if len(args.on) == 1 and args.on[0] in ("any", "all") else args.on
     if len(args.on) == 1 and "=" in args.on[0]:
         on = args.on[0]
-    body: dict[str, Any] = {
-        "spider": args.spider,
-        "on": on,
-        "on_lost": args.on_lost,
-        "args": parse_pairs(args.args),
-        "settings": parse_pairs(args.settings),
-    }
+    body: dict[str, Any] = {"on": on, "on_lost": args.on_lost}
+    if args.jobs_command == "run":
+        body.update(command=args.job_command, argv=args.argv)
+    else:
+        body.update(spider=args.spider, args=parse_pairs(args.args))
+    body["settings"] = parse_pairs(args.settings)
     if args.project != "-":
         body["project"] = args.project
     if args.project_version:
@@ -203,6 +219,8 @@ async def _data(session: aiohttp.ClientSession, args: argparse.Namespace) -> Non
             session, "GET", f"{monitor}/projects/{quote(args.project)}/spiders{query}"
         )
         rows = [("NAME", "SPIDER")] + [(r["name"], r["spider"]) for r in data["spiders"]]
+        commands = data.get("commands") or []
+        rows += [(r["name"], "command: " + shlex.join(r["argv"])) for r in commands]
         print(_columns(rows))
         return
     params = {"format": args.format, "offset": str(args.offset)}
@@ -287,7 +305,7 @@ async def _run(args: argparse.Namespace) -> int:
             return 0
         if command == "schedule":
             await _schedule(session, args)
-        elif command == "start":
+        elif command in ("start", "run"):
             made = await _call(session, "POST", base, start_body(args))
             print("\n".join(job["id"] for job in made["jobs"]))
         elif command == "list":

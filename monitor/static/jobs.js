@@ -44,9 +44,11 @@ function shortVersion(v) {
 async function versionChosen() {
   const project = $("project").value, version = $("version").value;
   const query = version ? `?version=${encodeURIComponent(version)}` : "";
-  const {spiders} = await getJSON(`/netdiscovery/monitor/projects/${encodeURIComponent(project)}/spiders${query}`);
+  const {spiders, commands = []} = await getJSON(`/netdiscovery/monitor/projects/${encodeURIComponent(project)}/spiders${query}`);
   const pick = $("spider-pick");
-  pick.replaceChildren(...spiders.map(s => new Option(`${s.name} (${s.spider})`, s.name)));
+  // a command's value says so: a spider's name never holds a colon
+  pick.replaceChildren(...spiders.map(s => new Option(`${s.name} (${s.spider})`, s.name)),
+    ...commands.map(c => new Option(`${c.name} (command: ${c.argv.join(" ")})`, `command:${c.name}`)));
 }
 
 $("project").addEventListener("change", () => projectChosen().catch(err => { $("error").textContent = err.message; }));
@@ -64,6 +66,11 @@ $("start").addEventListener("submit", async event => {
     if (value("settings")) body.settings = JSON.parse(value("settings"));
   } catch (err) { $("error").textContent = `arguments and settings are JSON objects: ${err.message}`; return; }
   if (!body.spider) { $("error").textContent = "name a spider"; return; }
+  if (body.spider.startsWith("command:")) {  // a command job: its arguments are a JSON list
+    body.command = body.spider.slice("command:".length);
+    delete body.spider;
+    if (body.args !== undefined) { body.argv = body.args; delete body.args; }
+  }
   const answer = await send("POST", API, body);
   $("error").textContent = answer.ok ? "" : `not started ${answer.message}`;
   if (answer.ok) { await refresh(); location.hash = answer.body.jobs[0].id; }
@@ -109,7 +116,7 @@ function render(jobs) {
     if (job.id === current) row.className = "chosen";
     cell(row, link(`#${job.id}`, job.id));
     cell(row, job.project ?? "-");
-    cell(row, job.spider);
+    cell(row, job.kind === "command" ? `${job.spider} (command)` : job.spider);
     stateCell(row, job.state);
     cell(row, job.engine ?? "-");
     cell(row, utc(job.started_at));
@@ -154,7 +161,8 @@ function showFacts(job) {
   $("job-rerun").dataset.act = "rerun";
   $("job-cancel").dataset.job = $("job-rerun").dataset.job = job.id;
   const where = job.project ? `${job.project} @ ${job.version ? job.version.slice(0, 12) : "default"}` : "spider_modules";
-  const spider = job.spider_class && job.spider_class !== job.spider ? `${job.spider} = ${job.spider_class}` : job.spider;
+  const spider = job.kind === "command" ? `command ${[job.spider, ...(job.argv || [])].join(" ")}`
+    : job.spider_class && job.spider_class !== job.spider ? `${job.spider} = ${job.spider_class}` : job.spider;
   const facts = [`${spider} (${where})`, `on ${job.engine ?? "no engine yet"}`, `created ${utc(job.created_at)}`];
   if (job.started_at) facts.push(`started ${utc(job.started_at)}`);
   if (job.ended_at) facts.push(`ended ${utc(job.ended_at)}`);

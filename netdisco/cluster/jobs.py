@@ -26,6 +26,7 @@ import structlog
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from netdisco.cluster.commands import check_argv, command_request
 from netdisco.cluster.contract import MAX_NODE_DATA, EnginePayload, decode_object
 from netdisco.cluster.zk import wait_result
 from netdisco.exceptions import ConfigError
@@ -38,7 +39,9 @@ _ID = re.compile(r"[0-9a-f]{12}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _SPIDER = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 log = structlog.get_logger(__name__)
-_BODY_KEYS = frozenset({"project", "version", "spider", "args", "settings", "on", "on_lost"})
+_BODY_KEYS = frozenset(
+    {"project", "version", "spider", "command", "argv", "args", "settings", "on", "on_lost"}
+)
 
 
 class JobState(StrEnum):
@@ -78,6 +81,8 @@ class Job:
 
     id: str
     spider: str  # as asked (a name, or module:Class), the same from start to end
+    kind: str = "spider"  # or "command": ``spider`` names a command of its project
+    argv: tuple[str, ...] = ()  # a command job's arguments, after the declared ones
     spider_class: str | None = None  # the module:Class it resolved to, once known
     project: str | None = None
     version: str | None = None
@@ -108,6 +113,7 @@ class Job:
         data = asdict(self)
         data["on"] = self.on if isinstance(self.on, str) else list(self.on)
         data["feeds"] = [dict(f) for f in self.feeds]
+        data["argv"] = list(self.argv)
         return data
 
     def to_json(self) -> bytes:
@@ -196,18 +202,21 @@ def job_request(body: Any, now: float | None = None) -> Job:
     unknown = sorted(set(body) - _BODY_KEYS)
     if unknown:
         raise ConfigError(unknown[0], f"unknown key (known: {', '.join(sorted(_BODY_KEYS))})")
-    spider = body.get("spider")
-    if not isinstance(spider, str) or not _SPIDER.fullmatch(spider):
-        raise ConfigError("spider", f"expected a spider name or 'module:Class', got {spider!r}")
     settings = body.get("settings", {})
     if not isinstance(settings, dict) or len(settings) > 100:
         raise ConfigError("settings", "expected an object of at most 100 settings")
+    kind, spider, argv = command_request(body)
+    asked = body.get("spider")
+    if kind == "spider" and not (isinstance(asked, str) and _SPIDER.fullmatch(asked)):
+        raise ConfigError("spider", f"expected a spider name or 'module:Class', got {asked!r}")
     on_lost = body.get("on_lost", "fail")
     if on_lost not in ("fail", "requeue"):
         raise ConfigError("on_lost", f'expected "fail" or "requeue", got {on_lost!r}')
     job = Job(
         id=new_id(),
         spider=spider,
+        kind=kind,
+        argv=argv,
         project=_optional_name("project", body.get("project")),
         version=_optional_name("version", body.get("version")),
         args=_strings("args", body.get("args", {})),
@@ -239,6 +248,9 @@ def _job_fields(data: Mapping[str, Any]) -> dict[str, Any]:
         "on": parse_on(data.get("on", "any")),
         "on_lost": data.get("on_lost") if data.get("on_lost") == "requeue" else "fail",
         "state": JobState(str(data.get("state"))),
+        # a command is a project's: a node saying otherwise is a spider job, held to its checks
+        "kind": "command" if data.get("kind") == "command" and data.get("project") else "spider",
+        "argv": check_argv("argv", data.get("argv", [])),
         "created_at": float(data.get("created_at") or 0.0),
         "attempts": int(data.get("attempts") or 0),
         "cancel": data.get("cancel") is True,

@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -151,13 +152,17 @@ async def run(spec: dict[str, Any]) -> int:
     return 0 if crawler.state is SpiderState.FINISHED else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Read the spec the engine wrote, run the crawl, exit with its status."""
+def main(
+    argv: list[str] | None = None,
+    job: Callable[[dict[str, Any]], Coroutine[Any, Any, int]] = run,
+) -> int:
+    """Read the spec the engine wrote, run the crawl (or another ``job``: a command's,
+    :mod:`netdisco.engine.jobcommand`), exit with its status."""
     _die_with_parent()
     args = sys.argv[1:] if argv is None else argv
     spec = json.loads(Path(args[0]).read_text("utf-8"))
     logs.configure(json=True, level=spec.get("log_level", "info"))
-    code = asyncio.run(run(spec))
+    code = asyncio.run(job(spec))
     sys.stdout.flush()
     return code
 

@@ -46,10 +46,25 @@ class KeptItems(Pipeline):
 
     def process(self, item: Any) -> None:
         """Keep one item, or count it as dropped past the bound."""
+        if self._room():
+            self._write(json_line(item))
+
+    def process_line(self, line: str) -> None:
+        """Keep one item already a JSON line (a command job's, checked as it came), or
+        count it as dropped past the bound."""
+        if self._room():
+            self._write(line)
+
+    def _room(self) -> bool:
+        """Whether one more item is kept; if not, it is counted as dropped."""
         if self._file is None or self.kept >= self.most:
             self.dropped += 1
-            return
-        self._file.write(json_line(item))
+            return False
+        return True
+
+    def _write(self, line: str) -> None:
+        assert self._file is not None
+        self._file.write(line)
         self.kept += 1
 
     async def flush(self) -> None:

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from kazoo.client import KazooClient
@@ -34,6 +34,7 @@ from kazoo.retry import KazooRetry
 
 from netdisco._tasks import Tasks, in_own_thread
 from netdisco.cluster.acl import cluster_acl
+from netdisco.cluster.commands import seconds
 from netdisco.cluster.contract import JOB_COUNTERS, MAX_JOB_SPIDERS
 from netdisco.cluster.jobs import Job, JobState, JobStore, is_job_id, transition
 from netdisco.cluster.settings import ZooKeeperSettings
@@ -45,6 +46,9 @@ from netdisco.engine.joblog import CHUNK, MAX_LINE, LogWriter, job_dir
 from netdisco.engine.launch import module_spiders
 from netdisco.exceptions import NetdiscoError
 
+if TYPE_CHECKING:
+    from netdisco.projects.install import InstalledProject
+
 log = structlog.get_logger(__name__)
 
 #: seconds a stopped child has past its ``stop_deadline`` to flush before SIGKILL
@@ -53,6 +57,8 @@ _DEFAULT_DEADLINE = Settings().stop_deadline
 #: what a child's status line holds besides its counters
 _NOT_STATS = frozenset({"feeds", "final", "error", "spider_class"})
 _SPIDER_CLASS = re.compile(r"[A-Za-z_][\w.]{0,199}:[A-Za-z_]\w{0,99}")
+#: the module a job's child runs, by the job's kind
+CHILDREN = {"spider": "netdisco.engine.jobchild", "command": "netdisco.engine.jobcommand"}
 
 
 def jobs_dir(settings: EngineSettings, engine_id: str, zookeeper: ZooKeeperSettings) -> Path:
@@ -103,10 +109,17 @@ async def batches(reader: asyncio.StreamReader) -> AsyncIterator[list[bytes]]:
 
 def deadline_of(job: Job) -> float:
     """The job's ``stop_deadline`` setting, if a sane number; else the default."""
-    value = job.settings.get("stop_deadline")
-    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 3600:
-        return float(value)
-    return _DEFAULT_DEADLINE
+    found = seconds(job.settings.get("stop_deadline"))
+    return _DEFAULT_DEADLINE if found is None else found
+
+
+def _command(job: Job, installed: InstalledProject) -> dict[str, Any]:
+    """A command job's spec: the command its version declares, then the job's arguments,
+    run in the version's ``src/`` with its venv; ``ConfigError`` if it declares none."""
+    from netdisco.projects.commands import project_command  # projects: only for projects
+
+    argv = [*project_command(job.project, job.spider, installed.commands), *job.argv]
+    return {"command": {"argv": argv, "cwd": str(installed.path), "venv": str(installed.venv)}}
 
 
 class JobProcess:
@@ -141,7 +154,7 @@ class JobProcess:
             self.proc = await asyncio.create_subprocess_exec(
                 python,
                 "-m",
-                "netdisco.engine.jobchild",
+                CHILDREN[self.job.kind],
                 str(spec_path),
                 stdin=pipe,
                 stdout=pipe,
@@ -404,26 +417,25 @@ class JobRunner:
             self._starting.add(taken.id)
             self._ends.spawn(self._launch(taken))
 
-    def _spec(self, job: Job, modules: list[str]) -> dict[str, Any]:
+    def _spec(self, job: Job, more: dict[str, Any]) -> dict[str, Any]:
         return {
             "job": job.to_dict(),
             "directory": str(job_dir(self.directory, job.id).absolute()),
             "items_max": self.settings.job_items_max,
             "engine_id": self._engine_id(),
             "owner": self.incarnation,
-            "spider_modules": modules,
             "feeds_dir": self.settings.feeds_dir,
             "frontier": self.settings.job_frontier,
+            "stop_deadline": deadline_of(job),
+            **more,  # the modules a spider may load, or the command to run
         }
 
     async def _launch(self, job: Job) -> None:
         """Install the job's project (if any), start its child, then wait for its end."""
         try:
-            job, python, cwd, modules = await self._environment(job)
+            job, python, cwd, more = await self._environment(job)
             directory = job_dir(self.directory, job.id)
-            process = JobProcess(
-                job, directory, self._spec(job, modules), self.settings.job_log_max
-            )
+            process = JobProcess(job, directory, self._spec(job, more), self.settings.job_log_max)
             await process.start(python, cwd)
         except (OSError, NetdiscoError) as exc:
             log.error("job_start_failed", job=job.id, error=str(exc))
@@ -449,11 +461,12 @@ class JobRunner:
             writer.write(json.dumps(line).encode())
             writer.close()
 
-    async def _environment(self, job: Job) -> tuple[Job, str, Path | None, list[str]]:
+    async def _environment(self, job: Job) -> tuple[Job, str, Path | None, dict[str, Any]]:
         """The job (its spider and version resolved), the Python and directory it runs
-        in, and the modules it may load: the project's venv, or the engine's own."""
+        in, and what its spec adds: the modules it may load (the project's venv, or the
+        engine's own), or a command job's command."""
         if job.project is None:
-            return job, sys.executable, None, list(self.settings.spider_modules)
+            return job, sys.executable, None, {"spider_modules": list(self.settings.spider_modules)}
         from netdisco.projects import install  # uv and archives: only for projects
         from netdisco.projects.store import project_spider
 
@@ -461,10 +474,12 @@ class JobRunner:
         got = await install(
             self._client, self.zookeeper.root, job.project, job.version, self.directory / "projects"
         )
+        if job.kind == "command":
+            return replace(job, version=got.version), str(got.python), got.path, _command(job, got)
         spider = project_spider(job.spider, got.names)
         modules = sorted({ref.partition(":")[0] for ref in got.spiders})
         resolved = replace(job, spider_class=spider, version=got.version)
-        return resolved, str(got.python), got.path, modules
+        return resolved, str(got.python), got.path, {"spider_modules": modules}
 
     async def _finish(self, process: JobProcess) -> None:
         state, changes = await process.wait()

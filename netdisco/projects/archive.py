@@ -15,7 +15,6 @@ import ast
 import io
 import re
 import stat
-import tomllib
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from pathlib import Path, PurePosixPath
 from packaging.requirements import InvalidRequirement, Requirement
 
 from netdisco.exceptions import ProjectRefused
+from netdisco.projects.commands import declared_commands, read_pyproject
 from netdisco.values import NAME
 
 #: one strict pattern for project names: they are znode names and directory names
@@ -72,6 +72,8 @@ class Manifest:
     unpacked_size: int
     members: int
     names: Mapping[str, str] = field(default_factory=dict)  # "module:Class" -> its ``name``
+    #: the commands it declares as jobs: name -> argv ([tool.netdisco.commands])
+    commands: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def refuse(status: int, code: str, message: str) -> ProjectRefused:
@@ -247,15 +249,17 @@ def inspect(data: bytes, max_size: int) -> Manifest:
     if kind == "directory":
         requirements(sources.get("pyproject.toml"), sources.get("requirements.txt"))
     spiders = declared_spiders(sources.get("pyproject.toml")) or find_spiders(sources)
-    if not spiders:
+    commands = declared_commands(sources.get("pyproject.toml"), {i.filename for i in infos})
+    if not spiders and not commands:
         raise refuse(
             422,
             "no_spiders",
             "no spider found: no class derives from Spider, CrawlSpider or SitemapSpider, "
-            "and pyproject.toml declares no [tool.netdisco] spiders",
+            "and pyproject.toml declares no [tool.netdisco] spiders (nor commands)",
         )
     names = unique_names(spider_names(sources, spiders))
-    return Manifest(kind, spiders, sum(i.file_size for i in infos), len(infos), names)
+    size = sum(i.file_size for i in infos)
+    return Manifest(kind, spiders, size, len(infos), names, commands)
 
 
 # --- spiders, statically --------------------------------------------------------------------
@@ -263,12 +267,7 @@ def inspect(data: bytes, max_size: int) -> Manifest:
 
 def declared_spiders(pyproject: bytes | None) -> tuple[str, ...]:
     """``[tool.netdisco] spiders`` of a pyproject.toml, checked as ``module:Class`` names."""
-    if pyproject is None:
-        return ()
-    try:
-        table = tomllib.loads(pyproject.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise refuse(400, "bad_pyproject", f"pyproject.toml cannot be read: {exc}") from None
+    table = read_pyproject(pyproject)
     spiders = table.get("tool", {}).get("netdisco", {}).get("spiders", [])
     pattern = re.compile(r"[A-Za-z_][\w.]{0,199}:[A-Za-z_]\w{0,99}")
     if not isinstance(spiders, list) or not all(
@@ -299,11 +298,7 @@ def requirements(pyproject: bytes | None, requirements_txt: bytes | None) -> tup
     ``[project] dependencies`` of pyproject.toml, else the lines of requirements.txt
     (no options, includes, URLs or paths: those would fetch from where nobody allowed)."""
     if pyproject is not None:
-        try:
-            table = tomllib.loads(pyproject.decode("utf-8"))
-        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise refuse(400, "bad_pyproject", f"pyproject.toml cannot be read: {exc}") from None
-        declared = table.get("project", {}).get("dependencies")
+        declared = read_pyproject(pyproject).get("project", {}).get("dependencies")
         if declared is not None:
             if not isinstance(declared, list) or not all(isinstance(d, str) for d in declared):
                 raise refuse(400, "bad_pyproject", "[project] dependencies must be strings")

@@ -34,6 +34,7 @@ from packaging.requirements import Requirement
 
 from netdisco.exceptions import ProjectUnavailable
 from netdisco.projects import archive
+from netdisco.projects.commands import make_executable
 from netdisco.projects.store import ProjectStore, Version, ZooKeeper
 
 DISTRIBUTION = "netdiscovery"
@@ -54,6 +55,13 @@ class InstalledProject:
     spiders: tuple[str, ...]  # "module:Class"
     #: "module:Class" -> the spider's ``name``, as the version node holds them
     names: Mapping[str, str] = field(default_factory=dict)
+    #: name -> argv of the commands the version declares as jobs
+    commands: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def venv(self) -> Path:
+        """The version's virtual environment (its ``bin`` goes first on a command's PATH)."""
+        return self.python.parent.parent
 
 
 async def install(
@@ -81,7 +89,7 @@ async def install(
                 _, data = await store.read(project, chosen.id)
                 found = await _build(home, project, chosen, data, offline, timeout)
     (home / "used").touch()
-    return replace(found, names=dict(chosen.names))
+    return replace(found, names=dict(chosen.names), commands=dict(chosen.commands))
 
 
 def _installed(home: Path) -> InstalledProject | None:
@@ -121,6 +129,7 @@ async def _build(
     shutil.rmtree(home, ignore_errors=True)  # an unfinished build, under our lock
     source, venv = home / "src", home / "venv"
     await asyncio.to_thread(archive.unpack, data, source, len(data))
+    make_executable(source, version.commands)
     engine = engine_link(home.parent.parent)
     wanted = [*_project_requirements(source, version, home, data), *engine.requirements]
     (home / "requirements.txt").write_text("\n".join(wanted) + "\n", "utf-8")

@@ -31,9 +31,12 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.security import ACL
 
+from netdisco.cluster.commands import check_commands
+from netdisco.cluster.jobs import Job
 from netdisco.cluster.zk import Bridge, wait_result
 from netdisco.exceptions import ConfigError, ProjectRefused, ProjectUnavailable, SpiderNotAllowed
 from netdisco.projects.archive import LABEL, PROJECT_NAME, Manifest, check_project_name
+from netdisco.projects.commands import project_command
 from netdisco.values import NAME
 
 #: bytes per chunk znode: well under ZooKeeper's default 1 MB ``jute.maxbuffer``
@@ -81,12 +84,15 @@ class Version:
     czxid: int = 0  # ZooKeeper's creation order: the newest is the default
     #: "module:Class" -> the spider's ``name``, for every spider (read from the source)
     names: Mapping[str, str] = field(default_factory=dict)
+    #: name -> argv of the commands it declares as jobs ([tool.netdisco.commands])
+    commands: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
         body.pop("czxid")
         body["spiders"] = list(self.spiders)
         body["names"] = dict(self.names)
+        body["commands"] = {name: list(argv) for name, argv in self.commands.items()}
         return body
 
 
@@ -133,6 +139,31 @@ async def check_spider(store: ProjectStore, project: str, request: Mapping[str, 
     """The ``module:Class`` a job request's ``spider`` names in its project's version (the
     one asked, or the default), so a request that would fail is refused when made; else a
     ``ConfigError`` naming the field."""
+    version = await _requested(store, project, request)
+    try:
+        return project_spider(str(request.get("spider")), version.names)
+    except SpiderNotAllowed as exc:
+        raise ConfigError("spider", str(exc)) from None
+
+
+async def check_request(store: ProjectStore, project: str, job: Job) -> None:
+    """A job of a project refused now when its spider or command is not its version's."""
+    request = {"spider": job.spider, "command": job.spider, "version": job.version}
+    if job.kind == "command":
+        await check_command(store, project, request)
+    else:
+        await check_spider(store, project, request)
+
+
+async def check_command(store: ProjectStore, project: str, request: Mapping[str, Any]) -> None:
+    """A job request's ``command`` must be one its project's version declares (the one
+    asked, or the default); else a ``ConfigError`` naming them."""
+    version = await _requested(store, project, request)
+    project_command(project, str(request.get("command")), version.commands)
+
+
+async def _requested(store: ProjectStore, project: str, request: Mapping[str, Any]) -> Version:
+    """The version a request names in ``project`` (or the default); ``ConfigError`` if none."""
     try:
         check_project_name(project)
     except ProjectRefused as exc:
@@ -140,13 +171,9 @@ async def check_spider(store: ProjectStore, project: str, request: Mapping[str, 
     if not await store.versions(project):
         raise ConfigError("project", f"no project {project!r} is deployed")
     try:
-        version = await store.resolve(project, request.get("version"))
+        return await store.resolve(project, request.get("version"))
     except ProjectRefused as exc:
         raise ConfigError("version", exc.message) from None
-    try:
-        return project_spider(str(request.get("spider")), version.names)
-    except SpiderNotAllowed as exc:
-        raise ConfigError("spider", str(exc)) from None
 
 
 def _bad(path: str, why: str) -> ProjectUnavailable:
@@ -171,7 +198,8 @@ def parse_version(path: str, name: str, raw: bytes, czxid: int) -> Version:
         and type(chunks) is int
         and chunks == -(-size // CHUNK)
         and isinstance(spiders, list)
-        and 0 < len(spiders) <= 1000
+        and (len(spiders) > 0 or body.get("commands"))
+        and len(spiders) <= 1000
         and all(isinstance(s, str) and _SPIDER.fullmatch(s) for s in spiders)
         and (label is None or (isinstance(label, str) and LABEL.fullmatch(label) is not None))
         and kind in ("directory", "wheel")
@@ -182,9 +210,13 @@ def parse_version(path: str, name: str, raw: bytes, czxid: int) -> Version:
     names = _names(body.get("names"), tuple(spiders))
     if names is None:
         raise _bad(path, "spider names out of bounds")
+    try:
+        commands = check_commands(body.get("commands") or {})
+    except ConfigError as exc:
+        raise _bad(path, str(exc)) from None
     stamp = body.get("created")
     created = float(stamp) if isinstance(stamp, int | float) and math.isfinite(stamp) else 0.0
-    meta = (str(kind), tuple(spiders), label, filename, created, czxid, names)
+    meta = (str(kind), tuple(spiders), label, filename, created, czxid, names, commands)
     return Version(name, size, chunks, *meta)
 
 
@@ -276,7 +308,7 @@ class ProjectStore:
         chunks = -(-len(data) // CHUNK)
         names = manifest.names or default_names(manifest.spiders)
         meta = (manifest.kind, manifest.spiders, label, filename, time.time())
-        version = Version(digest, len(data), chunks, *meta, names=names)
+        version = Version(digest, len(data), chunks, *meta, names=names, commands=manifest.commands)
         existing = {v.id: v for v in await self.versions(project)}
         if digest in existing:
             return existing[digest], False

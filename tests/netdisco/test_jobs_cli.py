@@ -114,3 +114,31 @@ def test_bad_usage_is_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]
         code = int(str(exc.code))
     assert code == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+async def test_jobs_run_posts_a_command_job_with_every_argument_after_its_name(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    posted: list[object] = []
+
+    async def create(request: web.Request) -> web.Response:
+        posted.append(await request.json())
+        return web.json_response({"jobs": [{"id": "0123456789ab"}]}, status=201)
+
+    app = web.Application()
+    app.router.add_post("/netdiscovery/monitor/jobs", create)
+    async with serve(app) as url:
+        argv = ["jobs", "run", "--monitor", url, "-s", "stop_deadline=3", "--on", "e1", "--"]
+        argv += ["shop", "quotes", "--monitor", "x", "it's; rm -rf /", "-s"]
+        code, _ = await _run(argv, capsys)
+    assert code == 0
+    assert posted == [
+        {
+            "project": "shop",
+            "command": "quotes",
+            "argv": ["--monitor", "x", "it's; rm -rf /", "-s"],
+            "settings": {"stop_deadline": "3"},
+            "on": ["e1"],
+            "on_lost": "fail",
+        }
+    ]
