@@ -112,16 +112,21 @@ async def _engine_of(request: web.Request) -> tuple[str, str]:
 
 async def job_log(request: web.Request) -> web.StreamResponse:
     """``GET .../jobs/{id}/log?tail=N&follow=1``: the engine's stream, passed on as it comes."""
-    return await _passed_on(request, "log", {"Content-Type": "text/plain; charset=utf-8"})
+    return await passed_on(request, "log", {"Content-Type": "text/plain; charset=utf-8"})
 
 
-async def _passed_on(
-    request: web.Request, what: str, headers: dict[str, str] | None = None
+async def passed_on(
+    request: web.Request,
+    what: str,
+    headers: dict[str, str] | None = None,
+    params: dict[str, str] | None = None,
 ) -> web.StreamResponse:
     """The engine's answer to ``jobs/{id}/<what>``, streamed through as it comes (its
-    type and file name kept, unless ``headers`` says)."""
+    type and file name kept, unless ``headers`` says); ``params``: the query's, unless
+    given (Scrapyd's paths ask for their own)."""
     job_id, engine = await _engine_of(request)
-    params = {k: v[:20] for k, v in request.query.items() if k in _QUERY}
+    if params is None:
+        params = {k: v[:20] for k, v in request.query.items() if k in _QUERY}
     async with request.app[CONTROL_KEY].stream(engine, f"jobs/{job_id}/{what}", params) as resp:
         if resp.status != 200:
             raise await _refused(engine, resp)
@@ -151,7 +156,7 @@ async def job_items(request: web.Request) -> web.StreamResponse:
     """``GET .../jobs/{id}/items?offset=&limit=``: a page of the job's kept items (``feed=N``:
     of its JSON-lines feed); ``format=jsonl|csv``: a download, streamed from the engine."""
     if "format" in request.query:
-        return await _passed_on(request, "items")
+        return await passed_on(request, "items")
     job_id, engine = await _engine_of(request)
     params = {k: v[:20] for k, v in request.query.items() if k in _QUERY}
     async with request.app[CONTROL_KEY].stream(engine, f"jobs/{job_id}/items", params) as resp:

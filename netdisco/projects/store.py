@@ -338,6 +338,16 @@ class ProjectStore:
         await self._delete_archive(project, chosen.id)
         return chosen
 
+    async def delete_project(self, project: str) -> list[Version]:
+        """Delete every version of a project, then the project itself (404 if unknown)."""
+        if not await wait_result(self.client.exists_async(self._path(project))):
+            raise ProjectRefused(404, "unknown_project", f"no project {project!r}")
+        deleted = [await self.delete(project, v.id) for v in await self.versions(project)]
+        with contextlib.suppress(NoNodeError, NotEmptyError):
+            for rest in (("versions",), ("archives",), ()):
+                await wait_result(self.client.delete_async(self._path(project, *rest)))
+        return deleted
+
     async def _delete_archive(self, project: str, digest: str) -> None:
         archive = self._path(project, "archives", digest)
         try:
