@@ -235,7 +235,10 @@ async def alerts_view(request: web.Request) -> web.Response:
 
 
 def make_app(state: Monitor, ctl: Control) -> web.Application:
-    app = web.Application(middlewares=[json_errors])
+    # a path with doubled slashes is redirected to its route: Scrapyd's clients join the
+    # deploy URL (``http://host:6800/`` in scrapy.cfg) and ``/listprojects.json``
+    merged = web.normalize_path_middleware(append_slash=False, merge_slashes=True)
+    app = web.Application(middlewares=[json_errors, merged])
     app[STATE] = state
     app[CONTROL] = ctl
     for path, name in PAGES.items():

@@ -209,9 +209,10 @@ class ScrapydApi:
             return "pending" if again else "finished"
         return _STATES[job.state]
 
-    def project_jobs(self, project: str | None) -> list[Job]:
-        """The jobs of ``project`` (None: of every project), oldest first."""
-        found = [j for j in self.jobs.jobs.values() if j.project is not None]
+    async def project_jobs(self, project: str | None) -> list[Job]:
+        """The jobs of ``project`` (None: of every project) as ZooKeeper holds them now
+        (as ``status.json`` reads one), oldest first."""
+        found = [j for j in await self.jobs.store.list() if j.project is not None]
         if project is not None:
             found = [j for j in found if j.project == project]
         return sorted(found, key=lambda j: j.created_at)
@@ -224,7 +225,7 @@ class ScrapydApi:
     @_wrapped
     async def daemonstatus(self, request: web.Request) -> dict[str, Any]:
         counts = {"pending": 0, "running": 0, "finished": 0}
-        for job in self.project_jobs(None):
+        for job in await self.project_jobs(None):
             counts[self.state(job)] += 1
         return counts
 
@@ -310,7 +311,7 @@ class ScrapydApi:
         if project is not None:
             await self.known(check_project_name(project))
         lists: dict[str, list[dict[str, Any]]] = {"pending": [], "running": [], "finished": []}
-        for job in self.project_jobs(project):
+        for job in await self.project_jobs(project):
             state = self.state(job)
             lists[state].append(job_row(job, state))
         return lists
@@ -359,8 +360,16 @@ class ScrapydApi:
             app.router.add_get(f"/{name}.json", _bound(self, name))
         for name in ("addversion", "schedule", "cancel", "delversion", "delproject"):
             app.router.add_post(f"/{name}.json", _bound(self, name))
-        app.router.add_get("/logs/{project}/{spider}/{id}.log", lambda r: self.job_file(r, "log"))
-        app.router.add_get("/items/{project}/{spider}/{id}.jl", lambda r: self.job_file(r, "items"))
+        app.router.add_get("/logs/{project}/{spider}/{id}.log", self.logs)
+        app.router.add_get("/items/{project}/{spider}/{id}.jl", self.items)
+
+    async def logs(self, request: web.Request) -> web.StreamResponse:
+        """``/logs/{project}/{spider}/{job}.log``: the job's log."""
+        return await self.job_file(request, "log")
+
+    async def items(self, request: web.Request) -> web.StreamResponse:
+        """``/items/{project}/{spider}/{job}.jl``: the job's items, one JSON object a line."""
+        return await self.job_file(request, "items")
 
 
 def _bound(api: ScrapydApi, name: str) -> Callable[[web.Request], Awaitable[web.Response]]:
