@@ -113,7 +113,11 @@ async def currstate(client: ScrapydClient, job: str, *states: str) -> None:
 
 
 async def test_scrapyd_deploy_schedule_list_log_items_cancel_and_delete(
-    zk_hosts, start_monitor, spawn_engine, reference_site, tmp_path  # noqa: F811
+    zk_hosts,
+    start_monitor,
+    spawn_engine,  # noqa: F811 - the fixture
+    reference_site,
+    tmp_path,
 ):
     monitor = await scrapyd_monitor(zk_hosts, start_monitor)
     base = monitor.http.url
@@ -177,7 +181,7 @@ async def delete_a_version_then_the_project(base: str, project: Path) -> None:
     assert await asyncio.to_thread(client.versions, "bookproj") == ["1.0", "2.0"]
     ok(await asyncio.to_thread(client.delversion, "bookproj", "1.0"))
     assert await asyncio.to_thread(client.versions, "bookproj") == ["2.0"]
-    with pytest.raises(ErrorResponse, match="version '1.0' not found"):
+    with pytest.raises(ErrorResponse, match=r"version '1\.0' not found"):
         await asyncio.to_thread(client.delversion, "bookproj", "1.0")
     ok(await asyncio.to_thread(client.delproject, "bookproj"))
     assert await asyncio.to_thread(client.projects) == []

@@ -76,7 +76,9 @@ HOSTILE = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("data,status,code", [c[1:] for c in HOSTILE], ids=[c[0] for c in HOSTILE])
+@pytest.mark.parametrize(
+    ("data", "status", "code"), [c[1:] for c in HOSTILE], ids=[c[0] for c in HOSTILE]
+)
 def test_a_hostile_egg_is_refused(data: bytes, status: int, code: str) -> None:
     assert _refused(data) == (status, code)
 
