@@ -137,10 +137,13 @@ async def read_form(request: web.Request, egg_cap: int) -> tuple[Form, bytes | N
         if len(raw) > MAX_FIELDS * MAX_FIELD:
             raise ProjectRefused(413, "too_large", "the form is too large")
         try:
-            pairs = parse_qsl(raw.decode("utf-8"), keep_blank_values=True,
-                              max_num_fields=MAX_FIELDS)  # fmt: skip
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ScrapydError(f"the form cannot be read: {exc}") from None
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ScrapydError("the form is not UTF-8") from None
+        try:
+            pairs = parse_qsl(text, keep_blank_values=True, max_num_fields=MAX_FIELDS)
+        except ValueError:
+            raise ScrapydError(f"a request has at most {MAX_FIELDS} fields") from None
         form.extend(pairs)
     return form, egg
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 import os
 import shutil
 import sys
+import zipfile
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -185,3 +187,75 @@ async def delete_a_version_then_the_project(base: str, project: Path) -> None:
         await asyncio.to_thread(client.delversion, "bookproj", "1.0")
     ok(await asyncio.to_thread(client.delproject, "bookproj"))
     assert await asyncio.to_thread(client.projects) == []
+
+
+def egg(*members: tuple[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members:
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+ENTRY = ("EGG-INFO/entry_points.txt", b"[scrapy]\nsettings = p.settings\n")
+SPIDER = ("p/spiders.py", b"import scrapy\n\n\nclass S(scrapy.Spider):\n    name = 's'\n")
+
+
+def upload(project: str, version: str, data: bytes) -> aiohttp.FormData:
+    form = aiohttp.FormData({"project": project, "version": version})
+    form.add_field("egg", io.BytesIO(data), filename="project.egg")
+    return form
+
+
+async def test_scrapyd_routes_refuse_wrong_tokens_and_hostile_fields(zk_hosts, start_monitor):
+    monitor = await scrapyd_monitor(zk_hosts, start_monitor, max_project_size=100_000)
+    url = monitor.http.url
+    good = egg(ENTRY, SPIDER)
+    for token, status in ((None, 401), ("wrong", 403), (TOKEN, 403)):  # deploy wants DEPLOY
+        got, answer = await call(
+            "POST", f"{url}/addversion.json", token, data=upload("p", "1", good)
+        )
+        assert (got, answer["status"], "node_name" in answer) == (status, "error", True)
+    hostile = {  # Scrapyd answers a bad request with 200; a cap is 413
+        ("../p", "1", good): (200, "a project name is 1-64 of a-z"),
+        ("p", "1 2", good): (200, "a version label is 1-64"),
+        ("p", "1", b"not a zip"): (200, "not a zip file"),
+        ("p", "1", egg(SPIDER)): (200, "the egg has no EGG-INFO/entry_points.txt"),
+        ("p", "1", egg(ENTRY, SPIDER, ("../../x.py", b""))): (200, "leaves the project"),
+        ("p", "1", egg(ENTRY, SPIDER, ("p/0.bin", bytes(10 << 20)))): (413, "expands more than"),
+    }
+    for (project, version, data), (status, message) in hostile.items():
+        form = upload(project, version, data)
+        got, answer = await call("POST", f"{url}/addversion.json", DEPLOY, data=form)
+        assert (got, answer["status"]) == (status, "error"), message
+        assert message in answer["message"]
+    got, answer = await call(
+        "POST", f"{url}/addversion.json", DEPLOY, data=upload("p", "1", os.urandom(200_000))
+    )
+    assert (got, answer["status"]) == (413, "error")
+    assert await monitor.projects.store.projects() == []  # nothing refused was stored
+    await scheduling_is_checked(url)
+
+
+async def scheduling_is_checked(url: str) -> None:
+    got, answer = await call("POST", f"{url}/schedule.json", data={"project": "p", "spider": "s"})
+    assert (got, answer["status"]) == (401, "error")
+    hostile = {
+        (("spider", "s"),): "'project' parameter is required",
+        (("project", "p"),): "'spider' parameter is required",
+        (("project", "nope"), ("spider", "s")): "project 'nope' not found",
+        (("project", "p"), ("spider", "s"), ("jobid", "../x")): "jobid is invalid",
+        (("project", "p"), ("spider", "s"), ("setting", "X")): "setting is invalid",
+        (("project", "p"), ("spider", "s"), ("priority", "high")): "priority is invalid",
+        tuple(("project", "p") for _ in range(300)): "at most 200 fields",
+    }
+    for fields, message in hostile.items():
+        got, answer = await call("POST", f"{url}/schedule.json", TOKEN, data=list(fields))
+        assert (got, answer["status"]) == (200, "error"), message
+        assert message in answer["message"]
+    got, answer = await call("GET", f"{url}/status.json?job=../../etc")
+    assert (got, answer["status"], answer["currstate"]) == (200, "ok", None)
+    got, answer = await call("GET", f"{url}/listspiders.json?project=nope")
+    assert (got, answer["message"]) == (200, "project 'nope' not found")
+    got, _ = await call("GET", f"{url}/logs/p/s/0123456789ab.log", TOKEN)
+    assert got == 404
