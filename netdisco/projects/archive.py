@@ -62,6 +62,11 @@ SKIPPED = frozenset(
 )
 #: the files at an archive's top that make it a directory project (scrapy.cfg: Scrapy's)
 PROJECT_FILES = ("scrapy.cfg", "pyproject.toml", "requirements.txt")
+#: a module's file name: an identifier, or with '-' as Scrapy's spider packages have them
+#: (``toscrape-css.py``: ``walk_packages`` finds it, ``import_module`` imports it)
+_MODULE_FILE = re.compile(r"[A-Za-z_][\w-]{0,99}")
+#: a spider's reference, ``module:Class`` (the module's last part may have '-', as above)
+SPIDER_REF = re.compile(r"[A-Za-z_][\w.-]{0,199}:[A-Za-z_]\w{0,99}")
 #: what Scrapyd reads an egg's settings module from
 EGG_ENTRY_POINTS = "EGG-INFO/entry_points.txt"
 SETTINGS_MODULE = re.compile(r"[A-Za-z_]\w{0,99}(\.[A-Za-z_]\w{0,99}){0,9}")
@@ -398,7 +403,9 @@ def module_name(member: str) -> str | None:
     parts = member.removesuffix(".py").split("/")
     if parts[-1] == "__init__":
         parts = parts[:-1]
-    if not parts or not all(p.isidentifier() for p in parts):
+    if not parts or not all(p.isidentifier() for p in parts[:-1]):
+        return None
+    if not _MODULE_FILE.fullmatch(parts[-1]):
         return None
     return ".".join(parts)
 

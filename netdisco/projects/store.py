@@ -33,7 +33,13 @@ from kazoo.security import ACL
 
 from netdisco.cluster.zk import Bridge, wait_result
 from netdisco.exceptions import ConfigError, ProjectRefused, ProjectUnavailable, SpiderNotAllowed
-from netdisco.projects.archive import LABEL, PROJECT_NAME, Manifest, check_project_name
+from netdisco.projects.archive import (
+    LABEL,
+    PROJECT_NAME,
+    SPIDER_REF,
+    Manifest,
+    check_project_name,
+)
 from netdisco.values import NAME
 
 #: bytes per chunk znode: well under ZooKeeper's default 1 MB ``jute.maxbuffer``
@@ -43,7 +49,6 @@ HARD_MAX_SIZE = 64 * 1024 * 1024
 #: chunks without a version older than this are a failed upload, removed on the next one
 ORPHAN_AGE = 3600.0
 _HASH = re.compile(r"[0-9a-f]{64}")
-_SPIDER = re.compile(r"[A-Za-z_][\w.]{0,199}:[A-Za-z_]\w{0,99}")
 WHEEL_FILENAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}\.whl")
 _MAX_META = 64 * 1024
 
@@ -172,7 +177,7 @@ def parse_version(path: str, name: str, raw: bytes, czxid: int) -> Version:
         and chunks == -(-size // CHUNK)
         and isinstance(spiders, list)
         and 0 < len(spiders) <= 1000
-        and all(isinstance(s, str) and _SPIDER.fullmatch(s) for s in spiders)
+        and all(isinstance(s, str) and SPIDER_REF.fullmatch(s) for s in spiders)
         and (label is None or (isinstance(label, str) and LABEL.fullmatch(label) is not None))
         and kind in ("directory", "wheel")
         and (filename is None or (isinstance(filename, str) and WHEEL_FILENAME.fullmatch(filename)))
