@@ -10,6 +10,7 @@ engine's registered host and port, with the engine token (``Control.stream``).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -101,8 +102,10 @@ async def rerun_job(request: web.Request) -> web.Response:
     return web.json_response(job.to_dict(), status=201)
 
 
-async def _engine_of(request: web.Request) -> tuple[str, str]:
-    caller(request)
+async def _engine_of(
+    request: web.Request, authorize: Callable[[web.Request], None] = caller
+) -> tuple[str, str]:
+    authorize(request)
     job_id = _job_id(request)
     got = await request.app[JOBS].store.get(job_id)
     if got is None or got[0].engine is None:
@@ -120,11 +123,12 @@ async def passed_on(
     what: str,
     headers: dict[str, str] | None = None,
     params: dict[str, str] | None = None,
+    authorize: Callable[[web.Request], None] = caller,
 ) -> web.StreamResponse:
     """The engine's answer to ``jobs/{id}/<what>``, streamed through as it comes (its
     type and file name kept, unless ``headers`` says); ``params``: the query's, unless
-    given (Scrapyd's paths ask for their own)."""
-    job_id, engine = await _engine_of(request)
+    given, and ``authorize``: the control token's check, unless given (Scrapyd's paths)."""
+    job_id, engine = await _engine_of(request, authorize)
     if params is None:
         params = {k: v[:20] for k, v in request.query.items() if k in _QUERY}
     async with request.app[CONTROL_KEY].stream(engine, f"jobs/{job_id}/{what}", params) as resp:

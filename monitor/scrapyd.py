@@ -11,8 +11,8 @@ Nothing here is a second implementation: an egg becomes a directory project
 :class:`monitor.jobs.Jobs` (placed on any engine, requeued when its engine is lost);
 logs and items come from the job routes. HTTP basic auth's password is the token
 (:func:`monitor.control.presented`): deploying wants the deploy token, scheduling and
-cancelling the control token, a job's log and items too; the listings are open like
-the monitor's other GET routes.
+cancelling the control token (or the deploy token: scrapy.cfg has one password), a job's
+log and items too; the listings are open like the monitor's other GET routes.
 """
 
 from __future__ import annotations
@@ -33,7 +33,13 @@ from multidict import MultiDict
 from monitor import jobroutes
 from monitor.jobs import will_requeue
 from netdisco.cluster.jobs import Job, JobState, is_job_id
-from netdisco.exceptions import ApiError, ConfigError, NetdiscoError, ProjectRefused
+from netdisco.exceptions import (
+    ApiError,
+    ConfigError,
+    ControlRefused,
+    NetdiscoError,
+    ProjectRefused,
+)
 from netdisco.projects.archive import check_label, check_project_name, from_egg
 
 if TYPE_CHECKING:
@@ -220,6 +226,18 @@ class ScrapydApi:
             found = [j for j in found if j.project == project]
         return sorted(found, key=lambda j: j.created_at)
 
+    def may_run_jobs(self, request: web.Request) -> None:
+        """Scheduling, cancelling, a job's log and items: the control token, or the deploy
+        token (scrapy.cfg has one password, and who may deploy runs code on every engine
+        already); else the control token's refusal."""
+        try:
+            jobroutes.caller(request)
+        except ControlRefused as refused:
+            try:
+                self.projects.check(request)
+            except ControlRefused:
+                raise refused from None
+
     async def known(self, project: str) -> None:
         """A project that is deployed, else Scrapyd's error."""
         if project not in await self.projects.store.projects():
@@ -247,7 +265,7 @@ class ScrapydApi:
 
     @_wrapped
     async def schedule(self, request: web.Request) -> dict[str, Any]:
-        jobroutes.caller(request)
+        self.may_run_jobs(request)
         form, _ = await read_form(request, 0)
         body, jobid = schedule_body(form)
         await self.known(body["project"])
@@ -261,7 +279,7 @@ class ScrapydApi:
 
     @_wrapped
     async def cancel(self, request: web.Request) -> dict[str, Any]:
-        jobroutes.caller(request)
+        self.may_run_jobs(request)
         form, _ = await read_form(request, 0)
         project, job_id = project_of(form), required(form, "job")
         await self.known(project)
@@ -351,10 +369,10 @@ class ScrapydApi:
         path = (request.match_info["project"], request.match_info["spider"])
         if got is None or (got[0].project, got[0].spider) != path:
             raise web.HTTPNotFound(text=f"no job {job_id[:40]!r} of {path[0][:64]}/{path[1][:64]}")
-        if what == "log":
-            return await jobroutes.job_log(request)
-        headers = {"Content-Type": "application/x-ndjson; charset=utf-8"}
-        return await jobroutes.passed_on(request, "items", headers, {"format": "jsonl"})
+        kind = "text/plain" if what == "log" else "application/x-ndjson"
+        headers = {"Content-Type": f"{kind}; charset=utf-8"}
+        params = {} if what == "log" else {"format": "jsonl"}
+        return await jobroutes.passed_on(request, what, headers, params, self.may_run_jobs)
 
     def add_routes(self, app: web.Application) -> None:
         """Scrapyd's paths, at the monitor's root as Scrapyd serves them."""

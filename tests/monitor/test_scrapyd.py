@@ -148,6 +148,11 @@ async def test_scrapyd_deploy_schedule_list_log_items_cancel_and_delete(
     items = normalised(await text(base + row["items_url"]), reference_site)
     expected = (EXPECTED / "books.jsonl").read_text().splitlines()
     assert prices_at(items, 3) == prices_at(expected, 2)  # the setting reached from_crawler
+    argv = ("schedule", "-p", "bookproj", "authors", "--arg", f"site={reference_site}")
+    code, out, err = await run("scrapyd-client", *argv, cwd=project)  # scrapy.cfg's password
+    assert code == 0, err
+    assert out.startswith("bookproj / authors => ")
+    await currstate(client, out.split()[-1], "finished")
     await cancel_a_running_job(client, reference_site)
     await delete_a_version_then_the_project(base, project)
 
