@@ -11,6 +11,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import sys
 import zipfile
 from collections.abc import AsyncIterator
@@ -51,6 +52,15 @@ async def scrapyd_monitor(zk_hosts: str, start_monitor: MonitorFactory, **more: 
     control = ControlSettings(token=TOKEN, deploy_token=DEPLOY, **more)
     monitor, _ = await start_monitor(replace(monitor_config(zk_hosts), control=control))
     return monitor
+
+
+async def deployed(monitor: Monitor, tmp_path: Path, version: str = "1.0") -> Path:
+    """The reference project deployed to ``monitor`` by ``scrapyd-deploy``."""
+    project = startproject(tmp_path, monitor.http.url)
+    code, out, err = await run("scrapyd-deploy", "--version", version, cwd=project)
+    assert code == 0, err
+    ok(json.loads(out), project="bookproj", version=version, spiders=2)
+    return project
 
 
 def startproject(tmp_path: Path, url: str) -> Path:
@@ -123,10 +133,7 @@ async def test_scrapyd_deploy_schedule_list_log_items_cancel_and_delete(
 ):
     monitor = await scrapyd_monitor(zk_hosts, start_monitor)
     base = monitor.http.url
-    project = startproject(tmp_path, base)
-    code, out, err = await run("scrapyd-deploy", "--version", "1.0", cwd=project)
-    assert code == 0, err
-    ok(json.loads(out), project="bookproj", version="1.0", spiders=2)
+    project = await deployed(monitor, tmp_path)
     await spawn_engine("e1")
     await eventually(lambda: monitor.jobs.slots(), "an engine with slots", timeout=30)
     client = ScrapydClient(base, "someone", TOKEN)
@@ -264,3 +271,34 @@ async def scheduling_is_checked(url: str) -> None:
     assert (got, answer["message"]) == (200, "project 'nope' not found")
     got, _ = await call("GET", f"{url}/logs/p/s/0123456789ab.log", TOKEN)
     assert got == 404
+
+
+async def test_a_scheduled_job_is_requeued_on_another_engine_when_its_engine_is_killed(
+    zk_hosts,
+    start_monitor,
+    spawn_engine,  # noqa: F811 - the fixture
+    reference_site,
+    tmp_path,
+):
+    monitor = await scrapyd_monitor(zk_hosts, start_monitor)
+    await deployed(monitor, tmp_path)
+    first = await spawn_engine("e1")
+    await eventually(lambda: len(monitor.jobs.slots()) == 1, "one engine", timeout=30)
+    client = ScrapydClient(monitor.http.url, "someone", TOKEN)
+    args = [("setting", "DOWNLOAD_DELAY=60"), ("site", reference_site)]  # slow: still running
+    job = await asyncio.to_thread(client.schedule, "bookproj", "books", args)
+    await currstate(client, job, "running")
+    await spawn_engine("e2")
+    await eventually(lambda: len(monitor.jobs.slots()) == 2, "the second engine", timeout=30)
+    first.send_signal(signal.SIGKILL)  # Scrapyd would lose the job with its host
+    await first.wait()
+
+    async def on_e2() -> bool:
+        got = await monitor.jobs.store.get(job)
+        return got is not None and (got[0].engine, got[0].state) == ("e2", "running")
+
+    await eventually(on_e2, "the job running again, on e2", timeout=60)
+    (row,) = (await asyncio.to_thread(client.jobs, "bookproj"))["running"]
+    assert row["id"] == job
+    ok(await asyncio.to_thread(client.cancel, "bookproj", job), prevstate="running")
+    await currstate(client, job, "finished")
