@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 import structlog
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 from kazoo.exceptions import KazooException, NodeExistsError
 from multidict import MultiDict
 
@@ -112,7 +112,7 @@ def project_of(form: Form) -> str:
     return check_project_name(required(form, "project"))
 
 
-async def _read_capped(part: Any, cap: int, name: str) -> bytes:
+async def _read_capped(part: BodyPartReader, cap: int, name: str) -> bytes:
     chunks, size = [], 0
     while chunk := await part.read_chunk(64 * 1024):
         size += len(chunk)
@@ -124,14 +124,16 @@ async def _read_capped(part: Any, cap: int, name: str) -> bytes:
 
 async def read_form(request: web.Request, egg_cap: int) -> tuple[Form, bytes | None]:
     """The query's and the body's fields (as Scrapyd reads both), each bounded, and the
-    ``egg`` file of a multipart body (at most ``egg_cap`` bytes)."""
+    ``egg`` file of a multipart body (at most ``egg_cap`` bytes; 0: none is read)."""
     form: Form = MultiDict(request.query)
     egg = None
     if request.content_type == "multipart/form-data":
         reader = await request.multipart()
         while (part := await reader.next()) is not None:
-            name = str(getattr(part, "name", "") or "")
-            if name == "egg" and egg is None:
+            if not isinstance(part, BodyPartReader):
+                raise ScrapydError("a form field is itself multipart: send fields and files")
+            name = part.name or ""
+            if name == "egg" and egg_cap and egg is None:
                 egg = await _read_capped(part, egg_cap, name)
             else:
                 raw = await _read_capped(part, MAX_FIELD, name)
@@ -139,19 +141,23 @@ async def read_form(request: web.Request, egg_cap: int) -> tuple[Form, bytes | N
             if len(form) > MAX_FIELDS:
                 raise ScrapydError(f"a request has at most {MAX_FIELDS} fields")
     elif request.method == "POST":
-        raw = await request.content.read(MAX_FIELDS * MAX_FIELD + 1)
-        if len(raw) > MAX_FIELDS * MAX_FIELD:
-            raise ProjectRefused(413, "too_large", "the form is too large")
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ScrapydError("the form is not UTF-8") from None
-        try:
-            pairs = parse_qsl(text, keep_blank_values=True, max_num_fields=MAX_FIELDS)
-        except ValueError:
-            raise ScrapydError(f"a request has at most {MAX_FIELDS} fields") from None
-        form.extend(pairs)
+        form.extend(await _urlencoded(request))
     return form, egg
+
+
+async def _urlencoded(request: web.Request) -> list[tuple[str, str]]:
+    """The fields of an urlencoded body, bounded as a multipart one's."""
+    raw = await request.content.read(MAX_FIELDS * MAX_FIELD + 1)
+    if len(raw) > MAX_FIELDS * MAX_FIELD:
+        raise ProjectRefused(413, "too_large", "the form is too large")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ScrapydError("the form is not UTF-8") from None
+    try:
+        return parse_qsl(text, keep_blank_values=True, max_num_fields=MAX_FIELDS)
+    except ValueError:
+        raise ScrapydError(f"a request has at most {MAX_FIELDS} fields") from None
 
 
 def schedule_body(form: Form) -> tuple[dict[str, Any], str | None]:

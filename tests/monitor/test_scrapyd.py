@@ -245,6 +245,13 @@ async def test_scrapyd_routes_refuse_wrong_tokens_and_hostile_fields(zk_hosts, s
         "POST", f"{url}/addversion.json", DEPLOY, data=upload("p", "1", os.urandom(200_000))
     )
     assert (got, answer["status"]) == (413, "error")
+    with aiohttp.MultipartWriter("form-data") as nested:
+        nested.append(aiohttp.MultipartWriter("mixed"))
+    got, answer = await call("POST", f"{url}/addversion.json", DEPLOY, data=nested)
+    assert (got, answer["message"]) == (
+        200,
+        "a form field is itself multipart: send fields and files",
+    )
     assert await monitor.projects.store.projects() == []  # nothing refused was stored
     await scheduling_is_checked(url)
 
