@@ -144,6 +144,8 @@ async def test_scrapyd_deploy_schedule_list_log_items_cancel_and_delete(
     job = await asyncio.to_thread(client.schedule, "bookproj", "books", args)
     assert is_job_id(job)
     await currstate(client, job, "finished")
+    ok(await asyncio.to_thread(client.status, job, "bookproj"), currstate="finished")
+    ok(await asyncio.to_thread(client.daemonstatus), pending=0, running=0, finished=1)
     listed = await asyncio.to_thread(client.jobs, "bookproj")
     assert isinstance(listed.pop("node_name"), str)
     assert (listed["status"], listed["pending"], listed["running"]) == ("ok", [], [])
@@ -252,6 +254,12 @@ async def test_scrapyd_routes_refuse_wrong_tokens_and_hostile_fields(zk_hosts, s
         200,
         "a form field is itself multipart: send fields and files",
     )
+    for header in ("Basic !!!", "Basic " + base64.b64encode(b"no colon").decode(), "Digest x"):
+        async with (
+            aiohttp.ClientSession(headers={"Authorization": header}) as s,
+            s.post(f"{url}/addversion.json", data=upload("p", "1", good)) as resp,
+        ):
+            assert (resp.status, (await resp.json())["status"]) == (401, "error"), header
     assert await monitor.projects.store.projects() == []  # nothing refused was stored
     await scheduling_is_checked(url)
 
