@@ -72,6 +72,21 @@ def scrapy_project(spec: dict[str, Any]) -> ScrapyProject | None:
     return open_project(Path.cwd())
 
 
+def job_settings(
+    job: dict[str, Any], project: ScrapyProject | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The job's settings as (the crawl's, checked as any job's; those only a Scrapy
+    project's ``from_crawler`` reads, said once in the job's log)."""
+    table: dict[str, Any] = dict(job.get("settings", {}))
+    if project is None:
+        return table, {}
+    taken, extra = split_settings(table)
+    if extra:
+        why = "not netdisco settings: kept for from_crawler (crawler.settings), as Scrapy's -s"
+        log.warning("job_settings_unused", names=sorted(extra), why=why)
+    return taken, extra
+
+
 def build(spec: dict[str, Any]) -> tuple[Crawler, KeptItems]:
     """The job's crawler, checked as ``POST /netdiscovery/spiders`` checks a body, and the
     pipeline that keeps its items in the job's directory. A Scrapy project's settings.py
@@ -82,10 +97,7 @@ def build(spec: dict[str, Any]) -> tuple[Crawler, KeptItems]:
         spider_modules=tuple(spec.get("spider_modules", ())), feeds_dir=spec.get("feeds_dir")
     )
     project = scrapy_project(spec)
-    table: dict[str, Any] = dict(job.get("settings", {}))
-    extra: dict[str, Any] = {}
-    if project is not None:
-        table, extra = split_settings(table)
+    table, extra = job_settings(job, project)
     body = {"spider": job["spider"], "settings": table, "args": job.get("args", {})}
     project_settings = project.crawl_settings() if project else None
     launch = from_body(body, engine, spec["engine_id"], project_settings)

@@ -153,7 +153,11 @@ async def test_scrapyd_deploy_schedule_list_log_items_cancel_and_delete(
     assert set(row) == FINISHED
     assert (row["id"], row["project"], row["spider"]) == (job, "bookproj", "books")
     assert row["log_url"] == f"/logs/bookproj/books/{job}.log"
-    assert "priced 3 books" in await text(base + row["log_url"])  # the pipeline's own log
+    log = await text(base + row["log_url"])
+    assert "priced 3 books" in log  # the pipeline's own log
+    said = [line for line in log.splitlines() if '"job_settings_unused"' in line]
+    assert len(said) == 1  # the setting= netdisco does not know, said once
+    assert '"names": ["PRICE_RATE"]' in said[0]
     items = normalised(await text(base + row["items_url"]), reference_site)
     expected = (EXPECTED / "books.jsonl").read_text().splitlines()
     assert prices_at(items, 3) == prices_at(expected, 2)  # the setting reached from_crawler
