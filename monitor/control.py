@@ -14,6 +14,7 @@ write in ZooKeeper can advertise a node, so the token only goes to a
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hmac
 from collections.abc import AsyncIterator, Callable
@@ -67,11 +68,30 @@ def check_token(
                 403, "bad_host", f"{what} is answered for loopback names, not {host!r}"
             )
         return
-    scheme, _, given = headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not given.strip():
-        raise ControlRefused(401, "unauthorized", f"{what} needs an 'Authorization: Bearer' token")
-    if not hmac.compare_digest(given.strip().encode(), token.encode()):
-        raise ControlRefused(403, "forbidden", f"the bearer token is not valid for {what}")
+    given = presented(headers.get("Authorization", ""))
+    if not given:
+        raise ControlRefused(
+            401, "unauthorized", f"{what} needs an 'Authorization: Bearer' token (or basic "
+            "auth whose password is the token)"
+        )  # fmt: skip
+    if not hmac.compare_digest(given.encode(), token.encode()):
+        raise ControlRefused(403, "forbidden", f"the token is not valid for {what}")
+
+
+def presented(authorization: str) -> str:
+    """The token an Authorization header presents: a bearer token, or the password of
+    HTTP basic auth (what Scrapyd's clients send: ``scrapyd-deploy``'s ``username`` and
+    ``password`` in scrapy.cfg); "" for none."""
+    scheme, _, given = authorization[:4096].partition(" ")
+    if scheme.lower() == "bearer":
+        return given.strip()
+    if scheme.lower() != "basic":
+        return ""
+    try:
+        decoded = base64.b64decode(given.strip(), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    return decoded.partition(":")[2]
 
 
 def token_target(payload: EnginePayload, allowed: tuple[str, ...]) -> str | None:

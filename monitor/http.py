@@ -10,7 +10,8 @@ totals),
 stop through the monitor: :mod:`monitor.control`), the project routes under
 ``/netdiscovery/monitor/projects`` (:mod:`monitor.projects`), ``GET
 /netdiscovery/monitor/alerts`` (hooks, alerts waiting and sent), and the dashboard's pages
-(:data:`PAGES`, static HTML whose scripts poll the JSON routes, under a strict CSP).
+(:data:`PAGES`, static HTML whose scripts poll the JSON routes, under a strict CSP), and
+Scrapyd's JSON API at Scrapyd's paths (:mod:`monitor.scrapyd`).
 Errors are real status codes with a JSON body.
 """
 
@@ -30,6 +31,7 @@ from monitor.control import ACTIONS, Control, check_caller
 from monitor.history import RECENT_SPAN
 from monitor.jobroutes import add_routes
 from monitor.schedroutes import add_routes as add_schedule_routes
+from monitor.scrapyd import ScrapydApi
 from netdisco import serving
 from netdisco.exceptions import ApiError
 
@@ -233,7 +235,10 @@ async def alerts_view(request: web.Request) -> web.Response:
 
 
 def make_app(state: Monitor, ctl: Control) -> web.Application:
-    app = web.Application(middlewares=[json_errors])
+    # a path with doubled slashes is redirected to its route: Scrapyd's clients join the
+    # deploy URL (``http://host:6800/`` in scrapy.cfg) and ``/listprojects.json``
+    merged = web.normalize_path_middleware(append_slash=False, merge_slashes=True)
+    app = web.Application(middlewares=[json_errors, merged])
     app[STATE] = state
     app[CONTROL] = ctl
     for path, name in PAGES.items():
@@ -249,6 +254,7 @@ def make_app(state: Monitor, ctl: Control) -> web.Application:
     state.projects.add_routes(app)
     add_routes(app, state.jobs, ctl)
     add_schedule_routes(app, state.schedules)
+    ScrapydApi(state.projects, state.jobs).add_routes(app)  # Scrapyd's paths, at the root
     app.router.add_get("/netdiscovery/monitor/spiders/{spider}/failed", failed)
     app.router.add_post(
         "/netdiscovery/monitor/engines/{engine}/spiders/{spider}/failed/retry", retry

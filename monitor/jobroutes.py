@@ -10,6 +10,7 @@ engine's registered host and port, with the engine token (``Control.stream``).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -101,8 +102,10 @@ async def rerun_job(request: web.Request) -> web.Response:
     return web.json_response(job.to_dict(), status=201)
 
 
-async def _engine_of(request: web.Request) -> tuple[str, str]:
-    caller(request)
+async def _engine_of(
+    request: web.Request, authorize: Callable[[web.Request], None] = caller
+) -> tuple[str, str]:
+    authorize(request)
     job_id = _job_id(request)
     got = await request.app[JOBS].store.get(job_id)
     if got is None or got[0].engine is None:
@@ -112,16 +115,22 @@ async def _engine_of(request: web.Request) -> tuple[str, str]:
 
 async def job_log(request: web.Request) -> web.StreamResponse:
     """``GET .../jobs/{id}/log?tail=N&follow=1``: the engine's stream, passed on as it comes."""
-    return await _passed_on(request, "log", {"Content-Type": "text/plain; charset=utf-8"})
+    return await passed_on(request, "log", {"Content-Type": "text/plain; charset=utf-8"})
 
 
-async def _passed_on(
-    request: web.Request, what: str, headers: dict[str, str] | None = None
+async def passed_on(
+    request: web.Request,
+    what: str,
+    headers: dict[str, str] | None = None,
+    params: dict[str, str] | None = None,
+    authorize: Callable[[web.Request], None] = caller,
 ) -> web.StreamResponse:
     """The engine's answer to ``jobs/{id}/<what>``, streamed through as it comes (its
-    type and file name kept, unless ``headers`` says)."""
-    job_id, engine = await _engine_of(request)
-    params = {k: v[:20] for k, v in request.query.items() if k in _QUERY}
+    type and file name kept, unless ``headers`` says); ``params``: the query's, unless
+    given, and ``authorize``: the control token's check, unless given (Scrapyd's paths)."""
+    job_id, engine = await _engine_of(request, authorize)
+    if params is None:
+        params = {k: v[:20] for k, v in request.query.items() if k in _QUERY}
     async with request.app[CONTROL_KEY].stream(engine, f"jobs/{job_id}/{what}", params) as resp:
         if resp.status != 200:
             raise await _refused(engine, resp)
@@ -151,7 +160,7 @@ async def job_items(request: web.Request) -> web.StreamResponse:
     """``GET .../jobs/{id}/items?offset=&limit=``: a page of the job's kept items (``feed=N``:
     of its JSON-lines feed); ``format=jsonl|csv``: a download, streamed from the engine."""
     if "format" in request.query:
-        return await _passed_on(request, "items")
+        return await passed_on(request, "items")
     job_id, engine = await _engine_of(request)
     params = {k: v[:20] for k, v in request.query.items() if k in _QUERY}
     async with request.app[CONTROL_KEY].stream(engine, f"jobs/{job_id}/items", params) as resp:

@@ -167,9 +167,8 @@ class Jobs:
                     self._event(lost)
 
     async def _requeue(self) -> None:
-        most = self.settings.max_attempts
         for job in list(self.jobs.values()):
-            if job.state is JobState.LOST and job.on_lost == "requeue" and job.attempts < most:
+            if job.state is JobState.LOST and will_requeue(job, self.settings.max_attempts):
                 self._keep(await self.store.update(job.id, _requeued))
 
     def slots(self) -> list[Slots]:
@@ -202,9 +201,14 @@ class Jobs:
 
     # -- requests -------------------------------------------------------------------
 
-    async def create(self, body: Any) -> list[Job]:
-        """New jobs from a request body (one, or one per engine for ``on = "all"``)."""
+    async def create(self, body: Any, job_id: str | None = None) -> list[Job]:
+        """New jobs from a request body (one, or one per engine for ``on = "all"``);
+        ``job_id``: the id a Scrapyd client chose (``schedule.json``'s ``jobid``)."""
         job = job_request(body)
+        if job_id is not None:
+            if await self.store.get(job_id) is not None:
+                raise ConfigError("jobid", f"job {job_id} exists already")
+            job = replace(job, id=job_id)
         if job.project is not None:  # a spider or command the project lacks: refused now
             await check_request(self.projects, job.project, job)
         if self.watcher.fresh.is_set():  # what cannot run is refused, by a fresh view
@@ -306,7 +310,12 @@ def _cancelled(job: Job) -> Job | None:
     return transition(job, JobState.CANCELLED, cancel=True, ended_at=time.time())
 
 
+def will_requeue(job: Job, max_attempts: int) -> bool:
+    """Whether a job, once lost, is placed again (``on_lost = "requeue"``, attempts left)."""
+    return job.on_lost == "requeue" and job.attempts < max_attempts
+
+
 def _abandoned(job: Job, jobs: Jobs) -> bool:
     """A lost job that will not be placed again is history too."""
-    requeue = job.on_lost == "requeue" and job.attempts < jobs.settings.max_attempts
+    requeue = will_requeue(job, jobs.settings.max_attempts)
     return job.state is JobState.LOST and not requeue and job.state not in ACTIVE

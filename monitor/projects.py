@@ -72,7 +72,14 @@ class Projects:
         filename = request.query.get("filename") or None
         if filename is not None and not WHEEL_FILENAME.fullmatch(filename):
             raise ProjectRefused(400, "bad_filename", f"not a wheel file name: {filename!r}")
-        data = await self.body(request)
+        body = await self.deploy(project, await self.body(request), label, filename)
+        return web.json_response(body, status=201 if body["new"] else 200)
+
+    async def deploy(
+        self, project: str, data: bytes, label: str | None, filename: str | None = None
+    ) -> dict[str, Any]:
+        """Check an archive completely, store it, say so (``project_deployed``): the one
+        path of every upload, this route's and Scrapyd's ``addversion.json``."""
         manifest = await asyncio.to_thread(inspect, data, self.max_size)
         if (manifest.kind == "wheel") != (filename is not None):
             raise ProjectRefused(
@@ -84,7 +91,7 @@ class Projects:
         kind = EventType.PROJECT_DEPLOYED
         identity = same(kind.value, project, version.id) if created else None  # a re-upload: here
         self.record(Event(type=kind, detail=_detail(body), identity=identity))
-        return web.json_response(body, status=201 if created else 200)
+        return body
 
     async def listing(self, request: web.Request) -> web.Response:
         found = [await self.store.describe(name) for name in await self.store.projects()]

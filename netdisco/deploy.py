@@ -4,6 +4,7 @@ monitor, which checks it and stores it in ZooKeeper as a new immutable version."
 from __future__ import annotations
 
 import argparse
+import configparser
 import json
 import os
 import tomllib
@@ -24,7 +25,8 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "deploy",
         parents=[common],
         help="upload a project (a directory or a wheel) to the cluster through a monitor",
-        description="Packs DIR (with a pyproject.toml or requirements.txt) into a zip, or "
+        description="Packs DIR (a Scrapy project beside its scrapy.cfg, or a directory with "
+        "a pyproject.toml or requirements.txt) into a zip, or "
         "takes a built .whl, and uploads it; the monitor answers with the version's hash. "
         f"The deploy token is read from ${TOKEN_ENV} (or --token-env).",
     )
@@ -50,7 +52,19 @@ def archive_of(path: Path) -> tuple[bytes, str | None, str]:
         except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(str(pyproject), f"cannot be read: {exc}") from None
         name = declared if isinstance(declared, str) else name
+    elif (path / "scrapy.cfg").is_file():
+        name = scrapy_project_name(path / "scrapy.cfg") or name
     return pack(path), None, default_name(name)
+
+
+def scrapy_project_name(cfg: Path) -> str | None:
+    """``[deploy] project`` of a scrapy.cfg: the name scrapyd-deploy deploys it under."""
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(cfg, encoding="utf-8")
+    except (configparser.Error, UnicodeDecodeError):
+        return None
+    return parser.get("deploy", "project", fallback=None) or None
 
 
 def upload_url(monitor: str, project: str, label: str | None, filename: str | None) -> str:

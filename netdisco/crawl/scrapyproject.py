@@ -60,22 +60,26 @@ class ScrapyProject:
     def crawl_settings(self) -> dict[str, Any]:
         """settings.py's values a crawl reads (the rest is said once, and kept for
         ``from_crawler``)."""
-        known = {f.name for f in dataclasses.fields(Settings)}
-        known |= {*Settings.ALIASES, *Settings.IGNORED, *Settings.RENAMED}
-        taken, unused = {}, []
-        for name, value in self.settings.items():
-            if name in _MIDDLEWARE_TABLES and not any(
-                v is not None for v in dict(value or {}).values()
-            ):
-                continue
-            if name in known:
-                taken[name] = value
-            else:
-                unused.append(name)
+        taken, unused = split_settings(self.settings)
         if unused:
             why = "not netdisco settings: kept for from_crawler (crawler.settings)"
             log.warning("project_settings_unused", names=sorted(unused), why=why)
         return taken
+
+
+def split_settings(table: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Scrapy-style settings as (those a crawl reads: netdisco's names and Scrapy's aliases,
+    ignored and renamed names; the others, which only ``from_crawler`` reads). A middleware
+    table that enables nothing is neither."""
+    known = {f.name for f in dataclasses.fields(Settings)}
+    known |= {*Settings.ALIASES, *Settings.IGNORED, *Settings.RENAMED}
+    taken: dict[str, Any] = {}
+    unused: dict[str, Any] = {}
+    for name, value in table.items():
+        if name in _MIDDLEWARE_TABLES and _enables_nothing(value):
+            continue
+        (taken if name in known else unused)[name] = value
+    return taken, unused
 
 
 def _enables_nothing(table: Any) -> bool:
@@ -89,11 +93,13 @@ def find_project(start: Path | None = None) -> ScrapyProject | None:
     here = (start or Path.cwd()).resolve()
     for directory in (here, *here.parents):
         if (directory / "scrapy.cfg").is_file():
-            return _open(directory)
+            return open_project(directory)
     return None
 
 
-def _open(root: Path) -> ScrapyProject:
+def open_project(root: Path) -> ScrapyProject:
+    """The Scrapy project whose scrapy.cfg is in ``root``, opened as :func:`find_project`
+    opens it (a deployed project's job opens its own root, never a directory above)."""
     config = configparser.ConfigParser()
     config.read(root / "scrapy.cfg", encoding="utf-8")
     name = config.get("settings", "default", fallback=None)

@@ -32,6 +32,7 @@ from netdisco import logs
 from netdisco._tasks import Tasks
 from netdisco.crawl.arguments import make_spider
 from netdisco.crawl.crawler import Crawler, SpiderState
+from netdisco.crawl.scrapyproject import ScrapyProject, open_project, split_settings
 from netdisco.engine.config import EngineSettings
 from netdisco.engine.jobitems import ITEMS_FILE, KeptItems
 from netdisco.engine.launch import from_body, module_spiders
@@ -64,26 +65,56 @@ def _emit(data: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def scrapy_project(spec: dict[str, Any]) -> ScrapyProject | None:
+    """A deployed Scrapy project's job (its engine starts it in the project's root, where
+    scrapy.cfg is): opened as ``netdisco crawl NAME`` opens it, ``import scrapy`` mapped."""
+    if spec["job"].get("project") is None or not Path("scrapy.cfg").is_file():
+        return None
+    return open_project(Path.cwd())
+
+
+def job_settings(
+    job: dict[str, Any], project: ScrapyProject | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The job's settings as (the crawl's, checked as any job's; those only a Scrapy
+    project's ``from_crawler`` reads, said once in the job's log)."""
+    table: dict[str, Any] = dict(job.get("settings", {}))
+    if project is None:
+        return table, {}
+    taken, extra = split_settings(table)
+    if extra:
+        why = "not netdisco settings: kept for from_crawler (crawler.settings), as Scrapy's -s"
+        log.warning("job_settings_unused", names=sorted(extra), why=why)
+    return taken, extra
+
+
 def build(spec: dict[str, Any]) -> tuple[Crawler, KeptItems]:
     """The job's crawler, checked as ``POST /netdiscovery/spiders`` checks a body, and the
-    pipeline that keeps its items in the job's directory."""
+    pipeline that keeps its items in the job's directory. A Scrapy project's settings.py
+    is under the spider's ``custom_settings``; the job's settings netdisco does not know
+    are, as Scrapy's ``-s``, for its pipelines' ``from_crawler`` only."""
     job = spec["job"]
     engine = EngineSettings(
         spider_modules=tuple(spec.get("spider_modules", ())), feeds_dir=spec.get("feeds_dir")
     )
-    body = {
-        "spider": job["spider"],
-        "settings": job.get("settings", {}),
-        "args": job.get("args", {}),
-    }
-    launch = from_body(body, engine, spec["engine_id"])
+    project = scrapy_project(spec)
+    table, extra = job_settings(job, project)
+    body = {"spider": job["spider"], "settings": table, "args": job.get("args", {})}
+    project_settings = project.crawl_settings() if project else None
+    launch = from_body(body, engine, spec["engine_id"], project_settings)
     settings = launch.settings
     if spec.get("frontier"):
         settings = settings.replace(frontier=spec["frontier"])
     spider = make_spider(launch.spider(), launch.args)
     kept = KeptItems(Path(spec["directory"]) / ITEMS_FILE, int(spec.get("items_max", 0)))
+    scrapy = {**project.settings, **spider.custom_settings, **extra} if project else None
     crawler = Crawler(
-        spider, settings, owner=spec.get("owner"), engine=spec["engine_id"], pipelines=[kept]
+        spider,
+        settings,
+        owner=spec.get("owner"),
+        engine=spec["engine_id"],
+        pipelines=[kept],
+        scrapy_settings=scrapy,
     )
     return crawler, kept
 

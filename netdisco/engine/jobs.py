@@ -45,6 +45,7 @@ from netdisco.engine.config import EngineSettings
 from netdisco.engine.joblog import CHUNK, MAX_LINE, LogWriter, job_dir
 from netdisco.engine.launch import module_spiders
 from netdisco.exceptions import NetdiscoError
+from netdisco.projects.archive import SPIDER_REF
 
 if TYPE_CHECKING:
     from netdisco.projects.install import InstalledProject
@@ -56,7 +57,6 @@ FLUSH_GRACE = 2.0
 _DEFAULT_DEADLINE = Settings().stop_deadline
 #: what a child's status line holds besides its counters
 _NOT_STATS = frozenset({"feeds", "final", "error", "spider_class"})
-_SPIDER_CLASS = re.compile(r"[A-Za-z_][\w.]{0,199}:[A-Za-z_]\w{0,99}")
 #: the module a job's child runs, by the job's kind
 CHILDREN = {"spider": "netdisco.engine.jobchild", "command": "netdisco.engine.jobcommand"}
 
@@ -235,7 +235,7 @@ class JobProcess:
         stats = {k: v for k, v in status.items() if k not in _NOT_STATS}
         feeds = tuple(f for f in status.get("feeds") or () if isinstance(f, dict))
         ref = status.get("spider_class")
-        valid = isinstance(ref, str) and _SPIDER_CLASS.fullmatch(ref)
+        valid = isinstance(ref, str) and SPIDER_REF.fullmatch(ref)
         spider = ref if valid else self.job.spider_class
         return (
             state,

@@ -142,10 +142,17 @@ def module_spiders(modules: Sequence[str]) -> dict[str, str]:
     return found
 
 
-def spider_settings(spider_class: type[Spider], table: Mapping[str, Any], key: str) -> Settings:
-    """The spider's ``custom_settings`` under ``table``; errors name ``key.<setting>``."""
+def spider_settings(
+    spider_class: type[Spider],
+    table: Mapping[str, Any],
+    key: str,
+    project: Mapping[str, Any] | None = None,
+) -> Settings:
+    """The spider's ``custom_settings`` (over its Scrapy ``project``'s settings.py, as
+    ``netdisco crawl NAME`` layers them) under ``table``; errors name ``key.<setting>``."""
+    custom = {**(project or {}), **spider_class.custom_settings}
     settings = crawl_settings.layered(
-        spider=Source(spider_class.custom_settings, crawl_settings.CUSTOM),
+        spider=Source(custom, crawl_settings.CUSTOM),
         file=Source(table, f"{key}.{{key}}"),
     )
     try:
@@ -155,9 +162,15 @@ def spider_settings(spider_class: type[Spider], table: Mapping[str, Any], key: s
         raise ConfigError(f"{key}.{exc.key}", str(exc).removeprefix(f"{exc.key}: ")) from None
 
 
+def canonical(name: str) -> str:
+    """The crawl setting a name stands for: a Scrapy alias (``FEEDS``, ``ITEM_PIPELINES``)
+    is its netdisco setting, so that a request is held by what it sets, not how it says it."""
+    return Settings.ALIASES[name][0] if name in Settings.ALIASES else name
+
+
 def refuse_settings(table: Mapping[str, Any]) -> None:
     """Refuse the settings a token holder may not set, all of them named."""
-    refused = sorted(set(table) & set(HTTP_REFUSED))
+    refused = sorted({canonical(name) for name in table} & set(HTTP_REFUSED))
     if refused:
         reasons = "; ".join(f"{name}: {HTTP_REFUSED[name]}" for name in refused)
         raise SettingNotAllowed(
@@ -171,12 +184,13 @@ def _held(
 ) -> Settings:
     """The request's middlewares checked against ``spider_modules``, and its feeds moved
     under ``feeds_dir`` with each filled-in path checked now (not when the crawl starts)."""
-    for ref in s.middlewares if "middlewares" in table else ():
+    named = {canonical(name) for name in table}
+    for ref in s.middlewares if "middlewares" in named else ():
         try:
             check_allowed(ref, engine.spider_modules)
         except SpiderNotAllowed as exc:
             raise SettingNotAllowed("settings.middlewares", str(exc)) from None
-    if "feeds" not in table:
+    if "feeds" not in named:
         return s
     root = engine.feeds_dir
     if root is None:
@@ -204,15 +218,18 @@ def _body_parts(body: Any) -> tuple[str, dict[str, Any]]:
     return ref, table
 
 
-def from_body(body: Any, engine: EngineSettings, engine_id: str) -> Launch:
-    """A ``POST /netdiscovery/spiders`` body, checked, its spider loaded; or why not."""
+def from_body(
+    body: Any, engine: EngineSettings, engine_id: str, project: Mapping[str, Any] | None = None
+) -> Launch:
+    """A ``POST /netdiscovery/spiders`` body, checked, its spider loaded; or why not
+    (``project``: a deployed Scrapy project's settings.py values a crawl reads)."""
     ref, table = _body_parts(body)
     schedule = parse_schedule(body.get("schedule"), body.get("every"), key="")
     check_allowed(ref, engine.spider_modules)
     refuse_settings(table)
     spider_class = load_spider(ref)
     name = check_name("name", body.get("name", spider_class.name))
-    settings = spider_settings(spider_class, table, "settings")
+    settings = spider_settings(spider_class, table, "settings", project)
     settings = _held(table, settings, name, engine, engine_id)
     args = check_args(body.get("args", {}), spider_class, key="args.{name}")
     return Launch(

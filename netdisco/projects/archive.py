@@ -12,6 +12,7 @@ monitor does not run a project's code.
 from __future__ import annotations
 
 import ast
+import configparser
 import io
 import re
 import stat
@@ -59,6 +60,16 @@ SKIPPED = frozenset(
         "build",
     }
 )
+#: the files at an archive's top that make it a directory project (scrapy.cfg: Scrapy's)
+PROJECT_FILES = ("scrapy.cfg", "pyproject.toml", "requirements.txt")
+#: a module's file name: an identifier, or with '-' as Scrapy's spider packages have them
+#: (``toscrape-css.py``: ``walk_packages`` finds it, ``import_module`` imports it)
+_MODULE_FILE = re.compile(r"[A-Za-z_][\w-]{0,99}")
+#: a spider's reference, ``module:Class`` (the module's last part may have '-', as above)
+SPIDER_REF = re.compile(r"[A-Za-z_][\w.-]{0,199}:[A-Za-z_]\w{0,99}")
+#: what Scrapyd reads an egg's settings module from
+EGG_ENTRY_POINTS = "EGG-INFO/entry_points.txt"
+SETTINGS_MODULE = re.compile(r"[A-Za-z_]\w{0,99}(\.[A-Za-z_]\w{0,99}){0,9}")
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
@@ -124,18 +135,73 @@ def _walk(directory: Path) -> Iterator[Path]:
 def pack(directory: Path) -> bytes:
     """A deterministic zip of ``directory`` (sorted, fixed times and modes): the same
     files give the same bytes, hence the same version hash."""
-    if not ((directory / "pyproject.toml").is_file() or (directory / "requirements.txt").is_file()):
+    if not any((directory / name).is_file() for name in PROJECT_FILES):
         raise refuse(
-            400, "no_project_file", f"{directory} has no pyproject.toml or requirements.txt"
+            400,
+            "no_project_file",
+            f"{directory} is not a project: deploy the directory that holds scrapy.cfg (a "
+            "Scrapy project) or pyproject.toml, or add a requirements.txt (one requirement a "
+            "line, or empty) beside the spiders' modules",
         )
+    return _zip(
+        (path.relative_to(directory).as_posix(), path.read_bytes()) for path in _walk(directory)
+    )
+
+
+def _zip(files: Iterable[tuple[str, bytes]]) -> bytes:
+    """A zip of (name, bytes) in the order given, with fixed times and modes."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in _walk(directory):
-            info = zipfile.ZipInfo(path.relative_to(directory).as_posix(), _FIXED_TIME)
+        for name, data in files:
+            info = zipfile.ZipInfo(name, _FIXED_TIME)
             info.external_attr = (stat.S_IFREG | 0o644) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, path.read_bytes())
+            archive.writestr(info, data)
     return buffer.getvalue()
+
+
+def from_egg(data: bytes, max_size: int) -> bytes:
+    """A Scrapyd egg (what ``scrapyd-deploy`` uploads) as a directory project: its files
+    but ``EGG-INFO/`` and compiled ones, and a scrapy.cfg naming the settings module that
+    its ``entry_points.txt`` declares (as Scrapyd reads it). The egg is checked as
+    :func:`inspect` checks any upload before a member is read; the result is inspected
+    again by the caller."""
+    if len(data) > max_size:
+        raise refuse(413, "too_large", f"the egg is {len(data)} bytes, over the cap of {max_size}")
+    with _open(data) as egg:
+        infos = _checked_members(egg, max_size)
+        entry = next((i for i in infos if i.filename == EGG_ENTRY_POINTS), None)
+        if entry is None:
+            raise refuse(400, "not_an_egg", f"the egg has no {EGG_ENTRY_POINTS}: build it "
+                         "with scrapyd-deploy, beside the project's scrapy.cfg")  # fmt: skip
+        settings = egg_settings(read_member(egg, entry, MAX_SOURCE))
+        files = [
+            (i.filename, read_member(egg, i, UNPACKED_FACTOR * max_size))
+            for i in infos
+            if not i.is_dir() and _kept_from_egg(PurePosixPath(i.filename))
+        ]
+    return _zip([*sorted(files), ("scrapy.cfg", f"[settings]\ndefault = {settings}\n".encode())])
+
+
+def _kept_from_egg(path: PurePosixPath) -> bool:
+    skipped = path.parts[0] == "EGG-INFO" or str(path) in PROJECT_FILES
+    return not skipped and path.suffix not in (".pyc", ".pyo") and "__pycache__" not in path.parts
+
+
+def egg_settings(entry_points: bytes) -> str:
+    """The settings module of an egg's ``entry_points.txt`` (``[scrapy] settings = ...``),
+    checked as a dotted module name."""
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(entry_points.decode("utf-8"))
+    except (UnicodeDecodeError, configparser.Error) as exc:
+        raise refuse(400, "not_an_egg", f"{EGG_ENTRY_POINTS} cannot be read: {exc}") from None
+    module = parser.get("scrapy", "settings", fallback="").strip()
+    if not SETTINGS_MODULE.fullmatch(module):
+        raise refuse(400, "not_an_egg", f"{EGG_ENTRY_POINTS} names no settings module under "
+                     f"[scrapy] settings (got {module[:80]!r}): scrapyd-deploy writes it from "
+                     "scrapy.cfg's [settings] default")  # fmt: skip
+    return module
 
 
 # --- checking -------------------------------------------------------------------------------
@@ -222,12 +288,13 @@ def read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> 
 def _kind(names: set[str]) -> str:
     if any(n.count("/") == 1 and n.endswith(".dist-info/WHEEL") for n in names):
         return "wheel"
-    if "pyproject.toml" in names or "requirements.txt" in names:
+    if names & set(PROJECT_FILES):
         return "directory"
     raise refuse(
         400,
         "no_project_file",
-        "the archive holds no pyproject.toml or requirements.txt at its top, nor is a wheel",
+        "the archive holds no scrapy.cfg, pyproject.toml or requirements.txt at its top, "
+        "nor is a wheel: pack the project's directory (netdisco deploy DIR) or build a wheel",
     )
 
 
@@ -243,23 +310,33 @@ def inspect(data: bytes, max_size: int) -> Manifest:
         sources = {
             i.filename: read_member(archive, i, MAX_SOURCE)
             for i in infos
-            if (i.filename.endswith(".py") and not i.is_dir())
-            or i.filename in ("pyproject.toml", "requirements.txt")
+            if (i.filename.endswith(".py") and not i.is_dir()) or i.filename in PROJECT_FILES
         }
     if kind == "directory":
         requirements(sources.get("pyproject.toml"), sources.get("requirements.txt"))
     spiders = declared_spiders(sources.get("pyproject.toml")) or find_spiders(sources)
     commands = declared_commands(sources.get("pyproject.toml"), {i.filename for i in infos})
     if not spiders and not commands:
-        raise refuse(
-            422,
-            "no_spiders",
-            "no spider found: no class derives from Spider, CrawlSpider or SitemapSpider, "
-            "and pyproject.toml declares no [tool.netdisco] spiders (nor commands)",
-        )
+        raise refuse(422, "no_spiders", _no_spiders("scrapy.cfg" in sources))
     names = unique_names(spider_names(sources, spiders))
     size = sum(i.file_size for i in infos)
     return Manifest(kind, spiders, size, len(infos), names, commands)
+
+
+def _no_spiders(scrapy: bool) -> str:
+    """What to do when no spider was found: said for the kind of project it is."""
+    if scrapy:
+        return (
+            "no spider found in this Scrapy project: no class in its .py files derives from "
+            "scrapy.Spider, CrawlSpider or SitemapSpider; put the spiders in the SPIDER_MODULES "
+            "package that settings.py names (scrapy genspider writes them there), then deploy again"
+        )
+    return (
+        "no spider found: no class in the archive's .py files derives from Spider, CrawlSpider "
+        "or SitemapSpider; add a spider module, name the classes in pyproject.toml "
+        '([tool.netdisco] spiders = ["module:Class"]), or declare commands '
+        '([tool.netdisco.commands] name = ["./program", "arg"])'
+    )
 
 
 # --- spiders, statically --------------------------------------------------------------------
@@ -322,7 +399,9 @@ def module_name(member: str) -> str | None:
     parts = member.removesuffix(".py").split("/")
     if parts[-1] == "__init__":
         parts = parts[:-1]
-    if not parts or not all(p.isidentifier() for p in parts):
+    if not parts or not all(p.isidentifier() for p in parts[:-1]):
+        return None
+    if not _MODULE_FILE.fullmatch(parts[-1]):
         return None
     return ".".join(parts)
 

@@ -31,6 +31,7 @@ from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from netdisco.exceptions import ProjectUnavailable
 from netdisco.projects import archive
@@ -42,6 +43,8 @@ DISTRIBUTION = "netdiscovery"
 SOURCE_TREE = Path(__file__).resolve().parents[2]
 MARKER = "installed.json"
 _OUTPUT_TAIL = 4000
+#: what a Scrapy project's requirements name that its jobs never install
+SCRAPY_ITSELF = frozenset({"scrapy", "scrapyd", "scrapyd-client"})
 
 
 @dataclass(frozen=True)
@@ -185,7 +188,11 @@ def _project_requirements(source: Path, version: Version, home: Path, data: byte
         path = source / name
         return path.read_bytes() if path.is_file() else None
 
-    return list(archive.requirements(read("pyproject.toml"), read("requirements.txt")))
+    wanted = archive.requirements(read("pyproject.toml"), read("requirements.txt"))
+    if not (source / "scrapy.cfg").is_file():
+        return list(wanted)
+    # a Scrapy project's ``import scrapy`` is netdisco's (its job maps it): never installed
+    return [r for r in wanted if canonicalize_name(Requirement(r).name) not in SCRAPY_ITSELF]
 
 
 def _site_packages(python: Path) -> Path:

@@ -35,7 +35,13 @@ from netdisco.cluster.commands import check_commands
 from netdisco.cluster.jobs import Job
 from netdisco.cluster.zk import Bridge, wait_result
 from netdisco.exceptions import ConfigError, ProjectRefused, ProjectUnavailable, SpiderNotAllowed
-from netdisco.projects.archive import LABEL, PROJECT_NAME, Manifest, check_project_name
+from netdisco.projects.archive import (
+    LABEL,
+    PROJECT_NAME,
+    SPIDER_REF,
+    Manifest,
+    check_project_name,
+)
 from netdisco.projects.commands import project_command
 from netdisco.values import NAME
 
@@ -46,7 +52,6 @@ HARD_MAX_SIZE = 64 * 1024 * 1024
 #: chunks without a version older than this are a failed upload, removed on the next one
 ORPHAN_AGE = 3600.0
 _HASH = re.compile(r"[0-9a-f]{64}")
-_SPIDER = re.compile(r"[A-Za-z_][\w.]{0,199}:[A-Za-z_]\w{0,99}")
 WHEEL_FILENAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}\.whl")
 _MAX_META = 64 * 1024
 
@@ -200,7 +205,7 @@ def parse_version(path: str, name: str, raw: bytes, czxid: int) -> Version:
         and isinstance(spiders, list)
         and (len(spiders) > 0 or body.get("commands"))
         and len(spiders) <= 1000
-        and all(isinstance(s, str) and _SPIDER.fullmatch(s) for s in spiders)
+        and all(isinstance(s, str) and SPIDER_REF.fullmatch(s) for s in spiders)
         and (label is None or (isinstance(label, str) and LABEL.fullmatch(label) is not None))
         and kind in ("directory", "wheel")
         and (filename is None or (isinstance(filename, str) and WHEEL_FILENAME.fullmatch(filename)))
@@ -369,6 +374,16 @@ class ProjectStore:
             await wait_result(self.client.set_async(self._path(project), b"{}"))
         await self._delete_archive(project, chosen.id)
         return chosen
+
+    async def delete_project(self, project: str) -> list[Version]:
+        """Delete every version of a project, then the project itself (404 if unknown)."""
+        if not await wait_result(self.client.exists_async(self._path(project))):
+            raise ProjectRefused(404, "unknown_project", f"no project {project!r}")
+        deleted = [await self.delete(project, v.id) for v in await self.versions(project)]
+        with contextlib.suppress(NoNodeError, NotEmptyError):
+            for rest in (("versions",), ("archives",), ()):
+                await wait_result(self.client.delete_async(self._path(project, *rest)))
+        return deleted
 
     async def _delete_archive(self, project: str, digest: str) -> None:
         archive = self._path(project, "archives", digest)

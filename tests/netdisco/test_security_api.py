@@ -116,6 +116,25 @@ async def test_settings_a_token_holder_may_not_set_are_refused_and_named(
     assert not (tmp_path / "state").exists()
 
 
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ({"ITEM_PIPELINES": {"os.system": 1}}, "settings.item_pipelines"),
+        ({"JOBDIR": "/tmp/netdisco-security-jobdir"}, "settings.state_dir"),
+        ({"HTTPCACHE_DIR": "/tmp/netdisco-security-cache"}, "settings.http_cache"),
+        ({"FEEDS": {"/tmp/netdisco-security-abs.jsonl": {}}}, "settings.feeds"),
+    ],
+)
+async def test_a_scrapy_name_is_held_by_the_setting_it_stands_for(
+    engine: SpiderEngine, table: dict[str, Any], key: str
+) -> None:
+    """Scrapy's names (a Scrapyd ``setting=`` sends them) are no way around the refusals."""
+    status, answer = await launch(engine, settings=table)
+    assert status == 400, answer
+    assert answer["error"]["key"].startswith(key)
+    assert "tree" not in {c.name for c in engine.crawlers()}
+
+
 @pytest.mark.parametrize("ref", ["json:JSONDecoder", "os:getcwd", "tests.netdisco.sites:Any"])
 async def test_middlewares_come_only_from_spider_modules(engine: SpiderEngine, ref: str) -> None:
     status, answer = await launch(engine, settings={"middlewares": [ref]})
