@@ -27,7 +27,8 @@ from tests.monitor.test_jobs import Client, Spawn, spawn_engine, state_of, with_
 from tests.netdisco.test_command_child import gone
 
 CRAWL = r"""#!/bin/sh
-# crawl.sh MODE [N]: write N items and a bad line, fail, or loop N times
+# crawl.sh MODE [N] [HOLD]: write N items and a bad line, fail, or loop N times (then
+# wait while the file HOLD exists)
 mode=$1
 n=${2:-3}
 case $mode in
@@ -53,6 +54,7 @@ loop)
     echo "item $i"
     sleep 0.1
   done
+  while [ -n "$3" ] && [ -e "$3" ]; do sleep 0.05; done  # held until the test says
   ;;
 esac
 """
@@ -110,8 +112,7 @@ async def test_a_command_job_keeps_items_fails_is_cancelled_and_requeued_when_lo
     assert status == 201, body
     assert body["spiders"] == []
     assert body["commands"]["loop"] == ["./crawl.sh", "loop"]
-    first = await spawn_engine("e1")
-    await spawn_engine("e2")
+    engines = {"e1": await spawn_engine("e1"), "e2": await spawn_engine("e2")}
     await eventually(lambda: len(monitor.jobs.slots()) == 2, "two engines", timeout=30)
     client = Client(monitor)
     # items: the declared arguments, then the job's; a bad line counted, not kept
@@ -154,24 +155,30 @@ async def test_a_command_job_keeps_items_fails_is_cancelled_and_requeued_when_lo
     assert "stopped cleanly after" in text
     assert cancelled["stats"]["items_kept"] >= 3
     # lost with its engine: requeued, run again on the other engine to its end
+    hold = tmp_path / "hold"  # the first run cannot end before its engine is killed
+    hold.touch()
     (lost,) = await client.start(
-        project="shell", command="loop", argv=["40"], on=["e1", "e2"], on_lost="requeue"
-    )
+        project="shell", command="loop", argv=["40", str(hold)], on=["e1", "e2"],
+        on_lost="requeue",
+    )  # fmt: skip
     running = await state_of(client, lost["id"], "running")
-    assert running["engine"] == "e1"
+    victim = running["engine"]  # either: placement chooses
+    (other,) = set(engines) - {victim}
     await logged(client, lost["id"], "item 2")
-    log_file = tmp_path / "e1" / lost["id"] / "job.log"
+    log_file = tmp_path / victim / lost["id"] / "job.log"
     started = next(
         json.loads(line)
         for line in log_file.read_text().splitlines()
         if '"command_started"' in line
     )
-    first.send_signal(signal.SIGKILL)
-    await first.wait()
+    engines[victim].send_signal(signal.SIGKILL)
+    await engines[victim].wait()
     await eventually(lambda: rec.of("job_lost"), "the job lost with its engine", timeout=30)
-    await eventually(lambda: gone(started["pid"]), "e1's command ended with it", timeout=30)
+    await eventually(lambda: gone(started["pid"]), "its command ended with it", timeout=30)
+    await state_of(client, lost["id"], "running")  # again, on the other engine
+    hold.unlink()
     again = await state_of(client, lost["id"], "finished", "failed", timeout=180)
-    assert (again["state"], again["engine"], again["attempts"]) == ("finished", "e2", 2)
+    assert (again["state"], again["engine"], again["attempts"]) == ("finished", other, 2)
     assert again["stats"]["items_kept"] == 40
 
 
