@@ -23,7 +23,9 @@ The public surface is what this package exports (``__all__``); import it from
   ``CallablePipeline``, ``ConsolePipeline``, ``JsonLinesPipeline``), downloader
   ``Middleware`` and the download handler seam (``DownloadHandler``; ``MockHandler``
   answers a crawl with no sockets, for tests); items as Scrapy declares them (``Item``,
-  ``Field``, filled by ``ItemLoader``): docs/scrapy.md moves a Scrapy spider over;
+  ``Field``, filled by ``ItemLoader``): docs/scrapy.md moves a Scrapy spider over (after
+  ``import netdisco as scrapy``, ``scrapy.item``, ``scrapy.http``, ``scrapy.spiders``, ...
+  are netdisco's names for Scrapy's modules);
 - running engines: ``SpiderEngine``, ``EngineSettings``, ``EngineConfig``,
   ``load_config`` and ``create_app`` (the HTTP API as an aiohttp app to mount),
   ``EngineState`` (an engine's own lifecycle);
@@ -85,6 +87,13 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
+    if not name.startswith("_"):  # scrapy.item.Item after `import netdisco as scrapy`
+        from netdisco.crawl.scrapyproject import scrapy_modules
+
+        module = scrapy_modules().get(f"scrapy.{name}")
+        if module is not None:
+            globals()[name] = module
+            return module
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import configparser
 import dataclasses
+import functools
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Iterator, Mapping
@@ -82,15 +84,22 @@ def _enables_nothing(table: Any) -> bool:
     return not any(value is not None for value in dict(table or {}).values())
 
 
+def closest_scrapy_cfg(path: str | os.PathLike[str] = ".", prevpath: object = None) -> str:
+    """The scrapy.cfg in ``path`` or the nearest directory above it, "" when there is none
+    (Scrapy's ``scrapy.utils.conf.closest_scrapy_cfg``; ``prevpath`` is its recursion's)."""
+    here = Path(path).resolve()
+    for directory in (here, *here.parents):
+        if (directory / "scrapy.cfg").is_file():
+            return str(directory / "scrapy.cfg")
+    return ""
+
+
 def find_project(start: Path | None = None) -> ScrapyProject | None:
     """The Scrapy project whose scrapy.cfg is in ``start`` (the current directory) or
     above it, with its root put on ``sys.path`` and ``scrapy`` mapped to netdisco; None
     when there is no scrapy.cfg."""
-    here = (start or Path.cwd()).resolve()
-    for directory in (here, *here.parents):
-        if (directory / "scrapy.cfg").is_file():
-            return _open(directory)
-    return None
+    cfg = closest_scrapy_cfg(start or Path.cwd())
+    return _open(Path(cfg).parent) if cfg else None
 
 
 def _open(root: Path) -> ScrapyProject:
@@ -117,15 +126,22 @@ def _import(name: str, root: Path) -> ModuleType:
         raise SpiderLoadError(f"error while importing {name!r} ({root}): {failure}") from exc
 
 
-def find_spider(project: ScrapyProject, name: str) -> type[Spider]:
-    """The spider class whose ``name`` is ``name`` in the project's ``SPIDER_MODULES``;
-    two of one name are refused, naming both."""
+def project_spiders(project: ScrapyProject) -> dict[str, list[type[Spider]]]:
+    """The spider classes of the project's ``SPIDER_MODULES`` by their ``name`` (what
+    ``netdisco list`` prints, as ``scrapy list`` does)."""
     found: dict[str, list[type[Spider]]] = {}
     for module in _spider_modules(project):
         for attribute in spider_classes(module):
             cls = getattr(module, attribute)
             if cls.__module__ == module.__name__ and cls.name:
                 found.setdefault(cls.name, []).append(cls)
+    return found
+
+
+def find_spider(project: ScrapyProject, name: str) -> type[Spider]:
+    """The spider class whose ``name`` is ``name`` in the project's ``SPIDER_MODULES``;
+    two of one name are refused, naming both."""
+    found = project_spiders(project)
     if name not in found:
         names = ", ".join(sorted(found)) or "none"
         raise SpiderLoadError(f"no spider named {name!r} in SPIDER_MODULES "
@@ -151,9 +167,13 @@ def get_project_settings() -> ScrapySettings:
     return ScrapySettings(project.settings if project else {})
 
 
+@functools.cache
 def scrapy_modules() -> dict[str, ModuleType]:
-    """The ``scrapy`` modules a project imports, made of netdisco's names."""
-    from netdisco.crawl.loaders import ItemLoader  # itemloaders: only for projects
+    """The ``scrapy`` modules a project imports, made of netdisco's names (made once: the
+    mapped ``scrapy`` is this table's, which the load errors check)."""
+    from itemloaders import processors  # as ItemLoader: only for projects
+
+    from netdisco.crawl.loaders import ItemLoader
 
     tables: dict[str, Mapping[str, Any]] = {
         "scrapy.spiders": {"Spider": Spider, "CrawlSpider": spiders.CrawlSpider,
@@ -163,10 +183,13 @@ def scrapy_modules() -> dict[str, ModuleType]:
                         "TextResponse": Response},
         "scrapy.item": {"Item": Item, "Field": Field},
         "scrapy.loader": {"ItemLoader": ItemLoader},
+        "scrapy.loader.processors": {name: getattr(processors, name) for name in (
+            "Compose", "Identity", "Join", "MapCompose", "SelectJmes", "TakeFirst")},
         "scrapy.linkextractors": {"LinkExtractor": LinkExtractor},
         "scrapy.exceptions": {"DropItem": DropItem},
         "scrapy.selector": {"Selector": parsel.Selector},
         "scrapy.utils.project": {"get_project_settings": get_project_settings},
+        "scrapy.utils.conf": {"closest_scrapy_cfg": closest_scrapy_cfg},
         "scrapy.utils": {},
     }  # fmt: skip
     top = {"Spider": Spider, "Request": Request, "FormRequest": FormRequest, "Item": Item,
