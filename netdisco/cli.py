@@ -26,6 +26,7 @@ from netdisco.crawl.crawler import Crawler, SpiderState
 from netdisco.crawl.feeds import FeedSpec, cli_feed
 from netdisco.crawl.loader import load_spider
 from netdisco.crawl.pipelines import json_line, to_jsonable
+from netdisco.crawl.scrapylog import LEVELS, log_choice, without_log
 from netdisco.crawl.scrapyproject import ScrapyProject, find_project, find_spider
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
@@ -47,14 +48,19 @@ from netdisco.values import read_toml
 log = structlog.get_logger(__name__)
 
 
-def crawl_settings(args: argparse.Namespace, custom: dict[str, Any]) -> Settings:
+def crawl_settings(
+    args: argparse.Namespace, custom: dict[str, Any], project: dict[str, Any] | None = None
+) -> Settings:
     """The crawl's settings from every source the command line names (their order:
-    ``settings.PRIORITIES``)."""
+    ``settings.PRIORITIES``): a Scrapy project's settings.py, the spider's
+    ``custom_settings``, ``--config``, ``NETDISCO_*``, ``-s``; Scrapy's log settings are
+    the log's (``apply_log_settings``)."""
     return settings_module.layered(
-        spider=Source(custom, settings_module.CUSTOM),
+        project=Source(without_log(project), settings_module.PROJECT) if project else None,
+        spider=Source(without_log(custom), settings_module.CUSTOM),
         file=Source(read_toml(args.config, key="--config")) if args.config else None,
         environment=settings_module.env_source(),
-        command_line=Source(settings_module.parse_pairs(args.set)),
+        command_line=Source(without_log(settings_module.parse_pairs(args.set))),
     )
 
 
@@ -92,9 +98,27 @@ def spider_and_settings(args: argparse.Namespace) -> tuple[Spider, Settings]:
     spider_class = _spider_class(args.spider, project)
     given = check_args(settings_module.parse_pairs(args.arg), spider_class, key="-a {name}")
     spider = make_spider(spider_class, given)
-    custom = {**(project.crawl_settings() if project else {}), **spider.custom_settings}
+    apply_log_settings(args, project.settings if project else {}, spider.custom_settings)
+    from_project = project.crawl_settings() if project else None
     args.scrapy_settings = {**project.settings, **spider.custom_settings} if project else None
-    return spider, crawl_settings(args, custom)
+    return spider, crawl_settings(args, spider.custom_settings, from_project)
+
+
+def apply_log_settings(
+    args: argparse.Namespace, project: dict[str, Any], custom: dict[str, Any]
+) -> None:
+    """Configure the log anew from Scrapy's LOG_LEVEL, LOG_FILE and LOG_ENABLED in
+    settings.py, ``custom_settings`` and ``-s``, unless the command line gave a level
+    (``-L``, ``--nolog``, ``--log-level``). A ``-j`` worker's log is its parent's: it
+    keeps the level it was started with, and its lines go through the parent."""
+    if not hasattr(args, "log_given"):  # a worker (netdisco.procs)
+        return
+    layers = {settings_module.PROJECT: project, settings_module.CUSTOM: custom,
+              "-s {key}": settings_module.parse_pairs(args.set)}  # fmt: skip
+    level, file = log_choice(args.log_given, layers)
+    if (level, file) != (args.log_level, None):
+        args.log_level = level  # what -j N passes on to its workers
+        args.log_json_effective = logs.configure(json=args.log_json, level=level, file=file)
 
 
 def _spider_class(ref: str, project: ScrapyProject | None) -> type[Spider]:
@@ -167,8 +191,9 @@ def _report(args: argparse.Namespace, crawl: Outcome, signals: Sequence[int]) ->
 
 
 def _global_options(defaults: bool) -> argparse.ArgumentParser:
-    """``--log-json`` and ``--log-level``, before the subcommand or after it (a subcommand's
-    copy has no defaults, so that it only overrides what was given)."""
+    """``--log-json`` and ``--log-level`` (Scrapy's ``-L``/``--loglevel`` and ``--nolog``
+    too), before the subcommand or after it (a subcommand's copy has no defaults, so that
+    it only overrides what was given)."""
     options = argparse.ArgumentParser(add_help=False)
     unset = argparse.SUPPRESS
     options.add_argument(
@@ -178,10 +203,15 @@ def _global_options(defaults: bool) -> argparse.ArgumentParser:
         help="JSON log lines and summary (default when stderr is not a terminal)",
     )
     options.add_argument(
-        "--log-level",
-        default="info" if defaults else unset,
-        choices=["debug", "info", "warning", "error"],
-    )
+        "--log-level", "-L", "--loglevel", dest="log_level", type=str.lower,
+        default=None if defaults else unset, choices=LEVELS, metavar="LEVEL",
+        help="debug, info (default), warning, error or critical, in any case (Scrapy's "
+        "-L WARNING); over a Scrapy project's LOG_LEVEL",
+    )  # fmt: skip
+    options.add_argument(
+        "--nolog", dest="log_level", action="store_const", const="none",
+        default=None if defaults else unset, help="log nothing (the summary is still printed)",
+    )  # fmt: skip
     return options
 
 
@@ -469,6 +499,8 @@ async def _demo(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.log_given = args.log_level  # None: a Scrapy project's LOG_LEVEL may set it
+    args.log_level = args.log_level or "info"
     args.log_json_effective = logs.configure(json=args.log_json, level=args.log_level)
     try:
         code: int = asyncio.run(args.func(args))

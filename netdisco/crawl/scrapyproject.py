@@ -36,6 +36,7 @@ from netdisco.crawl.linkextractor import LinkExtractor
 from netdisco.crawl.loader import import_failure, missing_module, spider_classes
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
+from netdisco.crawl.scrapylog import LOG_NAMES
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
 from netdisco.exceptions import DropItem, SpiderLoadError
@@ -66,10 +67,8 @@ class ScrapyProject:
         known |= {*Settings.ALIASES, *Settings.IGNORED, *Settings.RENAMED}
         taken, unused = {}, []
         for name, value in self.settings.items():
-            if name in _MIDDLEWARE_TABLES and not any(
-                v is not None for v in dict(value or {}).values()
-            ):
-                continue
+            if name in LOG_NAMES or (name in _MIDDLEWARE_TABLES and _enables_nothing(value)):
+                continue  # the log's (netdisco.crawl.scrapylog), or a table of Nones
             if name in known:
                 taken[name] = value
             else:

@@ -13,6 +13,7 @@ import shutil
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -174,3 +175,78 @@ async def test_a_spider_file_imports_its_own_package_from_the_current_directory(
     assert code == 2, output
     assert "searched already" not in output
     assert f"the current directory ({tmp_path}) are the only ones searched" in output
+
+
+# --- the log: -L, --nolog, LOG_LEVEL, LOG_FILE, and the notes about settings.py ---------------
+
+
+def log_lines(output: str) -> list[dict[str, Any]]:
+    """The JSON log lines of ``output``, the closing summary left out."""
+    lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    return [line for line in lines if line.get("event") != "crawl_summary"]
+
+
+def set_in_settings_py(project: Path, text: str) -> None:
+    settings = project / "bookproj/settings.py"
+    settings.write_text(settings.read_text() + text)
+
+
+@pytest.mark.parametrize(
+    "flags", [("-L", "WARNING"), ("--loglevel", "warning"), ("--log-level", "WARNING")]
+)
+async def test_scrapys_log_level_flags_are_taken(
+    project: Path, site: str, flags: tuple[str, str]
+) -> None:
+    """Was: ``-L WARNING`` refused (exit 2) as an unknown argument."""
+    code, output = await netdisco_run(
+        "crawl", "books", f"-asite={site}", *flags, "--log-json", cwd=project
+    )
+    assert code == 0, output
+    levels = {line["level"] for line in log_lines(output)}
+    assert levels == {"warning"}, output  # the notes about settings.py, and no info
+
+
+async def test_nolog_logs_nothing_but_the_summary(project: Path, site: str) -> None:
+    code, output = await netdisco_run(
+        "--nolog", "crawl", "books", f"-asite={site}", "--log-json", cwd=project
+    )
+    assert code == 0, output
+    assert log_lines(output) == []
+    assert '"event": "crawl_summary"' in output
+
+
+async def test_settings_py_log_level_is_honoured_and_its_notes_are_warnings(
+    project: Path, site: str
+) -> None:
+    """Was: ``LOG_LEVEL = 'WARNING'`` in settings.py stopped the crawl with exit 2; the
+    notes about settings.py were info lines, named ``custom_settings.X``."""
+    set_in_settings_py(project, "LOG_LEVEL = 'WARNING'\n")
+    code, output = await netdisco_run("crawl", "books", f"-asite={site}", "--log-json", cwd=project)
+    assert code == 0, output
+    lines = log_lines(output)
+    assert {line["level"] for line in lines} == {"warning"}, output
+    notes = {line["key"]: line["event"] for line in lines if "key" in line}
+    assert notes["settings.py: BOT_NAME"] == "setting_ignored"
+    assert notes["settings.py: DOWNLOAD_DELAY"] == "setting_alias"
+    assert not any(key.startswith("custom_settings.") for key in notes)
+    code, output = await netdisco_run(  # the command line's level wins
+        "crawl", "books", f"-asite={site}", "-L", "INFO", "--log-json", cwd=project
+    )
+    assert code == 0, output
+    assert "info" in {line["level"] for line in log_lines(output)}
+
+
+async def test_settings_py_log_file_takes_the_log(project: Path, site: str) -> None:
+    set_in_settings_py(project, "LOG_FILE = 'crawl.log'\nLOG_LEVEL = 'INFO'\n")
+    code, output = await netdisco_run("crawl", "books", f"-asite={site}", cwd=project)
+    assert code == 0, output
+    assert log_lines(output) == []  # the summary alone, on stderr
+    logged = log_lines((project / "crawl.log").read_text())
+    assert "spider_closed" in {line["event"] for line in logged}
+
+
+async def test_a_bad_log_level_in_settings_py_says_what_is_expected(project: Path) -> None:
+    set_in_settings_py(project, "LOG_LEVEL = 'LOUD'\n")
+    code, output = await netdisco_run("crawl", "books", cwd=project)
+    assert code == 2, output
+    assert "settings.py: LOG_LEVEL: expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL" in output
