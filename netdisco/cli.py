@@ -1,6 +1,7 @@
 """The ``netdisco`` command: ``crawl`` one spider standalone (``engine`` runs many), ``parse``
 one page with a spider, ``shell`` to try selectors on a page, ``new`` spider from a template,
-``deploy`` a project, ``dev up`` a standing local cluster, ``check`` an engine's config."""
+``list`` a project's spiders, ``deploy`` a project, ``dev up`` a standing local cluster,
+``check`` an engine's config."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from netdisco import check, deploy, dev, logs, progress
+from netdisco import check, deploy, dev, listing, logs, progress
 from netdisco._tasks import Tasks
 from netdisco._version import __version__
 from netdisco.crawl import settings as settings_module
@@ -223,8 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     after = _global_options(False)
     for add in (_add_crawl_parser, _add_parse_parser, _add_shell_parser, _add_new_parser,
-                _add_engine_parser, check.add_parser, _add_demo_parser, dev.add_parser,
-                deploy.add_parser):  # fmt: skip
+                listing.add_parser, _add_engine_parser, check.add_parser, _add_demo_parser,
+                dev.add_parser, deploy.add_parser):  # fmt: skip
         add(commands, after)
     add_jobs_parser(commands, after)
     return parser

@@ -250,3 +250,32 @@ async def test_a_bad_log_level_in_settings_py_says_what_is_expected(project: Pat
     code, output = await netdisco_run("crawl", "books", cwd=project)
     assert code == 2, output
     assert "settings.py: LOG_LEVEL: expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL" in output
+
+
+# --- netdisco list -----------------------------------------------------------------------------
+
+
+async def test_list_prints_the_spiders_of_the_project_here(project: Path, tmp_path: Path) -> None:
+    """Was: ``netdisco list`` refused as an unknown command."""
+    for where in (project, project / "bookproj"):  # beside scrapy.cfg, or below it
+        code, output = await netdisco_run("list", cwd=where)
+        assert (code, output) == (0, "authors\nbooks\n")
+    own = tmp_path / "own"
+    (own / "shop").mkdir(parents=True)
+    (own / "requirements.txt").write_text("")
+    (own / "shop/__init__.py").write_text("")
+    (own / "shop/spiders.py").write_text(
+        "import netdisco\n\n\nclass Catalogue(netdisco.Spider):\n    name = 'catalogue'\n\n\n"
+        "class Sale(Catalogue):\n    name = 'sale'\n"
+    )
+    code, output = await netdisco_run("list", cwd=own)
+    assert code == 0, output
+    assert output.splitlines() == [
+        "catalogue  shop.spiders:Catalogue",
+        "sale       shop.spiders:Sale",
+    ]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, output = await netdisco_run("list", cwd=empty)
+    assert code == 2
+    assert "no project here: netdisco list reads a Scrapy project (scrapy.cfg" in output
