@@ -236,9 +236,11 @@ def _add_crawl_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "crawl",
         help="run one spider standalone",
         parents=[common],
-        description="Exit status: 0 when pages were fetched and the crawl finished, 1 when "
-        "the spider failed, no page succeeded or a --fail-on threshold was crossed, 2 on "
-        "bad usage, 128 + the signal that stopped it (130: Ctrl-C).",
+        description="Exit status: 0 when the crawl ran to its end, items or none (pages "
+        "answered 404 included, as Scrapy); 1 when the spider failed, no page came to "
+        "anything for want of an answer (a site that is down), every callback raised or a "
+        "--fail-on threshold was crossed; 2 on bad usage or a spider that cannot be "
+        "loaded; 128 + the signal that stopped it (130: Ctrl-C). docs/crawling.md.",
     )
     crawl.add_argument(
         "spider", help="FILE.py:Class, module:Class, or a spider's name beside scrapy.cfg"

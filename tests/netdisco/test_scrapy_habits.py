@@ -279,3 +279,25 @@ async def test_list_prints_the_spiders_of_the_project_here(project: Path, tmp_pa
     code, output = await netdisco_run("list", cwd=empty)
     assert code == 2
     assert "no project here: netdisco list reads a Scrapy project (scrapy.cfg" in output
+
+
+# --- exit status -------------------------------------------------------------------------------
+
+
+async def test_a_crawl_that_ran_and_found_nothing_exits_0(tmp_path: Path, site: str) -> None:
+    """Was: exit 1 for ``-a tag=humor`` on a site with no such tag (its page: 404); Scrapy
+    exits 0. A site that does not answer still exits 1 (test_cli_summary)."""
+    (tmp_path / "quotes.py").write_text(
+        "import netdisco as scrapy\n\n\n"
+        "class Quotes(scrapy.Spider):\n"
+        "    name = 'quotes'\n\n"
+        "    def start_requests(self):\n"
+        "        yield scrapy.Request(f'{self.site}/quotes/tag/{self.tag}/', self.parse)\n\n"
+        "    def parse(self, response):\n"
+        "        yield from ({'text': q} for q in response.css('span.text::text').getall())\n"
+    )
+    code, output = await netdisco_run(
+        "crawl", "quotes.py:Quotes", f"-asite={site}", "-atag=humor", "--log-json", cwd=tmp_path
+    )
+    summary = next(line for line in output.splitlines() if '"crawl_summary"' in line)
+    assert (code, json.loads(summary)["errors"]) == (0, {"HTTP 404": 1}), output
