@@ -301,3 +301,18 @@ async def test_a_crawl_that_ran_and_found_nothing_exits_0(tmp_path: Path, site: 
     )
     summary = next(line for line in output.splitlines() if '"crawl_summary"' in line)
     assert (code, json.loads(summary)["errors"]) == (0, {"HTTP 404": 1}), output
+
+
+async def test_a_spider_file_reads_the_project_settings_beside_it(project: Path) -> None:
+    """Was: ``get_project_settings`` had no counterpart for a spider file."""
+    (project / "probe.py").write_text(
+        "import netdisco as scrapy\n"
+        "from netdisco import get_project_settings\n\n"
+        "print(get_project_settings().getint('PRICE_RATE'),\n"
+        "      scrapy.utils.project.get_project_settings()['BOT_NAME'])\n"
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "probe.py", cwd=project, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), 40)
+    assert out.decode().split() == ["2", "bookproj"]
