@@ -110,7 +110,6 @@ def configure(
     nothing (``--nolog``)."""
     quiet = level == "none"  # --nolog: the critical lines too are dropped
     target: TextIO | Stderr = Discard() if quiet else (LogFile.open(file) or Stderr())
-
     as_json = (file is not None or not sys.stderr.isatty()) if json is None else json
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -131,6 +130,18 @@ def configure(
         logger_factory=structlog.PrintLoggerFactory(file=target),  # type: ignore[arg-type]
         cache_logger_on_first_use=CACHE_LOGGERS,
     )
+    _stdlib(target, shared, renderer, logging.CRITICAL + 10 if quiet else _number(level))
+    return as_json
+
+
+def _stdlib(
+    target: TextIO | Stderr,
+    shared: list[structlog.typing.Processor],
+    renderer: structlog.typing.Processor,
+    level: int,
+) -> None:
+    """The standard library's loggers through the same renderer, warnings and above (or
+    ``level``, when higher); kazoo's kept to errors, asyncio's repeats held back."""
     handler = logging.StreamHandler(target)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
@@ -138,13 +149,11 @@ def configure(
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
         )
     )
-    stdlib = logging.CRITICAL + 10 if quiet else max(logging.WARNING, _number(level))
-    logging.basicConfig(handlers=[handler], level=stdlib, force=True)
+    logging.basicConfig(handlers=[handler], level=max(logging.WARNING, level), force=True)
     logging.getLogger("kazoo").setLevel(logging.ERROR)
     asyncio_logger = logging.getLogger("asyncio")
     if not any(isinstance(f, Repeats) for f in asyncio_logger.filters):
         asyncio_logger.addFilter(Repeats())
-    return as_json
 
 
 def _number(level: str) -> int:

@@ -129,6 +129,7 @@ async def test_a_project_spider_imports_the_module_paths_public_spiders_use(
     [
         ("from scrapy.crawler import CrawlerProcess", "scrapy.crawler"),
         ("from scrapy.exceptions import CloseSpider", "scrapy.exceptions.CloseSpider"),
+        ("from scrapy import signals", "scrapy.signals"),
     ],
 )
 async def test_a_scrapy_name_netdisco_lacks_is_named_with_what_to_do(
