@@ -91,12 +91,11 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     if not name.startswith("_"):  # scrapy.item.Item after `import netdisco as scrapy`
-        from netdisco.crawl.scrapyproject import scrapy_modules
+        from netdisco.crawl.scrapyproject import SUBMODULES, scrapy_modules
 
-        module = scrapy_modules().get(f"scrapy.{name}")
-        if module is not None:
-            globals()[name] = module
-            return module
+        if name in SUBMODULES:
+            globals()[name] = scrapy_modules()[f"scrapy.{name}"]
+            return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

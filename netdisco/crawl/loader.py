@@ -117,12 +117,12 @@ def import_failure(exc: BaseException) -> str:
     netdisco lacks with what to do, any other error as ``Type: message``."""
     if isinstance(exc, SyntaxError):
         return "\n" + "".join(traceback.format_exception_only(exc)).rstrip()
-    text = "".join(traceback.format_exception_only(exc)).strip()
     if isinstance(exc, ImportError) and (exc.name or "").partition(".")[0] == "scrapy":
         wanted = re.search(r"cannot import name '([^']+)'", str(exc))
-        lacked = f"{exc.name}.{wanted[1]}" if wanted else exc.name
-        return f"{_where(exc)} imports {lacked}: {_scrapy_hint_for(str(lacked))}"
-    return text
+        lacked = f"{exc.name}.{wanted[1]}" if wanted else str(exc.name)
+        where = _where(exc) or "the spider"
+        return f"{where} imports {lacked}: {_scrapy_hint_for(lacked)}"
+    return "".join(traceback.format_exception_only(exc)).strip()
 
 
 def missing_module(exc: ModuleNotFoundError, loading: str) -> str:

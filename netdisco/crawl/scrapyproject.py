@@ -166,6 +166,13 @@ def get_project_settings() -> ScrapySettings:
     return ScrapySettings(project.settings if project else {})
 
 
+#: the submodules of ``scrapy`` that ``scrapy_modules`` makes (``scrapy.item``, ...), known
+#: without making them: ``netdisco.item`` is one after ``import netdisco as scrapy``
+SUBMODULES = frozenset(
+    {"exceptions", "http", "item", "linkextractors", "loader", "selector", "spiders", "utils"}
+)
+
+
 @functools.cache
 def scrapy_modules() -> dict[str, ModuleType]:
     """The ``scrapy`` modules a project imports, made of netdisco's names (made once: the

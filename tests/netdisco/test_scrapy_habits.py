@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import netdisco
+from netdisco.crawl.scrapyproject import SUBMODULES, scrapy_modules
 from tests.netdisco.scrapy_reference.runs import PROJECT
 from tests.netdisco.scrapy_reference.site import serve
 
@@ -72,6 +73,8 @@ def test_import_netdisco_as_scrapy_reaches_scrapys_submodules() -> None:
     assert callable(scrapy.utils.project.get_project_settings)
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         _ = scrapy.nothing
+    made = {name.split(".")[1] for name in scrapy_modules() if name.startswith("scrapy.")}
+    assert made == SUBMODULES  # what netdisco's __getattr__ knows without making them
 
 
 FOLLOW = '''import scrapy
