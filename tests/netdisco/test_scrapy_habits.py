@@ -217,6 +217,15 @@ async def test_nolog_logs_nothing_but_the_summary(project: Path, site: str) -> N
     assert code == 0, output
     assert log_lines(output) == []
     assert '"event": "crawl_summary"' in output
+    set_in_settings_py(project, "LOG_ENABLED = False\n")  # Scrapy's --nolog, in settings.py
+    code, output = await netdisco_run("crawl", "books", f"-asite={site}", "--log-json", cwd=project)
+    assert (code, log_lines(output)) == (0, []), output
+    code, output = await netdisco_run(  # -s over settings.py, as in Scrapy
+        "crawl", "books", f"-asite={site}", "-s", "LOG_ENABLED=true", "-s", "LOG_LEVEL=WARNING",
+        "--log-json", cwd=project,
+    )  # fmt: skip
+    assert code == 0, output
+    assert {line["level"] for line in log_lines(output)} == {"warning"}, output
 
 
 async def test_settings_py_log_level_is_honoured_and_its_notes_are_warnings(
