@@ -23,7 +23,10 @@ The public surface is what this package exports (``__all__``); import it from
   ``CallablePipeline``, ``ConsolePipeline``, ``JsonLinesPipeline``), downloader
   ``Middleware`` and the download handler seam (``DownloadHandler``; ``MockHandler``
   answers a crawl with no sockets, for tests); items as Scrapy declares them (``Item``,
-  ``Field``, filled by ``ItemLoader``): docs/scrapy.md moves a Scrapy spider over;
+  ``Field``, filled by ``ItemLoader``): docs/scrapy.md moves a Scrapy spider over (after
+  ``import netdisco as scrapy``, ``scrapy.item``, ``scrapy.http``, ``scrapy.spiders``, ...
+  are netdisco's names for Scrapy's modules; ``get_project_settings`` reads the
+  settings.py of the Scrapy project around the current directory);
 - running engines: ``SpiderEngine``, ``EngineSettings``, ``EngineConfig``,
   ``load_config`` and ``create_app`` (the HTTP API as an aiohttp app to mount),
   ``EngineState`` (an engine's own lifecycle);
@@ -60,6 +63,7 @@ from netdisco.exceptions import ConfigError, DropItem, HttpStatusError, Netdisco
 
 if TYPE_CHECKING:
     from netdisco.crawl.loaders import ItemLoader
+    from netdisco.crawl.scrapyproject import get_project_settings
     from netdisco.engine.api import create_app
     from netdisco.engine.config import EngineConfig, EngineSettings, load_config
     from netdisco.engine.engine import SpiderEngine
@@ -69,6 +73,7 @@ if TYPE_CHECKING:
 #: the engine layer's public names -> their module, imported on first use
 _LAZY = {
     "ItemLoader": "netdisco.crawl.loaders",  # itemloaders: only for spiders that use it
+    "get_project_settings": "netdisco.crawl.scrapyproject",
     "EngineConfig": "netdisco.engine.config",
     "EngineSettings": "netdisco.engine.config",
     "SpiderEngine": "netdisco.engine.engine",
@@ -85,6 +90,12 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
+    if not name.startswith("_"):  # scrapy.item.Item after `import netdisco as scrapy`
+        from netdisco.crawl.scrapyproject import SUBMODULES, scrapy_modules
+
+        if name in SUBMODULES:
+            globals()[name] = scrapy_modules()[f"scrapy.{name}"]
+            return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -126,5 +137,6 @@ __all__ = [
     "SpiderState",
     "__version__",
     "create_app",
+    "get_project_settings",
     "load_config",
 ]

@@ -1,6 +1,7 @@
 """The ``netdisco`` command: ``crawl`` one spider standalone (``engine`` runs many), ``parse``
 one page with a spider, ``shell`` to try selectors on a page, ``new`` spider from a template,
-``deploy`` a project, ``dev up`` a standing local cluster, ``check`` an engine's config."""
+``list`` a project's spiders, ``deploy`` a project, ``dev up`` a standing local cluster,
+``check`` an engine's config."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from netdisco import check, deploy, dev, logs, progress
+from netdisco import check, deploy, dev, listing, logs, progress
 from netdisco._tasks import Tasks
 from netdisco._version import __version__
 from netdisco.crawl import settings as settings_module
@@ -26,6 +27,7 @@ from netdisco.crawl.crawler import Crawler, SpiderState
 from netdisco.crawl.feeds import FeedSpec, cli_feed
 from netdisco.crawl.loader import load_spider
 from netdisco.crawl.pipelines import json_line, to_jsonable
+from netdisco.crawl.scrapylog import LEVELS, log_choice, without_log
 from netdisco.crawl.scrapyproject import ScrapyProject, find_project, find_spider
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
@@ -47,14 +49,19 @@ from netdisco.values import read_toml
 log = structlog.get_logger(__name__)
 
 
-def crawl_settings(args: argparse.Namespace, custom: dict[str, Any]) -> Settings:
+def crawl_settings(
+    args: argparse.Namespace, custom: dict[str, Any], project: dict[str, Any] | None = None
+) -> Settings:
     """The crawl's settings from every source the command line names (their order:
-    ``settings.PRIORITIES``)."""
+    ``settings.PRIORITIES``): a Scrapy project's settings.py, the spider's
+    ``custom_settings``, ``--config``, ``NETDISCO_*``, ``-s``; Scrapy's log settings are
+    the log's (``apply_log_settings``)."""
     return settings_module.layered(
-        spider=Source(custom, settings_module.CUSTOM),
+        project=Source(without_log(project), settings_module.PROJECT) if project else None,
+        spider=Source(without_log(custom), settings_module.CUSTOM),
         file=Source(read_toml(args.config, key="--config")) if args.config else None,
         environment=settings_module.env_source(),
-        command_line=Source(settings_module.parse_pairs(args.set)),
+        command_line=Source(without_log(settings_module.parse_pairs(args.set))),
     )
 
 
@@ -92,9 +99,27 @@ def spider_and_settings(args: argparse.Namespace) -> tuple[Spider, Settings]:
     spider_class = _spider_class(args.spider, project)
     given = check_args(settings_module.parse_pairs(args.arg), spider_class, key="-a {name}")
     spider = make_spider(spider_class, given)
-    custom = {**(project.crawl_settings() if project else {}), **spider.custom_settings}
+    apply_log_settings(args, project.settings if project else {}, spider.custom_settings)
+    from_project = project.crawl_settings() if project else None
     args.scrapy_settings = {**project.settings, **spider.custom_settings} if project else None
-    return spider, crawl_settings(args, custom)
+    return spider, crawl_settings(args, spider.custom_settings, from_project)
+
+
+def apply_log_settings(
+    args: argparse.Namespace, project: dict[str, Any], custom: dict[str, Any]
+) -> None:
+    """Configure the log anew from Scrapy's LOG_LEVEL, LOG_FILE and LOG_ENABLED in
+    settings.py, ``custom_settings`` and ``-s``, unless the command line gave a level
+    (``-L``, ``--nolog``, ``--log-level``). A ``-j`` worker's log is its parent's: it
+    keeps the level it was started with, and its lines go through the parent."""
+    if not hasattr(args, "log_given"):  # a worker (netdisco.procs)
+        return
+    layers = {settings_module.PROJECT: project, settings_module.CUSTOM: custom,
+              "-s {key}": settings_module.parse_pairs(args.set)}  # fmt: skip
+    level, file = log_choice(args.log_given, layers)
+    if (level, file) != (args.log_level, None):
+        args.log_level = level  # what -j N passes on to its workers
+        args.log_json_effective = logs.configure(json=args.log_json, level=level, file=file)
 
 
 def _spider_class(ref: str, project: ScrapyProject | None) -> type[Spider]:
@@ -167,8 +192,9 @@ def _report(args: argparse.Namespace, crawl: Outcome, signals: Sequence[int]) ->
 
 
 def _global_options(defaults: bool) -> argparse.ArgumentParser:
-    """``--log-json`` and ``--log-level``, before the subcommand or after it (a subcommand's
-    copy has no defaults, so that it only overrides what was given)."""
+    """``--log-json`` and ``--log-level`` (Scrapy's ``-L``/``--loglevel`` and ``--nolog``
+    too), before the subcommand or after it (a subcommand's copy has no defaults, so that
+    it only overrides what was given)."""
     options = argparse.ArgumentParser(add_help=False)
     unset = argparse.SUPPRESS
     options.add_argument(
@@ -178,10 +204,15 @@ def _global_options(defaults: bool) -> argparse.ArgumentParser:
         help="JSON log lines and summary (default when stderr is not a terminal)",
     )
     options.add_argument(
-        "--log-level",
-        default="info" if defaults else unset,
-        choices=["debug", "info", "warning", "error"],
-    )
+        "--log-level", "-L", "--loglevel", dest="log_level", type=str.lower,
+        default=None if defaults else unset, choices=LEVELS, metavar="LEVEL",
+        help="debug, info (default), warning, error or critical, in any case (Scrapy's "
+        "-L WARNING); over a Scrapy project's LOG_LEVEL",
+    )  # fmt: skip
+    options.add_argument(
+        "--nolog", dest="log_level", action="store_const", const="none",
+        default=None if defaults else unset, help="log nothing (the summary is still printed)",
+    )  # fmt: skip
     return options
 
 
@@ -193,8 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     after = _global_options(False)
     for add in (_add_crawl_parser, _add_parse_parser, _add_shell_parser, _add_new_parser,
-                _add_engine_parser, check.add_parser, _add_demo_parser, dev.add_parser,
-                deploy.add_parser):  # fmt: skip
+                listing.add_parser, _add_engine_parser, check.add_parser, _add_demo_parser,
+                dev.add_parser, deploy.add_parser):  # fmt: skip
         add(commands, after)
     add_jobs_parser(commands, after)
     return parser
@@ -205,9 +236,11 @@ def _add_crawl_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "crawl",
         help="run one spider standalone",
         parents=[common],
-        description="Exit status: 0 when pages were fetched and the crawl finished, 1 when "
-        "the spider failed, no page succeeded or a --fail-on threshold was crossed, 2 on "
-        "bad usage, 128 + the signal that stopped it (130: Ctrl-C).",
+        description="Exit status: 0 when the crawl ran to its end, items or none (pages "
+        "answered 404 included, as Scrapy); 1 when the spider failed, no page came to "
+        "anything for want of an answer (a site that is down), every callback raised or a "
+        "--fail-on threshold was crossed; 2 on bad usage or a spider that cannot be "
+        "loaded; 128 + the signal that stopped it (130: Ctrl-C). docs/crawling.md.",
     )
     crawl.add_argument(
         "spider", help="FILE.py:Class, module:Class, or a spider's name beside scrapy.cfg"
@@ -469,6 +502,8 @@ async def _demo(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.log_given = args.log_level  # None: a Scrapy project's LOG_LEVEL may set it
+    args.log_level = args.log_level or "info"
     args.log_json_effective = logs.configure(json=args.log_json, level=args.log_level)
     try:
         code: int = asyncio.run(args.func(args))

@@ -17,7 +17,7 @@ import logging
 import math
 import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
 
@@ -67,11 +67,50 @@ class Stderr:
 CACHE_LOGGERS = True
 
 
-def configure(*, json: bool | None = None, level: str = "info", locals: bool = False) -> bool:
+class Discard(Stderr):
+    """Where ``--nolog``'s lines go: nowhere."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+class LogFile:
+    """The file log lines go to instead of stderr (Scrapy's ``LOG_FILE``): appended to,
+    a line at a time; the one open file is closed when logging is configured again."""
+
+    current: TextIO | None = None
+
+    @classmethod
+    def open(cls, path: str | None) -> TextIO | None:
+        if cls.current is not None:
+            cls.current.close()
+        cls.current = None
+        if path is not None:  # kept open for the process, as stderr is
+            cls.current = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        return cls.current
+
+
+def output() -> TextIO:
+    """Where log lines go now: the log file, or the standard error of the moment (a
+    worker's relayed lines follow them)."""
+    return LogFile.current or sys.stderr
+
+
+def configure(
+    *, json: bool | None = None, level: str = "info", locals: bool = False,
+    file: str | None = None,
+) -> bool:  # fmt: skip
     """Configure structlog, and the stdlib loggers under it, once for this process;
-    returns whether lines are JSON (``json``, or stderr is not a terminal). Tracebacks
-    show local variables only with ``locals`` (they may hold secrets, and they are long)."""
-    as_json = (not sys.stderr.isatty()) if json is None else json
+    returns whether lines are JSON (``json``, or stderr is not a terminal; a ``file``'s
+    are JSON unless ``json`` is False). Tracebacks show local variables only with
+    ``locals`` (they may hold secrets, and they are long). ``level`` ``none`` logs
+    nothing (``--nolog``)."""
+    quiet = level == "none"  # --nolog: the critical lines too are dropped
+    target: TextIO | Stderr = Discard() if quiet else (LogFile.open(file) or Stderr())
+    as_json = (file is not None or not sys.stderr.isatty()) if json is None else json
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
@@ -86,24 +125,39 @@ def configure(*, json: bool | None = None, level: str = "info", locals: bool = F
     structlog.configure(
         processors=[*shared, exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
+            logging.CRITICAL if quiet else _number(level)
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=Stderr()),  # type: ignore[arg-type]
+        logger_factory=structlog.PrintLoggerFactory(file=target),  # type: ignore[arg-type]
         cache_logger_on_first_use=CACHE_LOGGERS,
     )
-    handler = logging.StreamHandler(Stderr())
+    _stdlib(target, shared, renderer, logging.CRITICAL + 10 if quiet else _number(level))
+    return as_json
+
+
+def _stdlib(
+    target: TextIO | Stderr,
+    shared: list[structlog.typing.Processor],
+    renderer: structlog.typing.Processor,
+    level: int,
+) -> None:
+    """The standard library's loggers through the same renderer, warnings and above (or
+    ``level``, when higher); kazoo's kept to errors, asyncio's repeats held back."""
+    handler = logging.StreamHandler(target)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=shared,
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
         )
     )
-    logging.basicConfig(handlers=[handler], level=logging.WARNING, force=True)
+    logging.basicConfig(handlers=[handler], level=max(logging.WARNING, level), force=True)
     logging.getLogger("kazoo").setLevel(logging.ERROR)
     asyncio_logger = logging.getLogger("asyncio")
     if not any(isinstance(f, Repeats) for f in asyncio_logger.filters):
         asyncio_logger.addFilter(Repeats())
-    return as_json
+
+
+def _number(level: str) -> int:
+    return logging.getLevelNamesMapping()[level.upper()]
 
 
 def _tracebacks(locals: bool) -> structlog.typing.ExceptionRenderer:

@@ -184,7 +184,7 @@ _NOTED: set[tuple[str, str]] = set()  # aliases noted already (settings load mor
 def _note_ignored(cls: type[Section], key: str, why: str) -> None:
     if (key, "") not in _NOTED:
         _NOTED.add((key, ""))
-        log.info("setting_ignored", key=key, why=why)
+        log.warning("setting_ignored", key=key, why=why)
 
 
 def _known(cls: type[Section], source: Source, name: str, known: Collection[str]) -> str:
@@ -196,7 +196,7 @@ def _known(cls: type[Section], source: Source, name: str, known: Collection[str]
         target, differs = cls.ALIASES[name]
         if (key, target) not in _NOTED:
             _NOTED.add((key, target))
-            log.info("setting_alias", key=key, use=cls.PREFIX + target, differs=differs or None)
+            log.warning("setting_alias", key=key, use=cls.PREFIX + target, differs=differs or None)
         return target
     if name in cls.RENAMED:
         raise ConfigError(key, cls.RENAMED[name])

@@ -1,9 +1,10 @@
 """Find the user's spider class from ``FILE.py:Class`` or ``module:Class``.
 
-As ``scrapy runspider`` and engines do, a spider file imports the modules beside it (its
-directory is on ``sys.path`` while it loads) and ``module:Class`` is found from the current
-directory. Each failure names what is missing: a class (with the spider classes there are),
-or a module (with the file that imports it, and what to put on the path).
+As ``scrapy runspider`` and engines do, a spider file imports the modules beside it and
+those of the current directory (a project's root, whose package the file imports): both
+are on ``sys.path`` while it loads, and ``module:Class`` is found from the current
+directory too. Each failure names what is missing: a class (with the spider classes there
+are), or a module (with the file that imports it, and what to do).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import contextlib
 import importlib
 import importlib.util
 import os
+import re
 import sys
 import traceback
 from collections.abc import Iterator
@@ -98,7 +100,7 @@ def _load_file(path_text: str) -> object:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
-        with on_path(path.parent):
+        with on_path(os.getcwd()), on_path(path.parent):  # the file's directory first
             spec.loader.exec_module(module)
     except ModuleNotFoundError as exc:
         del sys.modules[name]
@@ -111,23 +113,51 @@ def _load_file(path_text: str) -> object:
 
 def import_failure(exc: BaseException) -> str:
     """Why user code did not import, as Python says it: a ``SyntaxError`` with its file,
-    its line and a caret under the place (not the tuple its repr holds), any other
-    error as ``Type: message``."""
+    its line and a caret under the place (not the tuple its repr holds), a Scrapy name
+    netdisco lacks with what to do, any other error as ``Type: message``."""
     if isinstance(exc, SyntaxError):
         return "\n" + "".join(traceback.format_exception_only(exc)).rstrip()
+    if isinstance(exc, ImportError) and (exc.name or "").partition(".")[0] == "scrapy":
+        wanted = re.search(r"cannot import name '([^']+)'", str(exc))
+        lacked = f"{exc.name}.{wanted[1]}" if wanted else str(exc.name)
+        where = _where(exc) or "the spider"
+        return f"{where} imports {lacked}: {_scrapy_hint_for(lacked)}"
     return "".join(traceback.format_exception_only(exc)).strip()
 
 
 def missing_module(exc: ModuleNotFoundError, loading: str) -> str:
     """``No module named 'x'``, with the file and line that import it and what to do."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
-    where = f"{frames[-1].filename}, line {frames[-1].lineno}" if frames else loading
     top = (exc.name or "?").partition(".")[0]
     if top == "scrapy":
-        hint = ("netdisco runs Scrapy spiders without Scrapy: write `import netdisco as scrapy` "
-                "(docs/scrapy.md), or in a Scrapy project run `netdisco crawl NAME` beside "
-                "scrapy.cfg")  # fmt: skip
+        hint = _scrapy_hint_for(exc.name or top)
     else:
-        hint = (f"install it, or put the directory that holds {top} on PYTHONPATH (the spider "
-                "file's own directory and the current directory are searched already)")  # fmt: skip
+        hint = (f"install it (pip install), or put the directory that holds {top} on "
+                "PYTHONPATH: the spider file's own directory and the current directory "
+                f"({os.getcwd()}) are the only ones searched")  # fmt: skip
+    where = _where(exc) or loading
     return f"error while loading {loading}: {where} imports {exc.name!r}, not found: {hint}"
+
+
+def _where(exc: BaseException) -> str:
+    """The file and line of user code where ``exc`` was raised ("" when none)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    return f"{frames[-1].filename}, line {frames[-1].lineno}" if frames else ""
+
+
+def _scrapy_hint_for(name: str) -> str:
+    """What to do about ``scrapy.x.Name``: netdisco's own name for it when there is one
+    (``import scrapy`` is mapped only beside scrapy.cfg), else that there is none."""
+    from netdisco.crawl.scrapyproject import scrapy_modules  # it imports this module
+
+    modules = scrapy_modules()
+    module, _, attribute = name.rpartition(".")
+    has = name in modules or (module in modules and hasattr(modules[module], attribute))
+    if has and sys.modules.get("scrapy") is not modules["scrapy"]:
+        return ("netdisco runs Scrapy spiders without Scrapy: in a spider file write "
+                "`import netdisco as scrapy` (and `from netdisco import ...` for scrapy's "
+                "submodules, docs/scrapy.md); in a Scrapy project run `netdisco crawl "
+                "NAME` in the directory of scrapy.cfg, which maps `import scrapy`")  # fmt: skip
+    provided = ", ".join(sorted(modules))
+    return (f"netdisco has no counterpart of {name} (its Scrapy modules: {provided}; "
+            "docs/scrapy.md says what each holds): remove that import and the code that "
+            "uses it, or run this spider with Scrapy itself")  # fmt: skip

@@ -1,10 +1,15 @@
 """Scrapy's setting names, as the crawl settings read them: aliases of netdisco's settings,
 startproject's boilerplate accepted with a note, and names refused with what to do instead
-(docs/configuration.md renders the tables)."""
+(docs/configuration.md renders the tables); and Scrapy's ``{path: order}`` tables."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from typing import Any
+
+from netdisco.exceptions import ConfigError
+from netdisco.values import parse_strings
 
 #: Scrapy's names for netdisco's settings: (the setting, how its meaning differs)
 SCRAPY_ALIASES: Mapping[str, tuple[str, str]] = {
@@ -57,6 +62,27 @@ SCRAPY_REFUSED: Mapping[str, str] = {
     "built-in ones) or the spider's middlewares() method",
     "SPIDER_MIDDLEWARES": "netdisco has no spider middleware layer: move the work into the "
     "callbacks, a downloader middleware (middlewares = ['module:Class']) or an item pipeline",
-    "LOG_LEVEL": "a command-line flag: netdisco --log-level warning (or after the command)",
+    **{
+        name: "the log is the process's, not a crawl's: netdisco --log-level warning (Scrapy's "
+        "-L WARNING, --nolog), after the command or before it; netdisco crawl also reads "
+        f"{name} from a Scrapy project's settings.py, custom_settings and -s"
+        for name in ("LOG_LEVEL", "LOG_FILE", "LOG_ENABLED")
+    },
     "HTTPCACHE_ENABLED": "set http_cache = 'DIR' (HTTPCACHE_DIR): a directory turns it on",
 }
+
+
+def ordered_paths(key: str, raw: Any) -> tuple[str, ...]:
+    """Import paths from a list, or from Scrapy's ``{path: order}`` table (in order of the
+    numbers; a path set to None is left out, as Scrapy disables it)."""
+    if isinstance(raw, Mapping):
+        orders = {str(path): order for path, order in raw.items() if order is not None}
+        if not all(isinstance(order, int | float) for order in orders.values()):
+            raise ConfigError(key, "expected a table of 'module.Class' = number")
+        return tuple(sorted(orders, key=lambda path: orders[path]))
+    if isinstance(raw, str) and raw.lstrip().startswith("{"):  # -s ITEM_PIPELINES='{...}'
+        try:
+            return ordered_paths(key, json.loads(raw))
+        except ValueError as exc:
+            raise ConfigError(key, f"expected a JSON object: {exc}") from None
+    return parse_strings(key, raw)

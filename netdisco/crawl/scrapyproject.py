@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import configparser
 import dataclasses
+import functools
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Iterator, Mapping
@@ -34,6 +36,7 @@ from netdisco.crawl.linkextractor import LinkExtractor
 from netdisco.crawl.loader import import_failure, missing_module, spider_classes
 from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
+from netdisco.crawl.scrapylog import LOG_NAMES
 from netdisco.crawl.settings import Settings
 from netdisco.crawl.spider import Spider
 from netdisco.exceptions import DropItem, SpiderLoadError
@@ -70,13 +73,14 @@ class ScrapyProject:
 def split_settings(table: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Scrapy-style settings as (those a crawl reads: netdisco's names and Scrapy's aliases,
     ignored and renamed names; the others, which only ``from_crawler`` reads). A middleware
-    table that enables nothing is neither."""
+    table that enables nothing is neither, nor are the log's names (``netdisco.crawl.
+    scrapylog`` reads them where a crawl has a log of its own: not in a job)."""
     known = {f.name for f in dataclasses.fields(Settings)}
     known |= {*Settings.ALIASES, *Settings.IGNORED, *Settings.RENAMED}
     taken: dict[str, Any] = {}
     unused: dict[str, Any] = {}
     for name, value in table.items():
-        if name in _MIDDLEWARE_TABLES and _enables_nothing(value):
+        if name in LOG_NAMES or (name in _MIDDLEWARE_TABLES and _enables_nothing(value)):
             continue
         (taken if name in known else unused)[name] = value
     return taken, unused
@@ -86,15 +90,22 @@ def _enables_nothing(table: Any) -> bool:
     return not any(value is not None for value in dict(table or {}).values())
 
 
+def closest_scrapy_cfg(path: str | os.PathLike[str] = ".", prevpath: object = None) -> str:
+    """The scrapy.cfg in ``path`` or the nearest directory above it, "" when there is none
+    (Scrapy's ``scrapy.utils.conf.closest_scrapy_cfg``; ``prevpath`` is its recursion's)."""
+    here = Path(path).resolve()
+    for directory in (here, *here.parents):
+        if (directory / "scrapy.cfg").is_file():
+            return str(directory / "scrapy.cfg")
+    return ""
+
+
 def find_project(start: Path | None = None) -> ScrapyProject | None:
     """The Scrapy project whose scrapy.cfg is in ``start`` (the current directory) or
     above it, with its root put on ``sys.path`` and ``scrapy`` mapped to netdisco; None
     when there is no scrapy.cfg."""
-    here = (start or Path.cwd()).resolve()
-    for directory in (here, *here.parents):
-        if (directory / "scrapy.cfg").is_file():
-            return open_project(directory)
-    return None
+    cfg = closest_scrapy_cfg(start or Path.cwd())
+    return open_project(Path(cfg).parent) if cfg else None
 
 
 def open_project(root: Path) -> ScrapyProject:
@@ -123,15 +134,22 @@ def _import(name: str, root: Path) -> ModuleType:
         raise SpiderLoadError(f"error while importing {name!r} ({root}): {failure}") from exc
 
 
-def find_spider(project: ScrapyProject, name: str) -> type[Spider]:
-    """The spider class whose ``name`` is ``name`` in the project's ``SPIDER_MODULES``;
-    two of one name are refused, naming both."""
+def project_spiders(project: ScrapyProject) -> dict[str, list[type[Spider]]]:
+    """The spider classes of the project's ``SPIDER_MODULES`` by their ``name`` (what
+    ``netdisco list`` prints, as ``scrapy list`` does)."""
     found: dict[str, list[type[Spider]]] = {}
     for module in _spider_modules(project):
         for attribute in spider_classes(module):
             cls = getattr(module, attribute)
             if cls.__module__ == module.__name__ and cls.name:
                 found.setdefault(cls.name, []).append(cls)
+    return found
+
+
+def find_spider(project: ScrapyProject, name: str) -> type[Spider]:
+    """The spider class whose ``name`` is ``name`` in the project's ``SPIDER_MODULES``;
+    two of one name are refused, naming both."""
+    found = project_spiders(project)
     if name not in found:
         names = ", ".join(sorted(found)) or "none"
         raise SpiderLoadError(f"no spider named {name!r} in SPIDER_MODULES "
@@ -157,9 +175,20 @@ def get_project_settings() -> ScrapySettings:
     return ScrapySettings(project.settings if project else {})
 
 
+#: the submodules of ``scrapy`` that ``scrapy_modules`` makes (``scrapy.item``, ...), known
+#: without making them: ``netdisco.item`` is one after ``import netdisco as scrapy``
+SUBMODULES = frozenset(
+    {"exceptions", "http", "item", "linkextractors", "loader", "selector", "spiders", "utils"}
+)
+
+
+@functools.cache
 def scrapy_modules() -> dict[str, ModuleType]:
-    """The ``scrapy`` modules a project imports, made of netdisco's names."""
-    from netdisco.crawl.loaders import ItemLoader  # itemloaders: only for projects
+    """The ``scrapy`` modules a project imports, made of netdisco's names (made once: the
+    mapped ``scrapy`` is this table's, which the load errors check)."""
+    from itemloaders import processors  # as ItemLoader: only for projects
+
+    from netdisco.crawl.loaders import ItemLoader
 
     tables: dict[str, Mapping[str, Any]] = {
         "scrapy.spiders": {"Spider": Spider, "CrawlSpider": spiders.CrawlSpider,
@@ -169,10 +198,13 @@ def scrapy_modules() -> dict[str, ModuleType]:
                         "TextResponse": Response},
         "scrapy.item": {"Item": Item, "Field": Field},
         "scrapy.loader": {"ItemLoader": ItemLoader},
+        "scrapy.loader.processors": {name: getattr(processors, name) for name in (
+            "Compose", "Identity", "Join", "MapCompose", "SelectJmes", "TakeFirst")},
         "scrapy.linkextractors": {"LinkExtractor": LinkExtractor},
         "scrapy.exceptions": {"DropItem": DropItem},
         "scrapy.selector": {"Selector": parsel.Selector},
         "scrapy.utils.project": {"get_project_settings": get_project_settings},
+        "scrapy.utils.conf": {"closest_scrapy_cfg": closest_scrapy_cfg},
         "scrapy.utils": {},
     }  # fmt: skip
     top = {"Spider": Spider, "Request": Request, "FormRequest": FormRequest, "Item": Item,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -22,7 +21,12 @@ from urllib.parse import urlsplit
 
 from netdisco._version import __version__
 from netdisco.crawl.feeds.spec import FeedSpec, parse_feeds
-from netdisco.crawl.scrapynames import SCRAPY_ALIASES, SCRAPY_IGNORED, SCRAPY_REFUSED
+from netdisco.crawl.scrapynames import (
+    SCRAPY_ALIASES,
+    SCRAPY_IGNORED,
+    SCRAPY_REFUSED,
+    ordered_paths,
+)
 from netdisco.crawl.throttle import MAX_HOST_DELAY, HostRule, parse_hosts
 from netdisco.exceptions import ConfigError
 from netdisco.frontiers import is_shared
@@ -123,22 +127,6 @@ def _proxy(url: str) -> str | None:
 def _import_path(path: str) -> str | None:
     ok = path.strip() and ("." in path or ":" in path)
     return None if ok else f"expected 'module:Class', got {path!r}"
-
-
-def _ordered_paths(key: str, raw: Any) -> tuple[str, ...]:
-    """Import paths from a list, or from Scrapy's ``{path: order}`` table (in order of the
-    numbers; a path set to None is left out, as Scrapy disables it)."""
-    if isinstance(raw, Mapping):
-        orders = {str(path): order for path, order in raw.items() if order is not None}
-        if not all(isinstance(order, int | float) for order in orders.values()):
-            raise ConfigError(key, "expected a table of 'module.Class' = number")
-        return tuple(sorted(orders, key=lambda path: orders[path]))
-    if isinstance(raw, str) and raw.lstrip().startswith("{"):  # -s ITEM_PIPELINES='{...}'
-        try:
-            return _ordered_paths(key, json.loads(raw))
-        except ValueError as exc:
-            raise ConfigError(key, f"expected a JSON object: {exc}") from None
-    return parse_strings(key, raw)
 
 
 def _frontier(url: str) -> str | None:
@@ -430,7 +418,7 @@ class Settings(Section):
         "Scrapy item pipeline classes ('module.Class'), run in this order before the "
         "feeds (ITEM_PIPELINES' table of numbers is accepted): process_item(item, spider), "
         "open_spider, close_spider, from_crawler",
-        parse=_ordered_paths,
+        parse=ordered_paths,
         check=each(_import_path),
     )
     warc_max_size: int = _field(
@@ -536,13 +524,15 @@ def from_env(environ: Mapping[str, str] | None = None, *, base: Settings | None 
 
 #: where a crawl's settings come from, and which wins: a higher priority overrides a lower
 #: one (Scrapy's ``SETTINGS_PRIORITIES``). Entry points name their sources; the order is
-#: this table's alone. ``spider``: its ``custom_settings`` (a Scrapy project's settings.py
-#: under them); ``file``: a ``--config`` file, an engine's TOML table, an HTTP launch's
-#: settings, or what a program hands to ``add_spider``; ``environment``: ``NETDISCO_*``;
-#: ``command_line``: ``-s name=value``.
-PRIORITIES: Mapping[str, int] = {"spider": 10, "file": 20, "environment": 30, "command_line": 40}
-#: how an error names a key of a spider's ``custom_settings``
-CUSTOM = "custom_settings.{key}"
+#: this table's alone. ``project``: a Scrapy project's settings.py; ``spider``: its
+#: ``custom_settings``; ``file``: a ``--config`` file, an engine's TOML table, an HTTP
+#: launch's settings, or what a program hands to ``add_spider``; ``environment``:
+#: ``NETDISCO_*``; ``command_line``: ``-s name=value``.
+PRIORITIES: Mapping[str, int] = {
+    "project": 5, "spider": 10, "file": 20, "environment": 30, "command_line": 40,
+}  # fmt: skip
+#: how an error or a note names a key of a spider's ``custom_settings``, of settings.py
+CUSTOM, PROJECT = "custom_settings.{key}", "settings.py: {key}"
 
 
 def layered(**sources: Source | None) -> Settings:

@@ -321,6 +321,11 @@ class Stats:
         """Count one error under ``kind`` (the closing summary's top errors)."""
         self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
 
+    def client_errors(self) -> int:
+        """Failed requests the site answered with a 4xx status (``error_kind``'s
+        ``HTTP 404``): it is up, and said there is nothing there."""
+        return sum(n for kind, n in self.error_kinds.items() if kind.startswith(CLIENT_ERROR))
+
     def error(self, message: str) -> None:
         """Remember the latest error for the status endpoint."""
         self.last_error = message
@@ -356,6 +361,10 @@ class Stats:
         fields = self.as_dict()
         del fields["last_error"]
         return fields
+
+
+#: how ``error_kind`` begins the kind of a 4xx answer
+CLIENT_ERROR = "HTTP 4"
 
 
 def error_kind(exc: BaseException) -> str:

@@ -39,14 +39,18 @@ class Outcome(Protocol):
 
 def exit_code(crawl: Outcome, signals: Sequence[int]) -> int:
     """128 + the signal that stopped the crawl (130: Ctrl-C); 1 when the spider failed,
-    no page came to anything (a site that is down) or every callback raised, unless the
-    crawl had finished before; 0 otherwise."""
+    no page came to anything for want of an answer (a site that is down: no connection,
+    timeouts, 5xx) or every callback raised, unless the crawl had finished before; 0
+    otherwise, as Scrapy: a crawl whose pages were answered 404 (``-a tag=humor`` where
+    there is none) ran, and found nothing."""
     if signals:
         return 128 + signals[0]
     if crawl.already_finished is not None:  # nothing to fetch is the expected outcome
         return 0
     s = crawl.stats
-    if crawl.state is SpiderState.FAILED or s.succeeded + s.not_modified + s.age_skipped == 0:
+    if crawl.state is SpiderState.FAILED:
+        return 1
+    if s.succeeded + s.not_modified + s.age_skipped == 0 and s.failed > s.client_errors():
         return 1
     every_callback_raised = s.callback_errors >= s.succeeded and not s.items
     return 1 if s.callback_errors and every_callback_raised else 0

@@ -28,6 +28,7 @@ from typing import IO, Any
 
 import structlog
 
+from netdisco import logs
 from netdisco.crawl.feeds import feed_pipelines
 from netdisco.crawl.feeds.pipeline import FeedPipeline
 from netdisco.crawl.lifecycle import TERMINAL, Phase, SpiderState, allows
@@ -333,7 +334,8 @@ class ProcessCrawl:
 async def _relay(process: asyncio.subprocess.Process) -> None:
     """Copy a worker's log lines to our standard error, each line whole (a logging handler
     writes a line in two calls, so workers sharing one stderr would split each other's).
-    Written as text to the stderr of the moment: the live display prints it above itself."""
+    Written as text to the log's output of the moment (a Scrapy project's LOG_FILE, or
+    stderr, where the live display prints it above itself)."""
     assert process.stderr is not None
     while True:
         try:
@@ -342,6 +344,6 @@ async def _relay(process: asyncio.subprocess.Process) -> None:
             line = await process.stderr.read(MAX_LINE)
         if not line:
             return
-        err = sys.stderr
+        err = logs.output()
         err.write(line.decode(errors="replace") + ("" if line.endswith(b"\n") else "\n"))
         err.flush()
