@@ -98,7 +98,15 @@ typecheck: $(STAMP)
 SUITE_DEADLINE ?= 1500
 WORKERS ?= 4
 PYTEST_ARGS ?=
-unit: $(STAMP) system-deps
+# scrapyd-client (its tests drive the monitor's Scrapyd API) brings Scrapy itself: a venv of
+# its own, so that the suite's has no Scrapy (netdisco maps `import scrapy` where it is absent)
+SCRAPYD_TOOLS := .venv-scrapyd
+$(SCRAPYD_TOOLS)/.installed: $(LOCK)
+	$(PYTHON) -m venv $(SCRAPYD_TOOLS)
+	$(SCRAPYD_TOOLS)/bin/pip install -q -c $(LOCK) scrapyd-client
+	touch $@
+
+unit: $(STAMP) system-deps $(SCRAPYD_TOOLS)/.installed
 	@run=$$($(BIN)/python -c 'import uuid; print(uuid.uuid4().hex)'); status=0; \
 	NDTEST_RUN=$$run NETDISCO_SUITE_DEADLINE=$(SUITE_DEADLINE) \
 	  timeout --foreground -k 30 $$(( $(SUITE_DEADLINE) + 60 )) \

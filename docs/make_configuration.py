@@ -74,7 +74,9 @@ SOURCES = {
     "`settings` of `POST /netdiscovery/spiders`, or the settings a program hands to "
     "`SpiderEngine.add_spider` / `Crawler` (of a `Settings` object, the values that differ "
     "from the defaults)",
-    "spider": "the spider's `custom_settings` (a Scrapy project's `settings.py` under them)",
+    "spider": "the spider's `custom_settings`",
+    "project": "a Scrapy project's `settings.py` (`netdisco crawl NAME` beside `scrapy.cfg`, "
+    "and the jobs of a deployed Scrapy project)",
 }
 
 

@@ -150,9 +150,9 @@ def spider_settings(
 ) -> Settings:
     """The spider's ``custom_settings`` (over its Scrapy ``project``'s settings.py, as
     ``netdisco crawl NAME`` layers them) under ``table``; errors name ``key.<setting>``."""
-    custom = {**(project or {}), **spider_class.custom_settings}
     settings = crawl_settings.layered(
-        spider=Source(custom, crawl_settings.CUSTOM),
+        project=Source(project, crawl_settings.PROJECT) if project else None,
+        spider=Source(spider_class.custom_settings, crawl_settings.CUSTOM),
         file=Source(table, f"{key}.{{key}}"),
     )
     try:

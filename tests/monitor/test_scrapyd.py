@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import sys
 import zipfile
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -21,8 +20,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from scrapyd_client.exceptions import ErrorResponse
-from scrapyd_client.pyclient import ScrapydClient
 
 from monitor.daemon import Monitor
 from monitor.settings import ControlSettings
@@ -34,7 +31,9 @@ from tests.netdisco.scrapy_reference.runs import EXPECTED, PROJECT, normalised
 from tests.netdisco.scrapy_reference.site import serve
 
 TOKEN, DEPLOY = "c0ntrol-token", "d3ploy-token"
-BIN = Path(sys.executable).parent
+#: scrapyd-client's venv (``make`` builds it from the lock): it brings Scrapy itself, which
+#: the suite's own venv must not have (netdisco maps ``import scrapy`` where Scrapy is absent)
+TOOLS = Path(os.environ.get("NETDISCO_SCRAPYD_TOOLS", Path(__file__).parents[2] / ".venv-scrapyd"))
 #: the keys of each list of listjobs.json, as Scrapyd 1.6 answers them
 PENDING = {"id", "project", "spider", "version", "settings", "args"}
 RUNNING = {"id", "project", "spider", "pid", "start_time", "log_url", "items_url"}
@@ -76,14 +75,55 @@ def startproject(tmp_path: Path, url: str) -> Path:
 
 async def run(program: str, *argv: str, cwd: Path) -> tuple[int, str, str]:
     """One of scrapyd-client's commands in ``cwd`` (no ~/.netrc: HOME is the test's)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NETDISCO_")}
+    tool = TOOLS / "bin" / program
+    assert tool.exists(), f"{tool} is missing: make .venv-scrapyd/.installed builds it"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NETDISCO_", "VIRTUAL_ENV"))}
     env["HOME"] = str(cwd.parent)
     proc = await asyncio.create_subprocess_exec(
-        str(BIN / program), *argv, cwd=cwd, env=env,
+        str(tool), *argv, cwd=cwd, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     return proc.returncode or 0, out.decode(), err.decode()
+
+
+#: scrapyd-client's Python client, run in its venv: one call, its answer or error as JSON
+PYCLIENT = """
+import json, sys
+from scrapyd_client.exceptions import ErrorResponse
+from scrapyd_client.pyclient import ScrapydClient
+url, user, password, method, args = sys.argv[1:]
+client = ScrapydClient(url, user, password)
+try:
+    print(json.dumps({"result": getattr(client, method)(*json.loads(args))}))
+except ErrorResponse as exc:
+    print(json.dumps({"error": str(exc)}))
+"""
+
+
+class ErrorResponse(Exception):
+    """What scrapyd-client's ``ErrorResponse`` said (raised in its own venv)."""
+
+
+class ScrapydClient:
+    """scrapyd-client's ``ScrapydClient``, each method called in scrapyd-client's venv."""
+
+    def __init__(self, url: str, user: str, password: str) -> None:
+        self.auth = [url, user, password]
+
+    async def call(self, method: str, *args: Any) -> Any:
+        python = TOOLS / "bin" / "python"
+        assert python.exists(), f"{python} is missing: make .venv-scrapyd/.installed builds it"
+        proc = await asyncio.create_subprocess_exec(
+            str(python), "-c", PYCLIENT, *self.auth, method, json.dumps(args),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+        assert proc.returncode == 0, err.decode()
+        answer = json.loads(out)
+        if "error" in answer:
+            raise ErrorResponse(answer["error"])
+        return answer["result"]
 
 
 def basic(token: str | None) -> dict[str, str]:
@@ -118,7 +158,7 @@ def ok(answer: dict[str, Any], **body: Any) -> None:
 
 async def currstate(client: ScrapydClient, job: str, *states: str) -> None:
     async def reached() -> bool:
-        answer = await asyncio.to_thread(client.status, job, "bookproj")
+        answer = await client.call("status", job, "bookproj")
         return answer["currstate"] in states
 
     await eventually(reached, f"job {job} {'/'.join(states)}", timeout=180)
@@ -139,14 +179,14 @@ async def test_scrapyd_deploy_schedule_list_log_items_cancel_and_delete(
     client = ScrapydClient(base, "someone", TOKEN)
     code, out, _ = await run("scrapyd-client", "projects", cwd=project)
     assert (code, out.split()) == (0, ["bookproj"])
-    assert await asyncio.to_thread(client.spiders, "bookproj") == ["authors", "books"]
+    assert await client.call("spiders", "bookproj") == ["authors", "books"]
     args = [("setting", "PRICE_RATE=3"), ("site", reference_site)]
-    job = await asyncio.to_thread(client.schedule, "bookproj", "books", args)
+    job = await client.call("schedule", "bookproj", "books", args)
     assert is_job_id(job)
     await currstate(client, job, "finished")
-    ok(await asyncio.to_thread(client.status, job, "bookproj"), currstate="finished")
-    ok(await asyncio.to_thread(client.daemonstatus), pending=0, running=0, finished=1)
-    listed = await asyncio.to_thread(client.jobs, "bookproj")
+    ok(await client.call("status", job, "bookproj"), currstate="finished")
+    ok(await client.call("daemonstatus"), pending=0, running=0, finished=1)
+    listed = await client.call("jobs", "bookproj")
     assert isinstance(listed.pop("node_name"), str)
     assert (listed["status"], listed["pending"], listed["running"]) == ("ok", [], [])
     (row,) = listed["finished"]
@@ -180,14 +220,14 @@ async def cancel_a_running_job(client: ScrapydClient, site: str) -> None:
     """A job of a chosen ``jobid``, slowed by a Scrapy setting, cancelled while it runs."""
     jobid = "0123456789ab"
     args = [("jobid", jobid), ("setting", "DOWNLOAD_DELAY=60"), ("site", site)]
-    assert await asyncio.to_thread(client.schedule, "bookproj", "books", args) == jobid
+    assert await client.call("schedule", "bookproj", "books", args) == jobid
     await currstate(client, jobid, "running")
-    running = (await asyncio.to_thread(client.jobs, "bookproj"))["running"]
+    running = (await client.call("jobs", "bookproj"))["running"]
     assert [set(r) for r in running] == [RUNNING]
-    answer = await asyncio.to_thread(client.cancel, "bookproj", jobid)
+    answer = await client.call("cancel", "bookproj", jobid)
     ok(answer, prevstate="running")
     await currstate(client, jobid, "finished")
-    ok(await asyncio.to_thread(client.cancel, "bookproj", jobid), prevstate=None)
+    ok(await client.call("cancel", "bookproj", jobid), prevstate=None)
 
 
 async def delete_a_version_then_the_project(base: str, project: Path) -> None:
@@ -198,13 +238,13 @@ async def delete_a_version_then_the_project(base: str, project: Path) -> None:
     code, out, err = await run("scrapyd-deploy", "--version", "2.0", cwd=project)
     assert code == 0, err
     ok(json.loads(out), project="bookproj", version="2.0", spiders=2)
-    assert await asyncio.to_thread(client.versions, "bookproj") == ["1.0", "2.0"]
-    ok(await asyncio.to_thread(client.delversion, "bookproj", "1.0"))
-    assert await asyncio.to_thread(client.versions, "bookproj") == ["2.0"]
+    assert await client.call("versions", "bookproj") == ["1.0", "2.0"]
+    ok(await client.call("delversion", "bookproj", "1.0"))
+    assert await client.call("versions", "bookproj") == ["2.0"]
     with pytest.raises(ErrorResponse, match=r"version '1\.0' not found"):
-        await asyncio.to_thread(client.delversion, "bookproj", "1.0")
-    ok(await asyncio.to_thread(client.delproject, "bookproj"))
-    assert await asyncio.to_thread(client.projects) == []
+        await client.call("delversion", "bookproj", "1.0")
+    ok(await client.call("delproject", "bookproj"))
+    assert await client.call("projects") == []
 
 
 def egg(*members: tuple[str, bytes]) -> bytes:
@@ -305,7 +345,7 @@ async def test_a_scheduled_job_is_requeued_on_another_engine_when_its_engine_is_
     await eventually(lambda: len(monitor.jobs.slots()) == 1, "one engine", timeout=30)
     client = ScrapydClient(monitor.http.url, "someone", TOKEN)
     args = [("setting", "DOWNLOAD_DELAY=60"), ("site", reference_site)]  # slow: still running
-    job = await asyncio.to_thread(client.schedule, "bookproj", "books", args)
+    job = await client.call("schedule", "bookproj", "books", args)
     await currstate(client, job, "running")
     await spawn_engine("e2")
     await eventually(lambda: len(monitor.jobs.slots()) == 2, "the second engine", timeout=30)
@@ -317,7 +357,7 @@ async def test_a_scheduled_job_is_requeued_on_another_engine_when_its_engine_is_
         return got is not None and (got[0].engine, got[0].state) == ("e2", "running")
 
     await eventually(on_e2, "the job running again, on e2", timeout=60)
-    (row,) = (await asyncio.to_thread(client.jobs, "bookproj"))["running"]
+    (row,) = (await client.call("jobs", "bookproj"))["running"]
     assert row["id"] == job
-    ok(await asyncio.to_thread(client.cancel, "bookproj", job), prevstate="running")
+    ok(await client.call("cancel", "bookproj", job), prevstate="running")
     await currstate(client, job, "finished")

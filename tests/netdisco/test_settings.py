@@ -234,7 +234,7 @@ def test_every_entry_point_names_its_sources_and_the_table_orders_them() -> None
     s = layered(**sources)  # given highest first: the order is the table's, not the caller's
     assert (s.retries, s.concurrency, s.max_pages, s.depth_limit) == (4, 9, 6, 2)
     assert sorted(PRIORITIES, key=PRIORITIES.__getitem__) == [
-        "spider", "file", "environment", "command_line"
+        "project", "spider", "file", "environment", "command_line"
     ]  # fmt: skip
     with pytest.raises(TypeError, match="unknown settings sources"):
-        layered(project=Source({}))
+        layered(settings_py=Source({}))
