@@ -646,7 +646,7 @@ async def test_after_an_outage_the_listener_subscribes_anew(
     cut = RedisFrontier(options, spider.name, RequestCodec(spider), redis=client)
     other = RedisFrontier(options, spider.name, RequestCodec(spider))
     woken: list[Any] = []
-    cut._woken = woken.append  # type: ignore[method-assign]
+    cut._woken = woken.append  # type: ignore[method-assign,assignment]
     try:
         await cut.open()
         await other.open()
