@@ -44,7 +44,6 @@ from netdisco.exceptions import (
     DownloadFailed,
     HttpStatusError,
     LeaseFenced,
-    RequestError,
     RobotsDenied,
     TooManyRedirects,
     TransferFailed,
@@ -145,11 +144,7 @@ class Downloader:
         """
         politeness = self.politeness
         with politeness.fetching(request):
-            try:
-                outcome = await self._attempts(request)
-            except RequestError as exc:
-                await politeness.ended(request, exc)
-                raise
+            outcome = await self._attempts(request)
         if isinstance(outcome, Response):
             await politeness.ended(request, outcome)
         return outcome

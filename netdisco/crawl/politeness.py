@@ -176,9 +176,9 @@ class RobotsRead:
     at: float
 
 
-#: how something of a request ended (``Politeness.ended``); a ``Response`` or a
-#: ``RequestError``: the whole download
-Outcome = Answer | Arrived | Failed | RobotsRead | Response | RequestError
+#: how something of a request ended (``Politeness.ended``); a ``Response``: the whole
+#: download (a ``RequestError`` that ends it is seen by ``Politeness.fetching``)
+Outcome = Answer | Arrived | Failed | RobotsRead | Response
 
 
 class Politeness(ABC):
@@ -196,17 +196,21 @@ class Politeness(ABC):
 
     @contextlib.contextmanager
     def fetching(self, request: Request) -> Iterator[None]:
-        """While ``request`` downloads (its retries included); its slot frees after."""
+        """While ``request`` downloads (its retries included): ``HostGivenUp`` at once if
+        its host was given up, and a ``RequestError`` that ends it counts against its
+        host (``HostErrors``); its slot frees after."""
         try:
+            self.host_errors.check(request)
             yield
+        except RequestError as exc:
+            self._fetched(request, exc)
+            raise
         finally:
             self.release(request)
 
     async def admit(self, request: Request, hop: Request, count: int) -> Deferred | None:
-        """Before hop ``count`` of ``request`` goes to the middlewares: ``HostGivenUp``
-        if its host was given up, a ``Deferred`` if it may not go here."""
-        if not count:
-            self.host_errors.check(request)
+        """Before hop ``count`` of ``request`` goes to the middlewares: a ``Deferred``
+        if it may not go here."""
         return await self._before_hop(request, hop, count)
 
     @contextlib.asynccontextmanager
@@ -229,9 +233,7 @@ class Politeness(ABC):
             case RobotsRead(crawl_delay, at):
                 self.throttle.crawl_delay(request.host_key, crawl_delay)
                 await self._went_out(request.host_key, at)
-            case RequestError():
-                self._fetched(request, outcome)
-            case _:
+            case _:  # the response: the host answered
                 self._fetched(request, None)
         return None
 
@@ -380,10 +382,10 @@ class LocalPoliteness(Politeness):
     def fetching(self, request: Request) -> Iterator[None]:
         token = _HOLD.set(self.hosts.hold_of(request))
         try:
-            yield
+            with super().fetching(request):
+                yield
         finally:
             _HOLD.reset(token)
-            self.release(request)
 
     def _rest(self, request: Request, delay: float, told: bool = False) -> None:
         slot = self.hosts.peek(request.host_key)
