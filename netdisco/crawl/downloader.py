@@ -19,7 +19,14 @@ import aiohttp
 import structlog
 
 from netdisco.crawl.middleware import Chain, HttpCache, Middleware, build_middlewares
-from netdisco.crawl.politeness import Deferred, politeness_for
+from netdisco.crawl.politeness import (
+    Answer,
+    Arrived,
+    Deferred,
+    Failed,
+    RobotsRead,
+    politeness_for,
+)
 from netdisco.crawl.redirects import (
     REDIRECT_STATUSES,
     defrag,
@@ -30,7 +37,6 @@ from netdisco.crawl.request import Request
 from netdisco.crawl.response import Response
 from netdisco.crawl.robots import RobotsCache
 from netdisco.crawl.settings import Settings
-from netdisco.crawl.throttle import SLOW_DOWN
 from netdisco.crawl.transport import AiohttpHandler, DownloadHandler, describe, sent_trace
 from netdisco.crawl.urls import canonical_url, origin
 from netdisco.exceptions import (
@@ -38,7 +44,6 @@ from netdisco.exceptions import (
     DownloadFailed,
     HttpStatusError,
     LeaseFenced,
-    RequestError,
     RobotsDenied,
     TooManyRedirects,
     TransferFailed,
@@ -95,7 +100,6 @@ class Downloader:
         self.politeness = politeness_for(
             settings, frontier, blocked=blocked, denied=denied, wake=ctx.notify
         )
-        self.throttle = self.politeness.throttle
 
     async def open(self) -> None:
         """Create the session (inside the running loop); start Chromium if ``render`` is set."""
@@ -140,14 +144,9 @@ class Downloader:
         """
         politeness = self.politeness
         with politeness.fetching(request):
-            try:
-                politeness.host_errors.check(request)
-                outcome = await self._attempts(request)
-            except RequestError as exc:
-                politeness.fetched(request, exc)
-                raise
+            outcome = await self._attempts(request)
         if isinstance(outcome, Response):
-            politeness.fetched(request)
+            await politeness.ended(request, outcome)
         return outcome
 
     async def _attempts(self, request: Request) -> Response | Deferred:
@@ -163,19 +162,19 @@ class Downloader:
                 retryable = not isinstance(exc, TransferFailed) or exc.retryable
                 if request.attempts > s.retries or not retryable:
                     raise DownloadFailed(describe(exc), url=request.url) from exc
-                delay, told = politeness.backoff(request), False
+                failed = Failed(None, {}, again=True)
             else:
                 if isinstance(response, Deferred) or response.status < 400:
                     return response
-                delay, told = politeness.told_to_wait(request, response.headers)
-                if response.status not in RETRY_STATUSES or request.attempts > s.retries:
-                    if response.status in SLOW_DOWN:  # not retried, but the host was told
-                        politeness.rest(request, delay, told)
+                again = response.status in RETRY_STATUSES and request.attempts <= s.retries
+                failed = Failed(response.status, response.headers, again)
+                if not again:  # a 429 or a 503 not retried still rests the host
+                    await politeness.ended(request, failed)
                     raise HttpStatusError(
                         f"HTTP {response.status}", url=response.url, status=response.status
                     )
             self.stats.retried += 1
-            if (deferred := await politeness.retry_later(request, delay, told)) is not None:
+            if (deferred := await politeness.ended(request, failed)) is not None:
                 return deferred
 
     async def _follow(self, request: Request, claimed: set[str]) -> Response | Deferred:
@@ -196,7 +195,7 @@ class Downloader:
             if count:
                 await self._check_redirect(request, hop, key, claimed)
             await self._check_robots(hop)
-            if (deferred := await politeness.before_hop(request, hop, count)) is not None:
+            if (deferred := await politeness.admit(request, hop, count)) is not None:
                 return deferred
             if not await self.frontier.may_start(request):
                 return Deferred("its lease may be another engine's now", give_back=True)
@@ -204,16 +203,16 @@ class Downloader:
                 response = await self.chain(hop)
             except LeaseFenced:  # the fence closed while it waited for its host's turn
                 return Deferred("its lease may be another engine's now", give_back=True)
-            politeness.responded(request)
             location = response.headers.get("Location")
             if response.status not in REDIRECT_STATUSES or not location:
+                await politeness.ended(request, Arrived())
                 response.request = request
                 return response
             hop = redirect_request(request, hop, response.status, location)
             left = left or origin(hop.url) != home
             if left:  # credentials stay with their origin, and do not come back with it
                 hop.headers = without_credentials(hop.headers)
-            if (deferred := politeness.redirected(request, hop, count + 1)) is not None:
+            if (deferred := await politeness.ended(request, Arrived(hop, count + 1))) is not None:
                 return deferred
         raise TooManyRedirects(
             f"more than {self.settings.max_redirects} redirects", url=request.url
@@ -241,10 +240,9 @@ class Downloader:
             raise
         if not allowed:
             raise RobotsDenied("disallowed by robots.txt", url=hop.url)
-        host = hop.host_key
-        self.throttle.crawl_delay(host, self.robots.crawl_delay(hop.url))
         # robots.txt was a request there too: the host's delay runs from its end
-        await self.politeness.went_out(host, self.robots.fetched_at(hop.url))
+        read = RobotsRead(self.robots.crawl_delay(hop.url), self.robots.fetched_at(hop.url))
+        await self.politeness.ended(hop, read)
 
     def drain(self) -> list[Request]:
         """Every request set aside (to hand back to the frontier on close)."""
@@ -260,8 +258,8 @@ class Downloader:
         handler: DownloadHandler = self._http
         if request.render or self.settings.render:
             handler = self._renderer()
-        host = request.host_key  # the one key of politeness, placement and robots.txt
-        async with self.politeness.turn(host, self._own_session and handler is self._http):
+        reports_sent = self._own_session and handler is self._http
+        async with self.politeness.turn(request, reports_sent):
             if not self.frontier.may_start_now():  # the last moment before it goes
                 raise LeaseFenced(f"{request.url}: the lease fence closed before it went out")
             began = time.monotonic()
@@ -269,9 +267,8 @@ class Downloader:
         took = time.monotonic() - began
         self.stats.bytes += len(response.body)
         self.stats.responded(response.status, took)
-        if self.throttle.enabled:
-            told = bool(response.headers.get("Retry-After"))
-            self.throttle.observe(host, took, response.status, told)
+        told = bool(response.headers.get("Retry-After"))
+        await self.politeness.ended(request, Answer(response.status, took, told))
         return response
 
 

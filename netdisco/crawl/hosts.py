@@ -25,7 +25,7 @@ import itertools
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -73,6 +73,7 @@ class HostSlot:
         "active",
         "capacity",
         "host",
+        "last_start",
         "mark",
         "next_start",
         "pending",
@@ -90,6 +91,7 @@ class HostSlot:
         self.semaphore = asyncio.Semaphore(self.capacity)
         self.starting = asyncio.Lock()  # one request at a time waits out the delay
         self.next_start = 0.0
+        self.last_start = 0.0  # when a request last went out (0: none yet)
         self.users = 0  # requests holding or waiting for the semaphore
         self.active = 0  # requests handed to workers (``Hold``), not ended
         self.pending = 0  # of those, with a delay, not yet at their turn
@@ -143,6 +145,7 @@ class HostSlot:
     def went_out(self, at: float) -> None:
         """A request that took no turn (robots.txt) went out at ``at``: the next start
         waits the delay from then."""
+        self.last_start = max(self.last_start, at)
         due = at + (delay := self.delay())
         if delay > 0 and due > self.next_start:
             self.next_start = due
@@ -160,7 +163,8 @@ class HostSlot:
         when the wait began: autothrottle may have changed it meanwhile.
         """
         if self.delay() <= 0:
-            self._turn(await self._due())
+            self.last_start = await self._due()
+            self._turn(self.last_start)
             return None
         await self.starting.acquire()
         try:
@@ -196,6 +200,7 @@ class Start:
         if not self.done:
             self.done = True
             slot, now = self.slot, time.monotonic()
+            slot.last_start = now
             slot.next_start = max(slot.next_start, now + slot.delay())
             if slot.record is not None:
                 slot.record.append(Pace("start", slot.host, now, slot.next_start))
@@ -290,6 +295,23 @@ class ReadyHosts:
     def peek(self, host: str) -> HostSlot | None:
         """``host``'s slot if it has one (not made)."""
         return self._slots.peek(host)
+
+    def paces(self, hosts: Iterable[str]) -> dict[str, tuple[float, float]]:
+        """What a move of ``hosts`` to another owner hands on, for each host that must
+        still rest: seconds since its last start, and the delay from that start to its
+        next (a rest after a 429 or a 503 included), so the new owner starts no sooner."""
+        now, paces = time.monotonic(), {}
+        for slot in filter(None, map(self._slots.peek, hosts)):
+            if slot.next_start > now:
+                start = slot.last_start or now
+                paces[slot.host] = (now - start, slot.next_start - start)
+        return paces
+
+    def seed(self, host: str, rest: float) -> None:
+        """``host`` comes from another owner and must rest ``rest`` s more: no request
+        of it starts here sooner."""
+        slot = self.slot(host)
+        slot.next_start = max(slot.next_start, time.monotonic() + rest)
 
     def taking(self) -> bool:
         """Whether a worker may take another request from the frontier: there is room

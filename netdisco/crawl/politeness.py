@@ -11,6 +11,13 @@ host rests after a 429, a 503 or a failure, and when it is given up.
   Redis). A retry goes back to the host's queue with the host backed off for all, and
   a redirect to another host goes to that host's queue: both are a ``Deferred``.
 
+The downloader sees a narrow face, as Scrapy's per-host ``Slot``: ``fetching`` around
+a request's whole download, ``admit`` before each hop (may it go here?), ``turn``
+around each transfer (when may it start?) and ``ended`` for how anything ended (an
+answer, a failed attempt, a redirect, robots.txt read, the download's outcome). Where
+each outcome goes (the throttle, the host's errors, its rest, the frontier) stays
+behind the face.
+
 Both share what is the same either way: the host's delay and slots (``Throttle``: the
 setting, the ``hosts`` table, Crawl-delay, autothrottle), its failures in a row and
 giving up (``HostErrors``), and the back-off a retry waits. Every piece is keyed by
@@ -26,7 +33,7 @@ import math
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
@@ -36,7 +43,8 @@ import structlog
 from netdisco.crawl.hosts import Hold, Placement, ReadyHosts
 from netdisco.crawl.lru import LRU
 from netdisco.crawl.redirects import defrag, hand_off
-from netdisco.crawl.throttle import Throttle
+from netdisco.crawl.response import Response
+from netdisco.crawl.throttle import SLOW_DOWN, Throttle
 from netdisco.crawl.transport import SENT
 from netdisco.exceptions import (
     DownloadFailed,
@@ -129,14 +137,118 @@ def retry_after(headers: Mapping[str, str], cap: float) -> float | None:
     return max(seconds, 0.0)
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One transfer's answer, as the host's pace learns from it: its status, how long it
+    took and whether it said how long to wait (Retry-After)."""
+
+    status: int
+    latency: float
+    told: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Arrived:
+    """The answer to a hop of a request arrived; ``hop``: the redirect it asks for
+    (after ``count`` hops), None when it is the response."""
+
+    hop: Request | None = None
+    count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """An attempt that did not succeed: an error status and its headers, or no answer
+    (``status`` None). ``again``: it is retried after the back-off, the host resting
+    with it; else only a status that asks to slow down rests the host."""
+
+    status: int | None
+    headers: Mapping[str, str]
+    again: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RobotsRead:
+    """The host's robots.txt was read (its transfer ended at ``at``, monotonic; its
+    Crawl-delay, if any): a request that took no turn, so the next waits the delay."""
+
+    crawl_delay: float | None
+    at: float
+
+
+#: how something of a request ended (``Politeness.ended``); a ``Response``: the whole
+#: download (a ``RequestError`` that ends it is seen by ``Politeness.fetching``)
+Outcome = Answer | Arrived | Failed | RobotsRead | Response
+
+
 class Politeness(ABC):
-    """What both implementations share (module docstring); the hooks the downloader
-    calls around a request are no-ops here, each implementation overrides its own."""
+    """What both implementations share (module docstring). The downloader's face is
+    ``fetching``, ``admit``, ``turn`` and ``ended``; the crawl's workers place
+    requests onto hosts (``place``, ``ready``, ...). The ``_`` hooks are what each
+    implementation overrides."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.throttle = Throttle(settings)
         self.host_errors = HostErrors(settings.host_error_limit, settings.host_cache_size)
+
+    # -- the downloader's face -----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def fetching(self, request: Request) -> Iterator[None]:
+        """While ``request`` downloads (its retries included): ``HostGivenUp`` at once if
+        its host was given up, and a ``RequestError`` that ends it counts against its
+        host (``HostErrors``); its slot frees after."""
+        try:
+            self.host_errors.check(request)
+            yield
+        except RequestError as exc:
+            self._fetched(request, exc)
+            raise
+        finally:
+            self.release(request)
+
+    async def admit(self, request: Request, hop: Request, count: int) -> Deferred | None:
+        """Before hop ``count`` of ``request`` goes to the middlewares: a ``Deferred``
+        if it may not go here."""
+        return await self._before_hop(request, hop, count)
+
+    @contextlib.asynccontextmanager
+    async def turn(self, request: Request, reports_sent: bool) -> AsyncIterator[None]:
+        """The host's slot and delay around the innermost transfer (``reports_sent``: the
+        handler says when the request went out; otherwise the delay counts from the end
+        of the wait)."""
+        yield
+
+    async def ended(self, request: Request, outcome: Outcome) -> Deferred | None:
+        """How something of ``request`` ended (``Outcome``); a retry waits its back-off
+        here, and a ``Deferred`` says it waits in its host's queue instead."""
+        match outcome:
+            case Answer(status, latency, told):
+                self.throttle.observe(request.host_key, latency, status, told)
+            case Arrived(hop, count):
+                return self._arrived(request, hop, count)
+            case Failed():
+                return await self._failed(request, outcome)
+            case RobotsRead(crawl_delay, at):
+                self.throttle.crawl_delay(request.host_key, crawl_delay)
+                await self._went_out(request.host_key, at)
+            case _:  # the response: the host answered
+                self._fetched(request, None)
+        return None
+
+    async def _failed(self, request: Request, failed: Failed) -> Deferred | None:
+        """The wait a failed attempt costs: the retry's back-off (the host resting with
+        it), or for one not retried the rest a 429 or a 503 asks of the host."""
+        if failed.status is None:
+            delay, told = self.backoff(request), False
+        else:
+            delay, told = self.told_to_wait(request, failed.headers)
+        if failed.again:
+            return await self._retry_later(request, delay, told)
+        if failed.status in SLOW_DOWN:
+            self._rest(request, delay, told)
+        return None
 
     def backoff(self, request: Request) -> float:
         """Exponential backoff with full jitter around the nominal delay, capped; it
@@ -186,53 +298,35 @@ class Politeness(ABC):
         """Every request set aside (to hand back to the frontier on close)."""
         return []
 
-    # -- around one request's download (the downloader) ---------------------------------
+    # -- the hooks behind the face ---------------------------------------------------------
 
-    @contextlib.contextmanager
-    def fetching(self, request: Request) -> Any:
-        """While ``request`` downloads (its retries included); its slot frees after."""
-        try:
-            yield
-        finally:
-            self.release(request)
-
-    def fetched(self, request: Request, exc: RequestError | None = None) -> None:
+    def _fetched(self, request: Request, exc: RequestError | None) -> None:
         """The download is over: a response, or the final ``exc``."""
         self.host_errors.record(request, exc)
 
-    async def before_hop(self, request: Request, hop: Request, count: int) -> Deferred | None:
+    async def _before_hop(self, request: Request, hop: Request, count: int) -> Deferred | None:
         """Before hop ``count`` of ``request`` goes to the middlewares."""
         return None
 
-    def responded(self, request: Request) -> None:  # noqa: B027 - a hook
-        """The answer to a hop of ``request`` has fully arrived."""
-
-    def redirected(self, request: Request, hop: Request, count: int) -> Deferred | None:
-        """``request`` is redirected to ``hop`` (after ``count`` hops): follow it here
-        (None), or hand it to its own host's turn."""
+    def _arrived(self, request: Request, hop: Request | None, count: int) -> Deferred | None:
+        """The answer to a hop of ``request`` arrived; ``hop``: the redirect it asks for
+        (after ``count`` hops), to follow here (None) or to hand to its host's turn."""
         return None
 
-    def rest(self, request: Request, delay: float, told: bool = False) -> None:  # noqa: B027 - a hook
+    def _rest(self, request: Request, delay: float, told: bool = False) -> None:  # noqa: B027 - a hook
         """The whole host waits ``delay`` (a 429, a 503, a failure), not only
         ``request``; ``told``: the server said how long, and its word replaces the host's
         own delay."""
 
     @abstractmethod
-    async def retry_later(self, request: Request, delay: float, told: bool) -> Deferred | None:
+    async def _retry_later(self, request: Request, delay: float, told: bool) -> Deferred | None:
         """Wait ``delay`` before the retry, the whole host with it (None: retry now)."""
 
-    async def went_out(self, host: str, at: float) -> None:
+    async def _went_out(self, host: str, at: float) -> None:
         """A request to ``host`` that took no turn (its robots.txt) ended at ``at``
         (monotonic): nothing more starts there before its delay has passed since."""
         if (left := at + self.throttle.delay(host) - time.monotonic()) > 0:
             await asyncio.sleep(left)
-
-    @contextlib.asynccontextmanager
-    async def turn(self, host: str, reports_sent: bool) -> AsyncIterator[None]:
-        """The host's slot and delay around the innermost transfer (``reports_sent``: the
-        handler says when the request went out; otherwise the delay counts from the end
-        of the wait)."""
-        yield
 
 
 class LocalPoliteness(Politeness):
@@ -285,31 +379,31 @@ class LocalPoliteness(Politeness):
         return self.hosts.drain()
 
     @contextlib.contextmanager
-    def fetching(self, request: Request) -> Any:
+    def fetching(self, request: Request) -> Iterator[None]:
         token = _HOLD.set(self.hosts.hold_of(request))
         try:
-            yield
+            with super().fetching(request):
+                yield
         finally:
             _HOLD.reset(token)
-            self.release(request)
 
-    def rest(self, request: Request, delay: float, told: bool = False) -> None:
+    def _rest(self, request: Request, delay: float, told: bool = False) -> None:
         slot = self.hosts.peek(request.host_key)
         if slot is not None:
             slot.rest(delay, told)
 
-    async def retry_later(self, request: Request, delay: float, told: bool) -> Deferred | None:
-        self.rest(request, delay, told)
+    async def _retry_later(self, request: Request, delay: float, told: bool) -> Deferred | None:
+        self._rest(request, delay, told)
         await asyncio.sleep(delay)
         return None
 
-    async def went_out(self, host: str, at: float) -> None:
+    async def _went_out(self, host: str, at: float) -> None:
         """The host's slot counts it as a start: its next turn waits the delay."""
         self.hosts.slot(host).went_out(at)
 
     @contextlib.asynccontextmanager
-    async def turn(self, host: str, reports_sent: bool) -> AsyncIterator[None]:
-        slot = self.hosts.slot(host)
+    async def turn(self, request: Request, reports_sent: bool) -> AsyncIterator[None]:
+        slot = self.hosts.slot(request.host_key)
         async with slot:
             start = await slot.wait_turn()
             if self.hosts.started(slot, _HOLD.get()):
@@ -335,11 +429,11 @@ class SharedPoliteness(Politeness):
         super().__init__(settings)
         self.frontier = frontier
 
-    def fetched(self, request: Request, exc: RequestError | None = None) -> None:
-        super().fetched(request, exc)
+    def _fetched(self, request: Request, exc: RequestError | None) -> None:
+        super()._fetched(request, exc)
         self.frontier.fetched(request, sent=exc is None or not _nothing_sent(request, exc))
 
-    async def before_hop(self, request: Request, hop: Request, count: int) -> Deferred | None:
+    async def _before_hop(self, request: Request, hop: Request, count: int) -> Deferred | None:
         """Tell the host queues this host's delay and slots (for every engine); a
         redirect hop waits the delay in our slot, after the hop before. A first hop whose
         slot was reserved under a looser pace goes back to wait its turn."""
@@ -354,18 +448,16 @@ class SharedPoliteness(Politeness):
             return Deferred("the host's pace changed: back to its queue")
         return None
 
-    def responded(self, request: Request) -> None:
-        self.frontier.responded(request)  # the host's delay runs from here
-
-    def redirected(self, request: Request, hop: Request, count: int) -> Deferred | None:
-        """A hop to another host goes to that host's queue: it may not start on a slot
-        of its host nobody reserved."""
-        if hop.host_key == request.host_key:
+    def _arrived(self, request: Request, hop: Request | None, count: int) -> Deferred | None:
+        """The host's delay runs from here. A hop to another host goes to that host's
+        queue: it may not start on a slot of its host nobody reserved."""
+        self.frontier.responded(request)
+        if hop is None or hop.host_key == request.host_key:
             return None
         hop = hand_off(request, hop, count, self.settings.max_redirects)
         return Deferred(f"redirect to {hop.url}, queued for its host", hop)
 
-    async def retry_later(self, request: Request, delay: float, told: bool) -> Deferred:
+    async def _retry_later(self, request: Request, delay: float, told: bool) -> Deferred:
         """The frontier backs the host off for every engine and the retry waits its turn
         there: a retry here would start on a slot no one reserved."""
         delay = max(delay, self.throttle.delay(request.host_key))

@@ -2,7 +2,8 @@
 end at the server, and an engine process that crawls them through host queues.
 
 Usage: python -m tests.netdisco.hosts_support REDIS_URL DELAY PER_HOST BASE [BASE...]
-(prints "ready", crawls on a "go" line, then prints its stats as JSON). With
+(prints "ready" and its frontier's owner, crawls on a "go" line, stops gracefully on a
+"stop" line, then prints its stats as JSON). With
 ``HOSTS_ITEMS`` set in its environment, an engine writes its items there (JSON lines).
 """
 
@@ -16,7 +17,7 @@ import os
 import sys
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,8 @@ class LoggingHost:
     """A site on one loopback address that records what it served, and when."""
 
     latency: float
+    pages: int = PAGES
+    visited: Callable[[], None] = lambda: None  # told of every page request's start
     throttle: dict[str, float] = field(default_factory=dict)  # path -> Retry-After, once
     redirects: dict[str, str] = field(default_factory=dict)  # path -> Location (a 302)
     visits: list[Visit] = field(default_factory=list)
@@ -69,6 +72,7 @@ class LoggingHost:
     async def handle(self, request: web.Request) -> web.Response:
         visit = Visit(request.path, time.monotonic())
         self.visits.append(visit)
+        self.visited()
         await asyncio.sleep(self.latency)
         wait = self.throttle.pop(request.path, None)
         if wait is not None:
@@ -79,7 +83,9 @@ class LoggingHost:
             return web.Response(status=302, headers={"Location": self.redirects[request.path]})
         number = int(request.path[2:-5])  # /p<n>.html
         links = "".join(
-            f'<a href="/p{n}.html">{n}</a>' for n in (2 * number + 1, 2 * number + 2) if n < PAGES
+            f'<a href="/p{n}.html">{n}</a>'
+            for n in (2 * number + 1, 2 * number + 2)
+            if n < self.pages
         )
         visit.end = time.monotonic()
         return web.Response(text=f"<html><body>{links}</body></html>", content_type="text/html")
@@ -107,12 +113,27 @@ def closest_starts(visits: list[Visit]) -> float:
     return min((b - a for a, b in itertools.pairwise(starts)), default=float("inf"))
 
 
+def reachable(pages: int) -> set[str]:
+    """The pages a crawl of one host fetches: the tree from /p0.html, less the page
+    robots.txt disallows and what only it links to."""
+    found, todo = set(), [0]
+    while todo:
+        number = todo.pop()
+        if number < pages and number != 23:
+            found.add(f"/p{number}.html")
+            todo += [2 * number + 1, 2 * number + 2]
+    return found
+
+
 @contextlib.asynccontextmanager
 async def hosts(
-    addresses: Sequence[str], latency: float
+    addresses: Sequence[str],
+    latency: float,
+    pages: int = PAGES,
+    visited: Callable[[], None] = lambda: None,
 ) -> AsyncIterator[list[tuple[str, LoggingHost]]]:
     """One logging host on each loopback address: (base URL, host) pairs."""
-    sites = [LoggingHost(latency) for _ in addresses]
+    sites = [LoggingHost(latency, pages, visited) for _ in addresses]
     async with contextlib.AsyncExitStack() as stack:
         bases = [
             await stack.enter_async_context(serve(s.app(), a))
@@ -126,26 +147,44 @@ async def start_engines(
 ) -> list[asyncio.subprocess.Process]:
     """``count`` engine processes (this module), all ready, then all told to go at once;
     with ``items``, engine n writes its items to ``items/engine-n.jsonl``."""
-    argv = ["-m", "tests.netdisco.hosts_support", url, str(delay), str(per_host), *bases]
     procs = []
     for n in range(count):
-        env = {**os.environ}
-        if items is not None:
-            env["HOSTS_ITEMS"] = str(items / f"engine-{n}.jsonl")
-        pipe = asyncio.subprocess.PIPE
-        procs.append(
-            await asyncio.create_subprocess_exec(
-                sys.executable, *argv, env=env, stdin=pipe, stdout=pipe
-            )
-        )
+        out = None if items is None else items / f"engine-{n}.jsonl"
+        procs.append(await spawn(url, delay, per_host, bases, out))
     for proc in procs:
-        assert proc.stdout is not None
-        assert (await proc.stdout.readline()).strip() == b"ready"
+        await ready(proc)
     for proc in procs:
-        assert proc.stdin is not None
-        proc.stdin.write(b"go\n")
-        await proc.stdin.drain()
+        await tell(proc, "go")
     return procs
+
+
+async def spawn(
+    url: str, delay: float, per_host: int, bases: list[str], items: Path | None = None
+) -> asyncio.subprocess.Process:
+    """One engine process (this module); with ``items``, it writes its items there."""
+    argv = ["-m", "tests.netdisco.hosts_support", url, str(delay), str(per_host), *bases]
+    env = {**os.environ}
+    if items is not None:
+        env["HOSTS_ITEMS"] = str(items)
+    pipe = asyncio.subprocess.PIPE
+    return await asyncio.create_subprocess_exec(
+        sys.executable, *argv, env=env, stdin=pipe, stdout=pipe
+    )
+
+
+async def ready(proc: asyncio.subprocess.Process) -> str:
+    """Wait for an engine to be ready; its frontier's owner (its leases' name)."""
+    assert proc.stdout is not None
+    word, _, owner = (await proc.stdout.readline()).decode().strip().partition(" ")
+    assert word == "ready"
+    return owner
+
+
+async def tell(proc: asyncio.subprocess.Process, line: str) -> None:
+    """Send an engine a line: ``go`` or ``stop``."""
+    assert proc.stdin is not None
+    proc.stdin.write(f"{line}\n".encode())
+    await proc.stdin.drain()
 
 
 async def results(procs: list[asyncio.subprocess.Process]) -> list[dict[str, Any]]:
@@ -189,10 +228,21 @@ async def engine(
         feeds=parse_feeds("feeds", {items: {}}) if items else (),
     )
     crawler = Crawler(spider, settings)
-    print("ready", flush=True)
-    await asyncio.to_thread(sys.stdin.readline)
+    lines = asyncio.StreamReader()  # read on the loop: no thread outlives the crawl
+    protocol = asyncio.StreamReaderProtocol(lines)
+    await asyncio.get_running_loop().connect_read_pipe(lambda: protocol, sys.stdin)
+    print("ready", getattr(crawler.frontier, "owner", ""), flush=True)
+    await lines.readline()
+    stopper = asyncio.create_task(_stop_when_told(crawler, lines))
     stats = await crawler.run()
+    stopper.cancel()
     return {"state": crawler.state.value, "pages": stats.succeeded, "retried": stats.retried}
+
+
+async def _stop_when_told(crawler: Crawler, lines: asyncio.StreamReader) -> None:
+    """A "stop" line on stdin: a graceful stop (its leases handed back)."""
+    if (await lines.readline()).strip() == b"stop":
+        await crawler.stop()
 
 
 if __name__ == "__main__":

@@ -233,3 +233,39 @@ def _due_now(hosts: ReadyHosts) -> bool:
     now = time.monotonic()
     slots = [hosts.peek(host) for host in hosts.parked_by_host()]
     return any(s is not None and (due := s.due()) is not None and due <= now for s in slots)
+
+
+async def test_a_host_handed_to_another_owner_keeps_its_pace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A host started at 10 s with a delay of 1 s, handed on at 10.3 s: the new owner,
+    seeded with the rest it must still take, starts nothing of it before 11 s; a 429's
+    rest goes with the host too, and a host with nothing left to wait is not handed on."""
+    clock = [10.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+
+    def owner() -> ReadyHosts:
+        return ReadyHosts(
+            Throttle(Settings(download_delay=1.0)), size=10, limit=10,
+            blocked=lambda url: False, denied=lambda url: False,
+        )  # fmt: skip
+
+    losing, gaining = owner(), owner()
+    start = await losing.slot("h.test").wait_turn()
+    assert start is not None
+    start()  # it went out at 10 s
+    clock[0] = 10.3
+    paces = losing.paces(["h.test", "other.test"])
+    assert paces == {"h.test": pytest.approx((0.3, 1.0))}
+    age, delay = paces["h.test"]
+    gaining.seed("h.test", delay - age)  # what the acquisition answers
+    request = Request("http://h.test/1")
+    assert gaining.place(request) == "parked"  # not due before 11 s
+    clock[0] = 10.99
+    assert gaining.ready() is None
+    clock[0] = 11.0
+    assert gaining.ready() is request
+    losing.slot("h.test").rest(5.0)  # a 429 at 11 s: the host rests until 16 s
+    assert losing.paces(["h.test"]) == {"h.test": pytest.approx((1.0, 6.0))}
+    clock[0] = 16.0
+    assert losing.paces(["h.test"]) == {}

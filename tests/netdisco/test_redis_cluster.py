@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.asyncio.cluster import RedisCluster
 
 from netdisco import Request
 from netdisco.crawl.codec import RequestCodec
@@ -28,6 +29,7 @@ from netdisco.frontiers.redis.host_scripts import HostKeys
 from netdisco.frontiers.redis.hosts import HostQueueFrontier
 from netdisco.frontiers.redis.leases import recover_owner, shard_of
 from netdisco.frontiers.redis.options import CLUSTER_SHARDS, RedisOptions, connect
+from netdisco.frontiers.redis.owners import BucketLeases, free_incarnation
 from netdisco.frontiers.redis.runs import claim_run
 from netdisco.testing import RedisClusterServer, eventually
 from tests.netdisco.hosts_support import (
@@ -149,6 +151,25 @@ async def test_a_shard_that_lost_the_crawl_is_refused(
     with pytest.raises(CrawlLost, match="no crawl"):
         await late.open()  # not a fresh shard beside the others' half-done crawl
     await late.close(hand_back=False)
+
+
+async def test_bucket_leases_spread_over_the_masters_and_renew_in_one_pipeline(
+    cluster: RedisClusterServer,
+):
+    client = connect(cluster.url)
+    prefix, spider = f"o{uuid.uuid4().hex[:8]}", "s"
+    try:
+        mine = BucketLeases(client, prefix, spider, "a", ttl_ms=60_000)
+        for bucket in range(12):
+            assert await mine.acquire(bucket) is not None
+        assert isinstance(client, RedisCluster)
+        nodes = {str(client.get_node_from_key(mine.keys(b).lease)) for b in range(12)}
+        assert len(nodes) == 3  # every master holds some of the buckets
+        await client.delete(mine.keys(4).lease)  # as its TTL would end it
+        assert await mine.renew() == {4}
+        assert await free_incarnation(client, prefix, spider, "a") == 11
+    finally:
+        await client.aclose()
 
 
 async def test_one_engine_runs_a_scheduled_tick_on_a_cluster(cluster: RedisClusterServer):
