@@ -522,6 +522,8 @@ async def test_crash_and_re_register_under_the_same_id_between_two_listings(
         first.client.stop()  # the crash: its session ends, the node goes, no tombstone
         second.join(incarnation="inc-new")  # the same id again, at once
         await eventually(lambda: _queued_is(old, 6, trigger=_nothing))
+        # recorded once Redis's answer is back on the loop, which can be after the counts
+        await eventually(lambda: watcher.recoveries, "the recovery recorded")
         assert [(r.engine_id, r.incarnation) for r in watcher.recoveries] == [("e1", "inc-old")]
         assert watcher.view.members["e1"].payload.incarnation == "inc-new"
     finally:
