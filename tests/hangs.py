@@ -5,7 +5,9 @@ too late and too little for a crawl: the threads of an asyncio test all wait in
 ``select``, and the tasks that do not end, and the processes the test started, are not
 shown. So, ``AHEAD`` seconds before a test's timeout, the witness writes to the worker's
 real stderr (which the run's log keeps): every thread's stack, every pending asyncio
-task's stack, and ``py-spy dump`` of every process the worker started.
+task's stack, and ``py-spy dump`` of every process the worker started, with the pending
+tasks of those that installed :func:`install_task_dump` (py-spy shows a child's threads,
+which in a crawl all wait in ``select``, not its tasks).
 """
 
 from __future__ import annotations
@@ -16,17 +18,66 @@ import faulthandler
 import gc
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
+from types import FrameType
 
 import psutil
+
+from netdisco.testing import wait_for
 
 #: how long before the timeout the witness speaks
 AHEAD = 15.0
 #: a test whose timeout is shorter gets no witness (it would speak while all is well)
 SHORTEST = 30.0
+#: where a child that installed the task dump writes its tasks on SIGUSR1
+TASK_DUMP = str(Path(tempfile.gettempdir()) / "netdisco-tasks-{pid}.txt")
+
+
+def install_task_dump() -> None:
+    """On SIGUSR1, write this process's pending asyncio tasks to ``TASK_DUMP`` (for the
+    witness of the test that started it; the handler runs on the main thread, between
+    the loop's own steps)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGUSR1, _dump_tasks)
+
+
+def _dump_tasks(signum: int, frame: FrameType | None) -> None:
+    tasks = _pending_tasks()
+    text = "".join(f"{task!r}\n{''.join(_await_chain(task))}" for task in tasks)
+    path = Path(TASK_DUMP.format(pid=os.getpid()))
+    path.with_suffix(".part").write_text(f"{len(tasks)} pending asyncio task(s):\n{text}")
+    path.with_suffix(".part").replace(path)  # whole, or not there
+
+
+def _catches_task_dump(process: psutil.Process) -> bool:
+    """Whether ``process`` handles SIGUSR1 (its SigCgt mask): the default would end it."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (signal.SIGUSR1 - 1) & 1)
+    return False
+
+
+def _child_tasks(process: psutil.Process) -> str:
+    """The pending tasks a child wrote on our SIGUSR1 (within 3 s), or why not."""
+    path = Path(TASK_DUMP.format(pid=process.pid))
+    path.unlink(missing_ok=True)
+    try:
+        process.send_signal(signal.SIGUSR1)
+    except psutil.Error as exc:
+        return f"(no task dump: {exc!r})\n"
+    try:
+        text: str = wait_for("the task dump", lambda: path.read_text() if path.exists() else None,
+                        3.0, every=0.05)  # fmt: skip
+    except TimeoutError:
+        return "(no task dump within 3 s: its main thread is blocked)\n"
+    path.unlink(missing_ok=True)
+    return text
 
 
 def _pending_tasks() -> list[asyncio.Task[object]]:
@@ -82,7 +133,11 @@ def witness(fd: int, nodeid: str) -> None:
         for child in psutil.Process().children(recursive=True):
             with contextlib.suppress(psutil.Error):
                 out.write(f"\n!!! child {child.pid}: {' '.join(child.cmdline())[:300]}\n")
-            if spy is None or not _is_python(child):
+            if not _is_python(child):
+                continue
+            if _catches_task_dump(child):
+                out.write(f"!!! child {child.pid}'s {_child_tasks(child)}")
+            if spy is None:
                 continue
             out.flush()
             with contextlib.suppress(OSError, subprocess.SubprocessError):

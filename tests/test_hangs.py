@@ -92,3 +92,45 @@ def test_a_disarmed_or_short_watch_says_nothing(
     assert len(timers) == 1  # the short test's watch never armed
     assert not timers[0].is_alive()
     assert out.read_text() == ""
+
+
+LOOPING_CHILD = """
+import asyncio, sys
+from tests.hangs import install_task_dump
+
+async def parked_in_the_child(gate):
+    await gate.wait()
+
+async def main():
+    install_task_dump()
+    gate = asyncio.Event()
+    task = asyncio.create_task(parked_in_the_child(gate))
+    await asyncio.sleep(0)
+    print("parked", flush=True)
+    await task
+
+asyncio.run(main())
+"""
+
+
+async def test_the_witness_shows_a_childs_pending_tasks(tmp_path: Path) -> None:
+    """A child crawl whose loop idles in select shows only select to py-spy: its tasks
+    (asked for with SIGUSR1) say what it waits on."""
+    out = tmp_path / "witness.txt"
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", LOOPING_CHILD, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert child.stdout is not None
+        assert await child.stdout.readline() == b"parked\n"
+        with out.open("w") as handle:
+            await asyncio.to_thread(hangs.witness, handle.fileno(), "tests/x.py::test_z")
+        assert child.returncode is None  # SIGUSR1 asked, it did not end the child
+    finally:
+        child.kill()
+        await child.wait()
+    text = out.read_text()
+    tasks = text[text.index(f"child {child.pid}'s") :]
+    assert "pending asyncio task(s)" in tasks
+    assert "in parked_in_the_child" in tasks
+    assert "in wait" in tasks
