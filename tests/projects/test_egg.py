@@ -12,21 +12,11 @@ import pytest
 
 from netdisco.exceptions import ProjectRefused
 from netdisco.projects.archive import from_egg, inspect, pack
+from tests.monitor.test_projects import _zip
 from tests.netdisco.scrapy_reference.runs import PROJECT
 
 CAP = 1 << 20
 ENTRY_POINTS = ("EGG-INFO/entry_points.txt", b"[scrapy]\nsettings = bookproj.settings\n")
-
-
-def _zip(*members: tuple[str, bytes], mode: int = stat.S_IFREG | 0o644) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, data in members:
-            info = zipfile.ZipInfo(name)
-            info.external_attr = mode << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, data)
-    return buffer.getvalue()
 
 
 def egg(*more: tuple[str, bytes]) -> tuple[tuple[str, bytes], ...]:
