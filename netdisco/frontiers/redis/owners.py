@@ -35,7 +35,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from netdisco.frontiers.redis.leases import Client, Keys
+from netdisco.frontiers.redis.leases import Client, Keys, recover_owner
 
 #: buckets per crawl: enough that three to a hundred engines share them evenly, few
 #: enough that renewing every bucket's lease stays one small pipeline
@@ -257,6 +257,18 @@ async def free_incarnation(
             pipe.eval(FREE_LUA, 1, BucketKeys.of(prefix, spider, bucket).lease, incarnation)
         answers = await pipe.execute()
     return sum(int(answer) for answer in answers)
+
+
+async def recover_engine(
+    redis: Client, prefix: str, incarnation: str, shards: int = 1
+) -> dict[str, int]:
+    """A lost incarnation's work back, in every spider under ``prefix``: its request
+    leases to the queues (``recover_owner``) and its bucket leases freed, so that the
+    buckets' new owners start at once instead of after the TTL; spider -> requests."""
+    returned = await recover_owner(redis, prefix, incarnation, shards)
+    for spider in returned:
+        await free_incarnation(redis, prefix, spider, incarnation)
+    return returned
 
 
 def _text(value: Any) -> str:

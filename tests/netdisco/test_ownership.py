@@ -1,0 +1,84 @@
+"""Members from Redis and the move of buckets that follows them, against a real Redis
+(``netdisco.frontiers.redis.ownership``)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Mapping
+
+import pytest
+from redis import asyncio as aioredis
+
+from netdisco.frontiers.redis.owners import BucketLeases, bucket_of, owned_by
+from netdisco.frontiers.redis.ownership import Ownership, RedisMembers
+from netdisco.testing import RedisServer
+
+
+@pytest.fixture
+async def redis(redis_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_server.url)
+    yield client
+    await client.aclose()
+
+
+def _engine(redis: aioredis.Redis, spider: str, member: str) -> Ownership:
+    leases = BucketLeases(redis, "t", spider, f"{member}-inc", ttl_ms=60_000)
+    return Ownership(leases, member, buckets=16)
+
+
+def _no_paces(bucket: int) -> Mapping[str, tuple[float, float]]:
+    return {}
+
+
+async def test_members_join_beat_and_leave(redis: aioredis.Redis) -> None:
+    spider = uuid.uuid4().hex
+    a = RedisMembers(redis, "t", spider, "a", ttl_ms=60_000)
+    b = RedisMembers(redis, "t", spider, "b", ttl_ms=60_000)
+    assert await a.beat() == {"a"}
+    assert await b.beat() == {"a", "b"}
+    assert await a.leave() == {"b"}
+    await redis.zadd(b.key, {"gone": 1})  # a member whose deadline passed: no member
+    assert await b.beat() == {"b"}
+
+
+async def test_a_join_moves_the_newcomers_buckets_with_their_pace(redis: aioredis.Redis) -> None:
+    spider = uuid.uuid4().hex
+    a, b = _engine(redis, spider, "a"), _engine(redis, spider, "b")
+    first = await a.settle({"a"}, _no_paces)
+    assert set(first.gained) == set(range(16))
+    assert a.held == frozenset(range(16))
+    assert not first.waiting
+    won = owned_by("b", {"a", "b"}, 16)
+    early = await b.settle({"a", "b"}, _no_paces)  # a still holds them: b waits
+    assert early.waiting == won
+    assert not early.gained
+    host = next(h for h in (f"h{i}.test" for i in range(200)) if bucket_of(h, 16) in won)
+    bucket = bucket_of(host, 16)
+    assert not b.may_start(host)
+
+    def paces(given: int) -> Mapping[str, tuple[float, float]]:
+        return {host: (0.1, 5.0)} if given == bucket else {}
+
+    moved = await a.settle({"a", "b"}, paces)
+    assert moved.lost == won
+    assert a.held == frozenset(range(16)) - won
+    assert not a.may_start(host)
+    late = await b.settle({"a", "b"}, _no_paces)
+    assert set(late.gained) == won
+    assert late.gained[bucket].released
+    assert 4.0 < late.gained[bucket].rests[host] <= 4.95
+    assert b.may_start(host)
+    assert b.token(host) == late.gained[bucket].token
+
+
+async def test_a_bucket_taken_over_is_lost_at_the_next_settle(redis: aioredis.Redis) -> None:
+    spider = uuid.uuid4().hex
+    a = _engine(redis, spider, "a")
+    await a.settle({"a"}, _no_paces)
+    await redis.delete(a.leases.keys(3).lease)  # its TTL ran out (a cut from Redis)
+    other = BucketLeases(redis, "t", spider, "c-inc", ttl_ms=60_000)
+    assert await other.acquire(3) is not None
+    moves = await a.settle({"a"}, _no_paces)
+    assert 3 in moves.lost
+    assert moves.waiting == {3}
+    assert 3 not in a.held
