@@ -10,11 +10,12 @@ not by negotiating every request. Here:
   (``winner``: the engines whose znodes ``recovery.py`` watches): every engine computes
   the same answer from the same membership, and a join or a leave moves only the
   buckets the newcomer wins or the leaver held;
-* what the hash says is made safe by a **bucket lease** in Redis (``BucketLeases``):
-  the holder's incarnation and a fencing token, counted on by one per acquisition and
-  never reused, with a TTL. Every script that starts or ends work of a bucket checks
-  the token (``owner_check``), so an engine that lost a bucket (a partition, a new
-  member) starts nothing more of its hosts, whatever it still believes.
+* what the hash says is made safe by a **bucket lease** in Redis (``BucketLeases``): the
+  holder's incarnation and a fencing token, counted on by one per acquisition and never
+  reused, with a TTL. Every script that starts work of a bucket (a take) checks the
+  token (``owner_check``; an ack checks its request lease's owner, which is enough), so
+  an engine that lost a bucket (a partition, a new member) starts nothing more of its
+  hosts, whatever it still believes.
 
 A graceful move writes each host's last start and current delay to the bucket's pace
 key (on the Redis server's clock) before it deletes the lease; the gainer reads it in
@@ -97,7 +98,7 @@ local t = redis.call('TIME')
 local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 """
 
-#: the check every take and ack script of a bucket begins with: KEYS[k] the bucket's
+#: the check every take script of a bucket begins with: KEYS[k] the bucket's
 #: lease, ARGV[t] the caller's token; a stale token answers ``STALE`` and runs nothing
 OWNER_CHECK = """
 if redis.call('HGET', KEYS[{k}], 'token') ~= ARGV[{t}] then
