@@ -209,9 +209,22 @@ class BucketLeases:
 
     async def acquire(self, bucket: int) -> Acquired | None:
         """Take ``bucket``'s lease if nobody holds it (None: another incarnation does)."""
-        k = self.keys(bucket)
-        args: list[str | int] = [k.lease, k.fence, k.pace, self.incarnation, self.ttl_ms]
-        raw = await self.redis.eval(ACQUIRE_LUA, 3, *args)
+        return (await self.acquire_all([bucket]))[bucket]
+
+    async def acquire_all(self, buckets: Iterable[int]) -> dict[int, Acquired | None]:
+        """``acquire`` for each of ``buckets``, in one pipeline (one round trip, one per
+        master on a Cluster): a start or a change of members wins many at once."""
+        wanted = sorted(set(buckets))
+        if not wanted:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for bucket in wanted:
+                k = self.keys(bucket)
+                pipe.eval(ACQUIRE_LUA, 3, k.lease, k.fence, k.pace, self.incarnation, self.ttl_ms)
+            answers = await pipe.execute()
+        return {b: self._acquired(b, raw) for b, raw in zip(wanted, answers, strict=True)}
+
+    def _acquired(self, bucket: int, raw: list[Any]) -> Acquired | None:
         token = int(raw[0])
         if not token:
             return None

@@ -108,10 +108,8 @@ class Ownership:
         for bucket in sorted(self.held - wanted):
             await self.leases.release(bucket, paces(bucket))
             lost.add(bucket)
-        gained: dict[int, Acquired] = {}
-        for bucket in sorted(wanted - self.held):
-            if (got := await self.leases.acquire(bucket)) is not None:
-                gained[bucket] = got
+        tried = await self.leases.acquire_all(wanted - self.held)
+        gained = {bucket: got for bucket, got in tried.items() if got is not None}
         self._renewed = sent  # a lease acquired since is younger: the bound still holds
         waiting = wanted - self.held
         return Moves(gained, frozenset(lost), frozenset(waiting))
