@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Mapping
 
 import pytest
 from redis import asyncio as aioredis
+from redis.exceptions import ResponseError
 
-from netdisco.frontiers.redis.owners import BucketLeases, bucket_of, owned_by
+from netdisco.frontiers.redis.owners import BucketLeases, bucket_of, owned_by, owner_check
 from netdisco.frontiers.redis.ownership import Ownership, RedisMembers
 from netdisco.testing import RedisServer
+from tests.netdisco.proxy_support import StallingProxy
 
 
 @pytest.fixture
@@ -82,3 +85,48 @@ async def test_a_bucket_taken_over_is_lost_at_the_next_settle(redis: aioredis.Re
     assert 3 in moves.lost
     assert moves.waiting == {3}
     assert 3 not in a.held
+
+
+async def _expired(redis: aioredis.Redis, key: str) -> None:
+    """Until Redis says ``key`` expired (keyspace notifications: the server's own clock)."""
+    await redis.config_set("notify-keyspace-events", "Ex")
+    pubsub = redis.pubsub()
+    try:
+        await pubsub.subscribe("__keyevent@0__:expired")
+        async with asyncio.timeout(10):
+            async for message in pubsub.listen():
+                if message["type"] == "message" and message["data"] == key.encode():
+                    return
+    finally:
+        await pubsub.aclose()
+        await redis.config_set("notify-keyspace-events", "")
+
+
+async def test_an_owner_cut_from_redis_past_its_ttl_starts_nothing_of_the_buckets_it_lost(
+    redis_server: RedisServer, redis: aioredis.Redis
+) -> None:
+    """Its own fence closes before Redis can hand the bucket on, and the token it still
+    holds gets nothing once another member took the bucket."""
+    proxy = StallingProxy(int(redis_server.url.rsplit(":", 1)[1].split("/")[0]))
+    await proxy.start()
+    client = aioredis.Redis(host="127.0.0.1", port=proxy.port, socket_timeout=5.0)
+    spider, host = uuid.uuid4().hex, "cut.test"
+    cut = Ownership(BucketLeases(client, "t", spider, "cut-inc", ttl_ms=400), "cut", 16)
+    other = _engine(redis, spider, "other")
+    bucket = bucket_of(host, 16)
+    try:
+        await cut.settle({"cut"}, _no_paces)
+        assert cut.may_start(host)
+        stale = cut.leases.tokens[bucket]
+        proxy.stall()  # no renewal reaches Redis from here
+        await _expired(redis, cut.leases.keys(bucket).lease)
+        assert not cut.may_start(host)  # closed before, on its own clock
+        moved = await other.settle({"other"}, _no_paces)  # the others' view: cut is gone
+        assert bucket in moved.gained
+        assert not moved.gained[bucket].released  # no pace to trust: every host rests
+        take = owner_check(1, 1) + "return 'taken'"
+        with pytest.raises(ResponseError, match="STALE"):
+            await redis.eval(take, 1, other.leases.keys(bucket).lease, stale)
+    finally:
+        await proxy.close()
+        await client.aclose()
