@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 
 import pytest
 from redis import asyncio as aioredis
@@ -29,10 +29,6 @@ def _engine(redis: aioredis.Redis, spider: str, member: str) -> Ownership:
     return Ownership(leases, member, buckets=16)
 
 
-def _no_paces(bucket: int) -> Mapping[str, tuple[float, float]]:
-    return {}
-
-
 async def test_members_join_beat_and_leave(redis: aioredis.Redis) -> None:
     spider = uuid.uuid4().hex
     a = RedisMembers(redis, "t", spider, "a", ttl_ms=60_000)
@@ -47,26 +43,28 @@ async def test_members_join_beat_and_leave(redis: aioredis.Redis) -> None:
 async def test_a_join_moves_the_newcomers_buckets_with_their_pace(redis: aioredis.Redis) -> None:
     spider = uuid.uuid4().hex
     a, b = _engine(redis, spider, "a"), _engine(redis, spider, "b")
-    first = await a.settle({"a"}, _no_paces)
+    first = await a.settle({"a"})
     assert set(first.gained) == set(range(16))
     assert a.held == frozenset(range(16))
     assert not first.waiting
     won = owned_by("b", {"a", "b"}, 16)
-    early = await b.settle({"a", "b"}, _no_paces)  # a still holds them: b waits
+    early = await b.settle({"a", "b"})  # a still holds them: b waits
     assert early.waiting == won
     assert not early.gained
     host = next(h for h in (f"h{i}.test" for i in range(200)) if bucket_of(h, 16) in won)
     bucket = bucket_of(host, 16)
     assert not b.may_start(host)
 
-    def paces(given: int) -> Mapping[str, tuple[float, float]]:
-        return {host: (0.1, 5.0)} if given == bucket else {}
-
-    moved = await a.settle({"a", "b"}, paces)
-    assert moved.lost == won
+    moved = await a.settle({"a", "b"})
+    assert moved.leaving == won
+    assert not moved.lost
+    assert not a.may_start(host)  # nothing of it starts while a's in-flight end
+    assert a.token(host) is None  # nor is any of it taken
+    assert await b.settle({"a", "b"}) == early  # still a's until handed off
+    for given in sorted(won):
+        assert await a.hand_off(given, {host: (0.1, 5.0)} if given == bucket else {})
     assert a.held == frozenset(range(16)) - won
-    assert not a.may_start(host)
-    late = await b.settle({"a", "b"}, _no_paces)
+    late = await b.settle({"a", "b"})
     assert set(late.gained) == won
     assert late.gained[bucket].released
     assert 4.0 < late.gained[bucket].rests[host] <= 4.95
@@ -77,11 +75,11 @@ async def test_a_join_moves_the_newcomers_buckets_with_their_pace(redis: aioredi
 async def test_a_bucket_taken_over_is_lost_at_the_next_settle(redis: aioredis.Redis) -> None:
     spider = uuid.uuid4().hex
     a = _engine(redis, spider, "a")
-    await a.settle({"a"}, _no_paces)
+    await a.settle({"a"})
     await redis.delete(a.leases.keys(3).lease)  # its TTL ran out (a cut from Redis)
     other = BucketLeases(redis, "t", spider, "c-inc", ttl_ms=60_000)
     assert await other.acquire(3) is not None
-    moves = await a.settle({"a"}, _no_paces)
+    moves = await a.settle({"a"})
     assert 3 in moves.lost
     assert moves.waiting == {3}
     assert 3 not in a.held
@@ -115,13 +113,13 @@ async def test_an_owner_cut_from_redis_past_its_ttl_starts_nothing_of_the_bucket
     other = _engine(redis, spider, "other")
     bucket = bucket_of(host, 16)
     try:
-        await cut.settle({"cut"}, _no_paces)
+        await cut.settle({"cut"})
         assert cut.may_start(host)
         stale = cut.leases.tokens[bucket]
         proxy.stall()  # no renewal reaches Redis from here
         await _expired(redis, cut.leases.keys(bucket).lease)
         assert not cut.may_start(host)  # closed before, on its own clock
-        moved = await other.settle({"other"}, _no_paces)  # the others' view: cut is gone
+        moved = await other.settle({"other"})  # the others' view: cut is gone
         assert bucket in moved.gained
         assert not moved.gained[bucket].released  # no pace to trust: every host rests
         take = owner_check(1, 1) + "return 'taken'"

@@ -9,10 +9,11 @@ it safe (bucket leases with fencing tokens). This module drives it:
   its id with a deadline on the Redis clock to the crawl's ``members`` sorted set
   (``RedisMembers``), pushed on by its heartbeat; an entry past its deadline is no
   member. One source per crawl, never both: two sources could disagree on who wins.
-* **the move** (``Ownership.settle``): renew what we hold, release what we no longer
-  win (each host's pace handed on, the caller having let its in-flight requests of
-  the bucket end), acquire what we now win. A bucket another engine still holds (it
-  drains, or it died and its TTL runs) is *waiting*: the next settle tries again.
+* **the move** (``Ownership.settle``): renew what we hold, stop starting what another
+  member now wins (*leaving*: the caller lets its in-flight requests of the bucket end,
+  then ``hand_off`` releases it with each host's pace), acquire what we now win. A
+  bucket another engine still holds (it drains, or it died and its TTL runs) is
+  *waiting*: the next settle tries again.
 * **the local fence** (``Ownership.may_start``): a bucket's hosts start only while its
   last renewal's TTL, counted from when the renewal was sent, has not run out, so an
   engine cut from Redis stops before Redis can hand the bucket to another.
@@ -67,15 +68,18 @@ class RedisMembers:
 @dataclass(frozen=True)
 class Moves:
     """What one ``settle`` changed: buckets acquired (with the rests their hosts owe),
-    buckets given up or found lost, and buckets we win that another still holds."""
+    buckets found lost (another holds them now), buckets another member now wins that we
+    still hold (``leaving``: nothing of them starts; ``hand_off`` each once its in-flight
+    requests ended), and buckets we win that another still holds (``waiting``)."""
 
     gained: Mapping[int, Acquired]
     lost: frozenset[int]
+    leaving: frozenset[int]
     waiting: frozenset[int]
 
 
-#: each host of a bucket we give up -> (seconds since its last start, its delay)
-Paces = Callable[[int], Mapping[str, tuple[float, float]]]
+#: each host of a bucket we hand on -> (seconds since its last start, its delay)
+Pace = Mapping[str, tuple[float, float]]
 
 
 class Ownership:
@@ -84,6 +88,7 @@ class Ownership:
     def __init__(self, leases: BucketLeases, member: str, buckets: int = BUCKETS) -> None:
         self.leases, self.member, self.buckets = leases, member, buckets
         self._renewed = -float("inf")  # monotonic: when the last renewal was sent
+        self._leaving: frozenset[int] = frozenset()  # held, but another member wins them
 
     @property
     def held(self) -> frozenset[int]:
@@ -91,30 +96,36 @@ class Ownership:
         return frozenset(self.leases.tokens)
 
     def token(self, host: str) -> int | None:
-        """The token a take of ``host``'s requests carries (None: not ours)."""
-        return self.leases.tokens.get(bucket_of(host, self.buckets))
+        """The token a take of ``host``'s requests carries (None: not ours to start,
+        or leaving)."""
+        bucket = bucket_of(host, self.buckets)
+        return None if bucket in self._leaving else self.leases.tokens.get(bucket)
 
     def may_start(self, host: str) -> bool:
-        """Whether a request of ``host`` may start here now: its bucket is ours and the
-        last renewal's TTL has not run out since it was sent."""
+        """Whether a request of ``host`` may start here now: its bucket is ours, not
+        leaving, and the last renewal's TTL has not run out since it was sent."""
         ttl = self.leases.ttl_ms / 1000
         return self.token(host) is not None and time.monotonic() < self._renewed + ttl
 
-    async def settle(self, members: Collection[str], paces: Paces) -> Moves:
-        """Renew, release what another member now wins, acquire what we win."""
+    async def settle(self, members: Collection[str]) -> Moves:
+        """Renew; stop starting what another member now wins; acquire what we win."""
         sent = time.monotonic()
         lost = await self.leases.renew()
         wanted = owned_by(self.member, members, self.buckets)
-        for bucket in sorted(self.held - wanted):
-            await self.leases.release(bucket, paces(bucket))
-            lost.add(bucket)
+        self._leaving = self.held - wanted
         tried = await self.leases.acquire_all(wanted - self.held)
         gained = {bucket: got for bucket, got in tried.items() if got is not None}
         self._renewed = sent  # a lease acquired since is younger: the bound still holds
         waiting = wanted - self.held
-        return Moves(gained, frozenset(lost), frozenset(waiting))
+        return Moves(gained, frozenset(lost), self._leaving, frozenset(waiting))
 
-    async def give_up(self, paces: Paces) -> None:
+    async def hand_off(self, bucket: int, pace: Pace) -> bool:
+        """Release a bucket we hold with each host's pace, for the next owner (False:
+        it was not ours any more). Call it once nothing of the bucket is in flight."""
+        self._leaving -= {bucket}
+        return await self.leases.release(bucket, pace)
+
+    async def give_up(self, paces: Callable[[int], Pace]) -> None:
         """Hand every bucket on (a graceful stop): the next owners get the paces."""
         for bucket in sorted(self.held):
-            await self.leases.release(bucket, paces(bucket))
+            await self.hand_off(bucket, paces(bucket))
