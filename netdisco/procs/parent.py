@@ -37,8 +37,9 @@ from netdisco.crawl.stats import Rate, Stats
 from netdisco.exceptions import ConfigError, StateDirError
 from netdisco.frontiers import is_shared
 from netdisco.frontiers.base import start_over_state_dir
-from netdisco.frontiers.redis.leases import Client, Keys, recover_owner
+from netdisco.frontiers.redis.leases import Client, Keys
 from netdisco.frontiers.redis.options import RedisOptions, connect
+from netdisco.frontiers.redis.owners import recover_engine
 from netdisco.frontiers.sqlite_store import DB_NAME, lock_directory
 from netdisco.procs.channel import MAX_LINE, Sink, Worker
 from netdisco.procs.server import PrivateRedis, die_with_parent, run_directory
@@ -158,7 +159,7 @@ class ProcessCrawl:
         owned = Keys(options.prefix, self.name).owned_prefix
         async for key in self._client.scan_iter(match=f"{owned}*"):
             owner = (key.decode() if isinstance(key, bytes) else str(key))[len(owned) :]
-            counts = await recover_owner(self._client, options.prefix, owner, options.shards)
+            counts = await recover_engine(self._client, options.prefix, owner, options.shards)
             log.info("leases_recovered", owner=owner, count=sum(counts.values()))
 
     def _totals_key(self) -> str:
@@ -220,7 +221,7 @@ class ProcessCrawl:
             self.sink.lost(worker)
         assert self._client is not None
         options = RedisOptions.from_url(self._redis.url if self._redis else self.settings.frontier)
-        counts = await recover_owner(self._client, options.prefix, owner, options.shards)
+        counts = await recover_engine(self._client, options.prefix, owner, options.shards)
         log.info("leases_recovered", owner=owner, count=sum(counts.values()))
 
     async def _spawn(

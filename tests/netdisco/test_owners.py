@@ -11,12 +11,14 @@ import pytest
 from redis import asyncio as aioredis
 from redis.exceptions import ResponseError
 
+from netdisco.frontiers.redis.leases import spiders_key
 from netdisco.frontiers.redis.owners import (
     BucketLeases,
     bucket_of,
     free_incarnation,
     owned_by,
     owner_check,
+    recover_engine,
     winner,
 )
 from netdisco.testing import RedisServer
@@ -115,3 +117,17 @@ async def test_recovery_frees_only_the_lost_incarnations_buckets(redis: aioredis
     assert await alive.renew() == set()
     gained: list[Any] = [await alive.acquire(bucket) for bucket in (1, 2)]
     assert all(g is not None and not g.released for g in gained)
+
+
+async def test_recovering_an_engine_returns_its_requests_and_frees_its_buckets(
+    redis: aioredis.Redis,
+) -> None:
+    spider, prefix = uuid.uuid4().hex, f"t{uuid.uuid4().hex[:6]}"
+    await redis.sadd(spiders_key(prefix), spider)
+    dead = BucketLeases(redis, prefix, spider, "dead", ttl_ms=60_000)
+    assert await dead.acquire(8) is not None
+    assert await recover_engine(redis, prefix, "dead") == {spider: 0}
+    gainer = BucketLeases(redis, prefix, spider, "gainer", ttl_ms=60_000)
+    got = await gainer.acquire(8)  # at once: no TTL to wait out
+    assert got is not None
+    assert not got.released

@@ -153,15 +153,16 @@ async def test_a_shard_that_lost_the_crawl_is_refused(
     await late.close(hand_back=False)
 
 
-async def test_bucket_leases_spread_over_the_masters_and_renew_in_one_pipeline(
+async def test_bucket_leases_spread_over_the_masters_acquired_and_renewed_in_one_pipeline(
     cluster: RedisClusterServer,
 ):
     client = connect(cluster.url)
     prefix, spider = f"o{uuid.uuid4().hex[:8]}", "s"
     try:
         mine = BucketLeases(client, prefix, spider, "a", ttl_ms=60_000)
-        for bucket in range(12):
-            assert await mine.acquire(bucket) is not None
+        got = await mine.acquire_all(range(12))  # one pipeline over the three masters
+        assert sorted(got) == list(range(12))
+        assert all(acquired is not None for acquired in got.values())
         assert isinstance(client, RedisCluster)
         nodes = {str(client.get_node_from_key(mine.keys(b).lease)) for b in range(12)}
         assert len(nodes) == 3  # every master holds some of the buckets

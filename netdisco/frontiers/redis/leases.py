@@ -126,6 +126,12 @@ class Keys:
         return [self.shard(index, shards) for index in range(shards)]
 
     @property
+    def members(self) -> str:
+        """Sorted set: member id -> its deadline (ms, Redis clock), where no ZooKeeper
+        says who is alive (``ownership.RedisMembers``)."""
+        return self._key("members")
+
+    @property
     def epoch_all(self) -> str:
         """String, on shard 0 only: the epoch once every shard holds it (see ``join``)."""
         return self._key("epoch_all")

@@ -10,11 +10,12 @@ not by negotiating every request. Here:
   (``winner``: the engines whose znodes ``recovery.py`` watches): every engine computes
   the same answer from the same membership, and a join or a leave moves only the
   buckets the newcomer wins or the leaver held;
-* what the hash says is made safe by a **bucket lease** in Redis (``BucketLeases``):
-  the holder's incarnation and a fencing token, counted on by one per acquisition and
-  never reused, with a TTL. Every script that starts or ends work of a bucket checks
-  the token (``owner_check``), so an engine that lost a bucket (a partition, a new
-  member) starts nothing more of its hosts, whatever it still believes.
+* what the hash says is made safe by a **bucket lease** in Redis (``BucketLeases``): the
+  holder's incarnation and a fencing token, counted on by one per acquisition and never
+  reused, with a TTL. Every script that starts work of a bucket (a take) checks the
+  token (``owner_check``; an ack checks its request lease's owner, which is enough), so
+  an engine that lost a bucket (a partition, a new member) starts nothing more of its
+  hosts, whatever it still believes.
 
 A graceful move writes each host's last start and current delay to the bucket's pace
 key (on the Redis server's clock) before it deletes the lease; the gainer reads it in
@@ -35,7 +36,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from netdisco.frontiers.redis.leases import Client, Keys
+from netdisco.frontiers.redis.leases import Client, Keys, recover_owner
 
 #: buckets per crawl: enough that three to a hundred engines share them evenly, few
 #: enough that renewing every bucket's lease stays one small pipeline
@@ -97,7 +98,7 @@ local t = redis.call('TIME')
 local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 """
 
-#: the check every take and ack script of a bucket begins with: KEYS[k] the bucket's
+#: the check every take script of a bucket begins with: KEYS[k] the bucket's
 #: lease, ARGV[t] the caller's token; a stale token answers ``STALE`` and runs nothing
 OWNER_CHECK = """
 if redis.call('HGET', KEYS[{k}], 'token') ~= ARGV[{t}] then
@@ -208,9 +209,22 @@ class BucketLeases:
 
     async def acquire(self, bucket: int) -> Acquired | None:
         """Take ``bucket``'s lease if nobody holds it (None: another incarnation does)."""
-        k = self.keys(bucket)
-        args: list[str | int] = [k.lease, k.fence, k.pace, self.incarnation, self.ttl_ms]
-        raw = await self.redis.eval(ACQUIRE_LUA, 3, *args)
+        return (await self.acquire_all([bucket]))[bucket]
+
+    async def acquire_all(self, buckets: Iterable[int]) -> dict[int, Acquired | None]:
+        """``acquire`` for each of ``buckets``, in one pipeline (one round trip, one per
+        master on a Cluster): a start or a change of members wins many at once."""
+        wanted = sorted(set(buckets))
+        if not wanted:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for bucket in wanted:
+                k = self.keys(bucket)
+                pipe.eval(ACQUIRE_LUA, 3, k.lease, k.fence, k.pace, self.incarnation, self.ttl_ms)
+            answers = await pipe.execute()
+        return {b: self._acquired(b, raw) for b, raw in zip(wanted, answers, strict=True)}
+
+    def _acquired(self, bucket: int, raw: list[Any]) -> Acquired | None:
         token = int(raw[0])
         if not token:
             return None
@@ -257,6 +271,18 @@ async def free_incarnation(
             pipe.eval(FREE_LUA, 1, BucketKeys.of(prefix, spider, bucket).lease, incarnation)
         answers = await pipe.execute()
     return sum(int(answer) for answer in answers)
+
+
+async def recover_engine(
+    redis: Client, prefix: str, incarnation: str, shards: int = 1
+) -> dict[str, int]:
+    """A lost incarnation's work back, in every spider under ``prefix``: its request
+    leases to the queues (``recover_owner``) and its bucket leases freed, so that the
+    buckets' new owners start at once instead of after the TTL; spider -> requests."""
+    returned = await recover_owner(redis, prefix, incarnation, shards)
+    for spider in returned:
+        await free_incarnation(redis, prefix, spider, incarnation)
+    return returned
 
 
 def _text(value: Any) -> str:

@@ -6,12 +6,14 @@ took it (``netdisco.frontiers.redis``). Three paths return leases to the queue:
 1. **Lost engine** (its znode vanished without ``state: leaving``): every engine
    that uses a Redis frontier runs a ``LeaseRecovery``, which watches the registry
    root and, on a loss, runs one Lua script per spider that moves the lost
-   incarnation's leases back to the queue. We chose the surviving engines over a
-   monitor hook because the monitor is optional and its offline hooks wait out a
-   grace period (15 s by default); the engines that need the work back are the
-   ones watching. Several engines doing it at once is safe: the script is atomic
-   and deletes the lease set it drains, so the first caller returns the leases
-   and the others find none (each lease also names its owner, checked per id).
+   incarnation's leases back to the queue, and frees its bucket leases
+   (``owners.recover_engine``: the buckets' new owners need not wait out the TTL).
+   We chose the surviving engines over a monitor hook because the monitor is
+   optional and its offline hooks wait out a grace period (15 s by default); the
+   engines that need the work back are the ones watching. Several engines doing it
+   at once is safe: the script is atomic and deletes the lease set it drains, so the
+   first caller returns the leases and the others find none (each lease also names
+   its owner, checked per id).
 2. **Nothing watching** (no ZooKeeper, all watchers down): every frontier sweeps
    leases past their deadline on each heartbeat. A live engine pushes its own
    deadlines forward on that heartbeat, so the deadline measures the owner's
@@ -50,8 +52,9 @@ from netdisco.cluster.membership import Member, Parent, View, assemble, diff, go
 from netdisco.cluster.settings import ZooKeeperSettings
 from netdisco.cluster.tombstones import who_left
 from netdisco.cluster.zk import Bridge, close_client, wait_result
-from netdisco.frontiers.redis.leases import DEFAULT_PREFIX, recover_owner
+from netdisco.frontiers.redis.leases import DEFAULT_PREFIX
 from netdisco.frontiers.redis.options import connect
+from netdisco.frontiers.redis.owners import recover_engine
 
 log = structlog.get_logger(__name__)
 
@@ -224,7 +227,7 @@ class LeaseRecovery:
         """A few quick tries; if Redis stays down, the deadline sweep takes over."""
         for attempt in range(5):
             try:
-                return await recover_owner(self._redis, self.prefix, incarnation, self.shards)
+                return await recover_engine(self._redis, self.prefix, incarnation, self.shards)
             except RedisError as exc:
                 log.warning("lease_recovery_redis_error", error=repr(exc), attempt=attempt)
                 await asyncio.sleep(0.2 * 2**attempt)
