@@ -494,6 +494,7 @@ async def test_lost_engine_leases_return_graceful_ones_stay(
         await asyncio.to_thread(clients[0].client.stop)  # session closed: the node vanishes
         await eventually(lambda: _queued_is(lost, 7, trigger=_nothing))
         await eventually(lambda: _watching(watcher, 0))
+        await eventually(lambda: watcher.recoveries, "the recovery recorded")  # see below
         assert [(r.engine_id, r.returned) for r in watcher.recoveries] == [
             ("lost", {spider.name: 3})
         ]
