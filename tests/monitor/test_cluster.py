@@ -87,11 +87,12 @@ async def test_200_engines_churning_every_change_accounted_for(zk_hosts, start_m
         assert seen + monitor.watcher.unobserved_total == true_changes, (counts, true_changes)
         if mode:  # every delete was a leave with its tombstone: none may read as a loss
             # how many leaves the monitor sees one by one (rather than as a join and a
-            # leave it never observed) depends on the machine's load; some must be seen,
-            # or the next line would hold vacuously
-            assert counts[EventType.ENGINE_LEFT] >= 10, counts
-            assert counts[EventType.ENGINE_LOST] == 0, counts
+            # leave it never observed) depends on the machine's load (5 of 1,000 beside two
+            # burners); some departure must be seen, as a leave or as a restart after a
+            # leave, or the next lines would hold vacuously
             restarts = [e for e in rec.events if e.type is EventType.ENGINE_RESTARTED]
+            assert counts[EventType.ENGINE_LEFT] + len(restarts) > 0, counts
+            assert counts[EventType.ENGINE_LOST] == 0, counts
             assert all(e.detail.get("previous_left") for e in restarts), restarts[:3]
     finally:
         for proc in procs:
