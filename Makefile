@@ -9,6 +9,10 @@ STAMP  := $(VENV)/.installed
 LOCK   := requirements.lock
 CHECKOUT_PTH := import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], \
 	"netdisco-checkout.pth").write_text("$(CURDIR)\n")
+# Every Python process of a suite's run (NDTEST_RUN) writes its asyncio tasks on SIGUSR1,
+# for the hang witness (tests/taskdump.py); a line of a .pth that starts with import runs
+TASKDUMP_PTH := import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], \
+	"netdisco-taskdump.pth").write_text("import os; exec(\"try: import tests.taskdump\\nexcept ImportError: pass\") if os.environ.get(\"NDTEST_RUN\") else None\n")
 ZK_JAR := /usr/share/java/zookeeper.jar
 APT    := DEBIAN_FRONTEND=noninteractive apt-get install -y -q
 
@@ -26,6 +30,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	@# mypy cannot follow setuptools' editable import hook: a plain .pth names the checkout
 	@# too, so that files outside it (netdisco new's spiders) type-check against this install
 	$(BIN)/python -c '$(CHECKOUT_PTH)'
+	$(BIN)/python -c '$(TASKDUMP_PTH)'
 	touch $(STAMP)
 
 # The lock anew: the newest releases pyproject.toml allows, every extra, for Python 3.11.
@@ -47,6 +52,7 @@ test-newest: system-deps
 	$(NEWEST)/bin/pip install -q --upgrade pip
 	$(NEWEST)/bin/pip install -q --upgrade --upgrade-strategy eager -e '.[test]'
 	$(NEWEST)/bin/python -c '$(CHECKOUT_PTH)'
+	$(NEWEST)/bin/python -c '$(TASKDUMP_PTH)'
 	touch $(NEWEST)/.installed  # newer than the lock: the make below keeps these releases
 	$(NEWEST)/bin/pip list --format=freeze > $(NEWEST)/versions.txt
 	@$(NEWEST)/bin/python -c '$(NEWER_THAN_LOCK)' $(LOCK) $(NEWEST)/versions.txt

@@ -6,52 +6,31 @@ too late and too little for a crawl: the threads of an asyncio test all wait in
 shown. So, ``AHEAD`` seconds before a test's timeout, the witness writes to the worker's
 real stderr (which the run's log keeps): every thread's stack, every pending asyncio
 task's stack, and ``py-spy dump`` of every process the worker started, with the pending
-tasks of those that installed :func:`install_task_dump` (py-spy shows a child's threads,
+tasks of those that handle SIGUSR1 (``tests.taskdump``; py-spy shows a child's threads,
 which in a crawl all wait in ``select``, not its tasks).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import faulthandler
-import gc
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
-from types import FrameType
 
 import psutil
 
 from netdisco.testing import wait_for
+from tests.taskdump import TASK_DUMP, await_chain, pending_tasks
 
 #: how long before the timeout the witness speaks
 AHEAD = 15.0
 #: a test whose timeout is shorter gets no witness (it would speak while all is well)
 SHORTEST = 30.0
-#: where a child that installed the task dump writes its tasks on SIGUSR1
-TASK_DUMP = str(Path(tempfile.gettempdir()) / "netdisco-tasks-{pid}.txt")
-
-
-def install_task_dump() -> None:
-    """On SIGUSR1, write this process's pending asyncio tasks to ``TASK_DUMP`` (for the
-    witness of the test that started it; the handler runs on the main thread, between
-    the loop's own steps)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGUSR1, _dump_tasks)
-
-
-def _dump_tasks(signum: int, frame: FrameType | None) -> None:
-    tasks = _pending_tasks()
-    text = "".join(f"{task!r}\n{''.join(_await_chain(task))}" for task in tasks)
-    path = Path(TASK_DUMP.format(pid=os.getpid()))
-    path.with_suffix(".part").write_text(f"{len(tasks)} pending asyncio task(s):\n{text}")
-    path.with_suffix(".part").replace(path)  # whole, or not there
 
 
 def _catches_task_dump(process: psutil.Process) -> bool:
@@ -80,38 +59,6 @@ def _child_tasks(process: psutil.Process) -> str:
     return text
 
 
-def _pending_tasks() -> list[asyncio.Task[object]]:
-    """Every task not done in any loop of this process (read from another thread)."""
-    for _ in range(5):  # the set may change while it is copied
-        with contextlib.suppress(RuntimeError):
-            tasks = list(asyncio.tasks._all_tasks)  # type: ignore[attr-defined]
-            break
-    else:
-        tasks = [obj for obj in gc.get_objects() if isinstance(obj, asyncio.Task)]
-    return [task for task in tasks if not task.done()]
-
-
-def _await_chain(task: asyncio.Task[object]) -> list[str]:
-    """Where the task waits, outermost first, down every coroutine it awaits (a task's
-    own stack shows only its outermost frame)."""
-    lines: list[str] = []
-    awaited: object = task.get_coro()
-    while awaited is not None and len(lines) < 40:
-        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)
-        frame = frame or getattr(awaited, "gi_frame", None)
-        if frame is None:  # a future (its __await__ iterator), or a coroutine that ended
-            lines.append(f"    awaits {type(awaited).__name__}\n")
-            break
-        code = frame.f_code
-        lines.append(f'  File "{code.co_filename}", line {frame.f_lineno}, in {code.co_name}\n')
-        awaited = (
-            getattr(awaited, "cr_await", None)
-            or getattr(awaited, "ag_await", None)
-            or getattr(awaited, "gi_yieldfrom", None)
-        )
-    return lines
-
-
 def _py_spy() -> str | None:
     beside = Path(sys.executable).with_name("py-spy")
     return str(beside) if beside.exists() else shutil.which("py-spy")
@@ -124,11 +71,11 @@ def witness(fd: int, nodeid: str) -> None:
         out.write(f"\n!!! hang witness: {nodeid} is {AHEAD:g} s from its timeout\n")
         out.flush()
         faulthandler.dump_traceback(file=out, all_threads=True)
-        tasks = _pending_tasks()
+        tasks = pending_tasks()
         out.write(f"\n!!! {len(tasks)} pending asyncio task(s):\n")
         for task in tasks:
             with contextlib.suppress(Exception):  # a task may end while it is printed
-                out.write(f"{task!r}\n{''.join(_await_chain(task))}")
+                out.write(f"{task!r}\n{''.join(await_chain(task))}")
         spy = _py_spy()
         for child in psutil.Process().children(recursive=True):
             with contextlib.suppress(psutil.Error):

@@ -96,13 +96,13 @@ def test_a_disarmed_or_short_watch_says_nothing(
 
 LOOPING_CHILD = """
 import asyncio, sys
-from tests.hangs import install_task_dump
+from tests.taskdump import install
 
 async def parked_in_the_child(gate):
     await gate.wait()
 
 async def main():
-    install_task_dump()
+    install()
     gate = asyncio.Event()
     task = asyncio.create_task(parked_in_the_child(gate))
     await asyncio.sleep(0)

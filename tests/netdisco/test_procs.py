@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 
 from netdisco.testing import write_site
+from tests.hangs import witness
 from tests.netdisco.redis_support import SiteServer, gen_spider_source
 from tests.reaper import alive as running
 
@@ -72,7 +73,11 @@ async def start(*args: str, env: dict[str, str] | None = None) -> asyncio.subpro
 
 async def finish(process: asyncio.subprocess.Process) -> tuple[int, list[dict[str, Any]]]:
     """Its exit status and its JSON log lines (the summary among them)."""
-    _, err = await asyncio.wait_for(process.communicate(), 50)
+    try:
+        _, err = await asyncio.wait_for(process.communicate(), 50)
+    except TimeoutError:  # what the crawl and its workers wait on, in the failure's output
+        await asyncio.to_thread(witness, sys.stderr.fileno(), "a crawl that did not end")
+        raise
     lines = [json.loads(line) for line in err.decode().splitlines() if line.startswith("{")]
     assert process.returncode is not None
     return process.returncode, lines
