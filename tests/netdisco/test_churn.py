@@ -7,6 +7,7 @@ two starts to a host come closer than the delay; the crawl ends."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from collections import Counter
 from pathlib import Path
@@ -73,13 +74,17 @@ class Engines:
 
     async def kill(self) -> None:
         proc, owner = self.live.pop(0)
-        proc.send_signal(signal.SIGKILL)
+        # an engine may have finished the crawl on its own by now (one core: seen), and a
+        # process that ended cannot be signalled; what it held counts either way
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGKILL)
         await proc.wait()  # dead: what it held stays in Redis until its lease ends
         self.held_at_kills += int(await self.redis.scard(self.keys.owned(owner)))
 
     async def leave(self) -> None:
         proc, _ = self.live.pop(0)
-        await tell(proc, "stop")
+        with contextlib.suppress(ConnectionError):  # it finished on its own already
+            await tell(proc, "stop")
         self.ended.append(proc)
 
     async def close(self) -> None:
