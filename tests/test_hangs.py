@@ -98,14 +98,15 @@ LOOPING_CHILD = """
 import asyncio, sys
 from tests.taskdump import install
 
-async def parked_in_the_child(gate):
+async def parked_in_the_child(started, gate):
+    started.set()
     await gate.wait()
 
 async def main():
     install()
-    gate = asyncio.Event()
-    task = asyncio.create_task(parked_in_the_child(gate))
-    await asyncio.sleep(0)
+    started, gate = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(parked_in_the_child(started, gate))
+    await started.wait()
     print("parked", flush=True)
     await task
 
