@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -43,6 +44,19 @@ async def items_of(client: Client, job_id: str) -> str:
         return await resp.text()
 
 
+async def run_by_name(
+    monitor: Any, spawn: Any, project: str, spider: str, site: str
+) -> tuple[Client, dict[str, Any]]:
+    """A job of ``project``'s spider by its name on a new engine, run to its end."""
+    await spawn("e1")
+    await eventually(lambda: monitor.jobs.slots(), "an engine with slots", timeout=30)
+    client = Client(monitor, TOKEN)
+    (job,) = await client.start(project=project, spider=spider, args={"site": site})
+    done = await state_of(client, job["id"], "finished", "failed", timeout=180)
+    assert done["state"] == "finished", done["error"]
+    return client, done
+
+
 async def test_a_scrapy_project_deployed_unchanged_runs_its_spider_by_name_as_a_job(
     zk_hosts,
     start_monitor,
@@ -57,13 +71,8 @@ async def test_a_scrapy_project_deployed_unchanged_runs_its_spider_by_name_as_a_
     code, out, err = await cli(monitor.http.url, "deploy", str(project))
     assert code == 0, err
     assert '"project": "bookproj"' in out
-    await spawn_engine("e1")
-    await eventually(lambda: monitor.jobs.slots(), "an engine with slots", timeout=30)
-    client = Client(monitor, TOKEN)
-    (job,) = await client.start(project="bookproj", spider="books", args={"site": reference_site})
-    done = await state_of(client, job["id"], "finished", "failed", timeout=180)
-    assert done["state"] == "finished", done["error"]
-    assert done["spider_class"] == "bookproj.spiders.books:BooksSpider"
+    client, job = await run_by_name(monitor, spawn_engine, "bookproj", "books", reference_site)
+    assert job["spider_class"] == "bookproj.spiders.books:BooksSpider"
     items = normalised(await items_of(client, job["id"]), reference_site)
     assert items == (EXPECTED / "books.jsonl").read_text().splitlines()
     log = await client.log(job["id"])
@@ -98,13 +107,8 @@ async def test_spider_files_named_with_a_dash_run_and_scrapy_is_never_installed(
     monitor, _ = await start_monitor(with_token(monitor_config(zk_hosts)))
     code, _, err = await cli(monitor.http.url, "deploy", str(quotesbot(tmp_path / "quotesbot")))
     assert code == 0, err
-    await spawn_engine("e1")
-    await eventually(lambda: monitor.jobs.slots(), "an engine with slots", timeout=30)
-    client = Client(monitor, TOKEN)
-    (job,) = await client.start(project="quotesbot", spider="quotes", args={"site": reference_site})
-    done = await state_of(client, job["id"], "finished", "failed", timeout=180)
-    assert done["state"] == "finished", done["error"]
-    assert done["spider_class"] == "quotesbot.spiders.toscrape-css:QuotesSpider"
+    client, job = await run_by_name(monitor, spawn_engine, "quotesbot", "quotes", reference_site)
+    assert job["spider_class"] == "quotesbot.spiders.toscrape-css:QuotesSpider"
     items = normalised(await items_of(client, job["id"]), reference_site)
     assert items == (EXPECTED / "quotes.jsonl").read_text().splitlines()
     venvs = list((tmp_path / "e1" / "projects" / "quotesbot").glob("*/venv"))
