@@ -260,7 +260,7 @@ class Downloader:
             handler = self._renderer()
         reports_sent = self._own_session and handler is self._http
         async with self.politeness.turn(request, reports_sent):
-            if not self.frontier.may_start_now():  # the last moment before it goes
+            if not self.frontier.may_start_now(request):  # the last moment before it goes
                 raise LeaseFenced(f"{request.url}: the lease fence closed before it went out")
             began = time.monotonic()
             response = await handler.fetch(request)

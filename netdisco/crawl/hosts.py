@@ -142,6 +142,14 @@ class HostSlot:
         if self.record is not None:
             self.record.append(Pace("rest", self.host, now, self.next_start, told))
 
+    def answered(self) -> None:
+        """A transfer to the host ended: with a delay, the next start also waits it from
+        here. The site read this request before it answered, so it then never sees two
+        starts closer than the delay, however late it read this one or early the
+        next went out (Heritrix and Nutch count their delays from a fetch's end too)."""
+        if (delay := self.delay()) > 0:
+            self.next_start = max(self.next_start, time.monotonic() + delay)
+
     def went_out(self, at: float) -> None:
         """A request that took no turn (robots.txt) went out at ``at``: the next start
         waits the delay from then."""

@@ -313,6 +313,11 @@ class Politeness(ABC):
         (after ``count`` hops), to follow here (None) or to hand to its host's turn."""
         return None
 
+    def _queued_hop(self, request: Request, hop: Request, count: int) -> Deferred:
+        """A redirect that may not be followed here: queued as a request of its own."""
+        hop = hand_off(request, hop, count, self.settings.max_redirects)
+        return Deferred(f"redirect to {hop.url}, queued for its host", hop)
+
     def _rest(self, request: Request, delay: float, told: bool = False) -> None:  # noqa: B027 - a hook
         """The whole host waits ``delay`` (a 429, a 503, a failure), not only
         ``request``; ``told``: the server said how long, and its word replaces the host's
@@ -333,7 +338,9 @@ class LocalPoliteness(Politeness):
     """This process keeps each host's slots and delay (``ReadyHosts``).
 
     ``blocked(url)``: its robots.txt does not answer yet; ``denied(url)``: robots.txt
-    is known to forbid it. ``wake``: tells idle workers a host became due.
+    is known to forbid it. ``wake``: tells idle workers a host became due. ``owns(host)``:
+    whether this engine may start requests of ``host`` (hosts owned by one engine each,
+    ``frontiers.redis.owned``): a redirect to a host another engine owns is queued for it.
     """
 
     def __init__(
@@ -343,9 +350,10 @@ class LocalPoliteness(Politeness):
         blocked: Callable[[str], bool],
         denied: Callable[[str], bool],
         wake: Callable[[], None],
+        owns: Callable[[str], bool] = lambda host: True,
     ) -> None:
         super().__init__(settings)
-        self._wake = wake
+        self._wake, self._owns = wake, owns
         self.hosts = ReadyHosts(
             self.throttle,
             size=settings.host_cache_size,
@@ -387,6 +395,11 @@ class LocalPoliteness(Politeness):
         finally:
             _HOLD.reset(token)
 
+    def _arrived(self, request: Request, hop: Request | None, count: int) -> Deferred | None:
+        if hop is None or self._owns(hop.host_key):
+            return None
+        return self._queued_hop(request, hop, count)
+
     def _rest(self, request: Request, delay: float, told: bool = False) -> None:
         slot = self.hosts.peek(request.host_key)
         if slot is not None:
@@ -419,6 +432,7 @@ class LocalPoliteness(Politeness):
             finally:
                 SENT.reset(token)
                 start()  # it failed before it was sent (or was never reported)
+                slot.answered()
 
 
 class SharedPoliteness(Politeness):
@@ -454,8 +468,7 @@ class SharedPoliteness(Politeness):
         self.frontier.responded(request)
         if hop is None or hop.host_key == request.host_key:
             return None
-        hop = hand_off(request, hop, count, self.settings.max_redirects)
-        return Deferred(f"redirect to {hop.url}, queued for its host", hop)
+        return self._queued_hop(request, hop, count)
 
     async def _retry_later(self, request: Request, delay: float, told: bool) -> Deferred:
         """The frontier backs the host off for every engine and the retry waits its turn
@@ -477,7 +490,9 @@ def politeness_for(
     frontier.set_politeness(settings.download_delay, settings.per_host_concurrency)
     if frontier.reserves_hosts:
         return SharedPoliteness(settings, frontier)
-    return LocalPoliteness(settings, blocked=blocked, denied=denied, wake=wake)
+    local = LocalPoliteness(settings, blocked=blocked, denied=denied, wake=wake, owns=frontier.owns)
+    frontier.use_paces(local.hosts)
+    return local
 
 
 def _nothing_sent(request: Request, exc: RequestError) -> bool:

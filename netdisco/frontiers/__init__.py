@@ -77,7 +77,11 @@ def open_frontier(
     from netdisco.frontiers.redis.frontier import RedisFrontier  # redis-py only when asked
     from netdisco.frontiers.redis.hosts import HostQueueFrontier
     from netdisco.frontiers.redis.options import RedisOptions
+    from netdisco.frontiers.redis.owned import OwnedFrontier
 
     options = RedisOptions.from_url(url)
-    kind = HostQueueFrontier if options.politeness == "cluster" else RedisFrontier
-    return kind(options, name, codec, owner=owner)
+    if options.politeness == "cluster":
+        return HostQueueFrontier(options, name, codec, owner=owner)
+    if options.politeness == "owner":
+        return OwnedFrontier(options, name, codec, owner=owner)
+    return RedisFrontier(options, name, codec, owner=owner)

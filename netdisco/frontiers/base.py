@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import abc
 import shlex
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import ClassVar, Generic, Protocol, TypeVar
 
@@ -116,6 +116,18 @@ class PageStore(Protocol):
         ...
 
 
+class PaceBook(Protocol):
+    """Where this engine keeps its hosts' paces (``crawl.hosts.ReadyHosts``)."""
+
+    def paces(self, hosts: Iterable[str]) -> dict[str, tuple[float, float]]:
+        """Each host that must still rest: seconds since its last start, and its delay."""
+        ...
+
+    def seed(self, host: str, rest: float) -> None:
+        """``host`` must rest ``rest`` s more before its next start here."""
+        ...
+
+
 class Frontier(abc.ABC, Generic[R]):
     """Every ability the crawl uses of a frontier; see the module docstring's table."""
 
@@ -157,11 +169,21 @@ class Frontier(abc.ABC, Generic[R]):
         its lease may be another engine's now; give it back). Default: True."""
         return True
 
-    def may_start_now(self) -> bool:
-        """Whether a request that passed ``may_start`` may go out at this instant: the
-        fence is still open, in the same epoch (checked with no wait in between and the
-        send, so that waiting for the host's turn cannot outlast the lease). Default: True."""
+    def may_start_now(self, request: R | None = None) -> bool:
+        """Whether a request (a hop of it: ``request``) that passed ``may_start`` may go
+        out at this instant: the fence is still open, in the same epoch, and its host
+        still ours where hosts are owned (checked with no wait in between and the send,
+        so that waiting for the host's turn cannot outlast the lease). Default: True."""
         return True
+
+    def owns(self, host: str) -> bool:
+        """Whether requests of ``host`` may start in this engine (False: another engine
+        owns the host; a redirect to it is queued for it). Default: every host."""
+        return True
+
+    def use_paces(self, book: PaceBook) -> None:
+        """Where the crawl keeps its hosts' paces (``crawl.hosts.ReadyHosts``), for a
+        frontier that moves hosts between engines. Default: not needed."""
 
     # -- connection ----------------------------------------------------------------
 

@@ -16,7 +16,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from netdisco.frontiers.redis.host_scripts import HostKeys
+from netdisco.frontiers.redis.leases import Keys
 from netdisco.frontiers.redis.options import RedisOptions
+from netdisco.frontiers.redis.owners import BUCKETS, BucketKeys
 from tests.netdisco.hosts_support import (
     closest_starts,
     hosts,
@@ -62,7 +64,9 @@ class Engines:
         self.joined = 0
         self.held_at_kills = 0  # leases the killed engines held: each may be fetched again
         options = RedisOptions.from_url(url)
-        self.keys = HostKeys(options.prefix, "hosts")
+        self.keys: list[Keys] = [HostKeys(options.prefix, "hosts")]
+        if options.politeness == "owner":  # a request lease is kept in its bucket's keys
+            self.keys = [BucketKeys.of(options.prefix, "hosts", b) for b in range(BUCKETS)]
         self.redis = aioredis.Redis.from_url(options.url)
 
     async def join(self) -> None:
@@ -79,7 +83,10 @@ class Engines:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGKILL)
         await proc.wait()  # dead: what it held stays in Redis until its lease ends
-        self.held_at_kills += int(await self.redis.scard(self.keys.owned(owner)))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for keys in self.keys:
+                pipe.scard(keys.owned(owner))
+            self.held_at_kills += sum(await pipe.execute())
 
     async def leave(self) -> None:
         proc, _ = self.live.pop(0)
@@ -96,12 +103,16 @@ class Engines:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("politeness", ["cluster", "owner"])
 async def test_churn_loses_nothing_repeats_only_the_killed_engines_work_and_stays_polite(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, politeness: str
 ) -> None:
+    """Both ways a shared crawl keeps hosts polite: host queues negotiated in Redis
+    (``cluster``), and hosts owned by one engine at a time (``owner``)."""
     pages = Pages()
     async with hosts(ADDRESSES, 0.02, PAGES, pages.visited) as sites:
-        engines = Engines(f"{redis_url}&lease_ttl=1", [b for b, _ in sites], tmp_path)
+        url = f"{redis_url}&lease_ttl=1&politeness={politeness}"
+        engines = Engines(url, [b for b, _ in sites], tmp_path)
         try:
             for _ in range(3):
                 await engines.join()

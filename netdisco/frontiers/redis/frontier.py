@@ -313,7 +313,7 @@ class RedisFrontier(Frontier[R]):
         await self._through_fence()
         return id(request) not in self._stale
 
-    def may_start_now(self) -> bool:
+    def may_start_now(self, request: R | None = None) -> bool:
         fence = self.fence
         return fence is None or (fence.is_open and fence.epoch == self._epoch)
 

@@ -13,9 +13,9 @@ recovery at once return every lease exactly once.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Self
+from typing import Any, Self
 
 from redis import asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
@@ -214,31 +214,44 @@ def spiders_key(prefix: str) -> str:
     return f"{prefix}:spiders"
 
 
+async def _each_shard(
+    redis: Client, shards: Sequence[Keys], script: str, call: Callable[[Keys], list[Any]]
+) -> list[Any]:
+    """``script`` once per shard, in one pipeline (one round trip, one per master on a
+    Cluster): a crawl of many shards or buckets pays one trip, not one a shard."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for keys in shards:
+            args = call(keys)
+            pipe.eval(script, args[0], *args[1:])
+        return list(await pipe.execute())
+
+
 async def return_leases(redis: Client, shards: Sequence[Keys], owner: str) -> int:
     """Put every request ``owner`` holds back in the queue; how many went back."""
-    returned = 0
-    for k in shards:
-        args = [k.owned(owner), k.owner, k.leases, k.queue, k.payload]
-        returned += int(await redis.eval(RETURN_LUA, 5, *args, owner))
-    return returned
+
+    def call(k: Keys) -> list[Any]:
+        return [5, k.owned(owner), k.owner, k.leases, k.queue, k.payload, owner]
+
+    return sum(int(n) for n in await _each_shard(redis, shards, RETURN_LUA, call))
 
 
 async def renew_leases(redis: Client, shards: Sequence[Keys], owner: str, ttl_ms: int) -> set[str]:
     """Push the deadlines of ``owner``'s leases on; the ids it holds in Redis."""
-    held: set[str] = set()
-    for keys in shards:
-        raw = await redis.eval(BEAT_LUA, 2, keys.owned(owner), keys.leases, ttl_ms)
-        held |= {item.decode() for item in raw}
-    return held
+
+    def call(k: Keys) -> list[Any]:
+        return [2, k.owned(owner), k.leases, ttl_ms]
+
+    found = await _each_shard(redis, shards, BEAT_LUA, call)
+    return {item.decode() for raw in found for item in raw}
 
 
 async def sweep_expired(redis: Client, shards: Sequence[Keys], limit: int = 1000) -> int:
     """Requeue leases past their deadline (their owner stopped renewing them)."""
-    swept = 0
-    for keys in shards:
-        args = [keys.leases, keys.owner, keys.queue, keys.payload]
-        swept += int(await redis.eval(SWEEP_LUA, 4, *args, keys.owned_prefix, limit))
-    return swept
+
+    def call(k: Keys) -> list[Any]:
+        return [4, k.leases, k.owner, k.queue, k.payload, k.owned_prefix, limit]
+
+    return sum(int(n) for n in await _each_shard(redis, shards, SWEEP_LUA, call))
 
 
 async def recover_owner(redis: Client, prefix: str, owner: str, shards: int = 1) -> dict[str, int]:

@@ -97,9 +97,10 @@ class RedisOptions(Section):
     politeness: str = _option(
         "cluster",
         "cluster: per-host limits held in Redis for every "
-        "engine together; engine: one queue, each engine polite alone",
-        "must be cluster or engine",
-        lambda p: p in ("cluster", "engine"),
+        "engine together; owner: each host owned by one engine at a time, which keeps "
+        "its limits; engine: one queue, each engine polite alone",
+        "must be cluster, owner or engine",
+        lambda p: p in ("cluster", "owner", "engine"),
     )
     trace: bool = _option(
         False,

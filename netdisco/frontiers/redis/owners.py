@@ -36,7 +36,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from netdisco.frontiers.redis.leases import Client, Keys, recover_owner
+from netdisco.frontiers.redis.leases import Client, Keys, recover_owner, return_leases
 
 #: buckets per crawl: enough that three to a hundred engines share them evenly, few
 #: enough that renewing every bucket's lease stays one small pipeline
@@ -277,10 +277,14 @@ async def recover_engine(
     redis: Client, prefix: str, incarnation: str, shards: int = 1
 ) -> dict[str, int]:
     """A lost incarnation's work back, in every spider under ``prefix``: its request
-    leases to the queues (``recover_owner``) and its bucket leases freed, so that the
-    buckets' new owners start at once instead of after the TTL; spider -> requests."""
+    leases to the queues (``recover_owner``, and the buckets' queues of owned hosts),
+    it leaves the members and its bucket leases are freed, so that the buckets' new
+    owners start at once instead of after the TTL; spider -> requests."""
     returned = await recover_owner(redis, prefix, incarnation, shards)
     for spider in returned:
+        buckets = [BucketKeys.of(prefix, spider, b) for b in range(BUCKETS)]
+        returned[spider] += await return_leases(redis, buckets, incarnation)
+        await redis.zrem(Keys(prefix, spider).members, incarnation)
         await free_incarnation(redis, prefix, spider, incarnation)
     return returned
 

@@ -1,0 +1,451 @@
+"""Owned hosts (``politeness=owner``): each host's queue is served by one engine at a
+time, which keeps the host's politeness in its own memory.
+
+The host queues (``hosts``) negotiate every request with Redis: a script reserves the
+host's slot and delay, another frees it, and a wake-up passes the turn on, about 15 ms
+of coordination a request. Large crawlers give each host one owner instead (BUbiNG,
+StormCrawler's ``URLPartitioner``); so does this frontier:
+
+* requests are queued by **bucket** (``owners.bucket_of`` of their host), each bucket a
+  full set of the plain frontier's keys under its own hash tag, so the buckets spread
+  over a Redis Cluster's masters;
+* the engine owns the buckets it wins by rendezvous hashing over the crawl's members
+  (``ownership``), made safe by a bucket lease with a fencing token that every take
+  carries; it takes requests of its buckets in batches, one pipeline for several
+  buckets, and acknowledges them in batches;
+* the crawl's own ``LocalPoliteness`` (slots, delay, autothrottle, Retry-After,
+  Crawl-delay, giving up) then applies to them, exactly as in a standalone crawl: the
+  frontier does not reserve hosts.
+
+Members come from the crawl's ``members`` key in Redis, pushed on every ``OWNER_BEAT``
+(``RedisMembers``); ZooKeeper's lease recovery (and ``-j N``'s parent) removes a lost
+engine from it and frees its buckets at once (``owners.recover_engine``). A move keeps
+politeness: a bucket that another member now wins starts nothing more here, its
+buffered requests go back, and once its requests in flight have ended its lease is
+released with each host's pace (``ReadyHosts.paces``), which the next owner waits out
+(``ReadyHosts.seed``). A bucket whose lease ran out instead (its owner was cut off or
+died) makes its new owner rest each of its hosts one delay before the first start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from redis.asyncio.client import Pipeline
+from redis.exceptions import RedisError, ResponseError
+
+from netdisco.exceptions import ConfigError, NetdiscoError
+from netdisco.frontiers.base import Codec, PaceBook, Queued, R
+from netdisco.frontiers.redis.batching import by_shard
+from netdisco.frontiers.redis.frontier import RedisFrontier
+from netdisco.frontiers.redis.leases import Client, return_leases
+from netdisco.frontiers.redis.options import RedisOptions
+from netdisco.frontiers.redis.owners import BUCKETS, BucketKeys, BucketLeases, bucket_of
+from netdisco.frontiers.redis.ownership import Moves, Ownership, RedisMembers
+from netdisco.frontiers.redis.scripts import ADD_LUA, DONE_LUA, TAKE_LUA
+
+if TYPE_CHECKING:
+    from redis.commands.core import AsyncScript
+
+log = structlog.get_logger(__name__)
+
+#: how often an engine says it is a member and settles its buckets (s)
+OWNER_BEAT = 1.0
+#: how long a member entry and a bucket lease last unless pushed on (ms): a dead engine's
+#: hosts move this long after its last beat when nothing recovers it sooner
+OWNER_TTL_MS = 3_000
+#: how long a count that says work remains is reused (s): see ``OwnedFrontier.counts``
+COUNTS_REUSE = 0.25
+#: buckets one take asks at most (one pipeline): enough for a batch, few enough that a
+#: take with little to find costs little
+TAKE_BUCKETS = 8
+
+#: the plain add, publishing the queue it added to: its bucket's owner is woken for it
+OWNED_ADD_LUA = ADD_LUA.replace(
+    "redis.call('PUBLISH', ARGV[2], added)", "redis.call('PUBLISH', ARGV[2], KEYS[3])"
+)
+#: the plain take, refused unless the caller holds the bucket's lease (KEYS[8], ARGV[5])
+OWNED_TAKE_LUA = (
+    "if redis.call('HGET', KEYS[8], 'token') ~= ARGV[5] then\n"
+    "  return redis.error_reply('STALE bucket lease')\nend\n" + TAKE_LUA
+)
+
+
+class OwnedFrontier(RedisFrontier[R]):
+    """A ``RedisFrontier`` whose hosts each have one owning engine (module docstring).
+
+    Every engine sharing the crawl must use ``politeness=owner``.
+    """
+
+    def __init__(
+        self,
+        options: RedisOptions,
+        name: str,
+        codec: Codec[R],
+        *,
+        owner: str | None = None,
+        redis: Client | None = None,
+        buckets: int = BUCKETS,
+    ) -> None:
+        super().__init__(options, name, codec, owner=owner, redis=redis)
+        if options.replicas:
+            raise ConfigError("replicas", "politeness=owner does not wait for replicas yet")
+        self.buckets = buckets
+        self.bucket_keys = [BucketKeys.of(options.prefix, name, b) for b in range(buckets)]
+        self.shard_keys = self.bucket_keys
+        self._by_queue = {k.queue: b for b, k in enumerate(self.bucket_keys)}
+        self._owned_add = self._redis.register_script(OWNED_ADD_LUA)
+        self._owned_take = self._redis.register_script(OWNED_TAKE_LUA)
+        leases = BucketLeases(self._redis, options.prefix, name, self.owner, ttl_ms=OWNER_TTL_MS)
+        self.ownership = Ownership(leases, self.owner, buckets)
+        self._members = RedisMembers(
+            self._redis, options.prefix, name, self.owner, ttl_ms=OWNER_TTL_MS
+        )
+        self._book: PaceBook | None = None
+        self._delay = 0.0  # the crawl's download_delay: a cold bucket's hosts rest it once
+        self._bucket_of_id: dict[str, int] = {}  # ids we hold (taken, not done)
+        self._acking: dict[str, int] = {}  # ids done, their ack or requeue not sent yet
+        self._hosts: defaultdict[int, set[str]] = defaultdict(set)  # hosts taken, by bucket
+        self._cold: dict[int, set[str]] = {}  # bucket acquired unreleased -> hosts rested
+        self._full: set[int] = set()  # held buckets that may have requests queued
+        self._add_wakes: Counter[int] = Counter()  # bucket -> wake-ups for adds to it so far
+        self._counted: tuple[float, tuple[int, int, int]] | None = None  # see counts()
+        self._counting = asyncio.Lock()
+        self._leaving: set[int] = set()  # held, another member wins them: to hand off
+        self._turn = 0  # where the next take starts among our buckets (round robin)
+        self._owner_task: asyncio.Task[None] | None = None
+        self._settled = asyncio.Event()  # the first settle ran: we know what we own
+        self.moves = 0  # buckets gained or handed off (for tests and counters)
+
+    # -- what the crawl asks -------------------------------------------------------
+
+    def set_politeness(self, delay: float, per_host: int) -> None:
+        self._delay = delay
+
+    def use_paces(self, book: PaceBook) -> None:
+        """The crawl's paces: handed on with a bucket, seeded from the last owner's."""
+        self._book = book
+
+    def owns(self, host: str) -> bool:
+        """Whether a request of ``host`` may start here now (its bucket's lease is ours,
+        not leaving, and renewed within its TTL)."""
+        return self.ownership.may_start(host)
+
+    async def may_start(self, request: R) -> bool:
+        return await super().may_start(request) and self.owns(request.host_key)
+
+    def may_start_now(self, request: R | None = None) -> bool:
+        owned = request is None or self.owns(request.host_key)
+        return owned and super().may_start_now()
+
+    # -- opening and closing ------------------------------------------------------------
+
+    async def open(self) -> None:
+        await super().open()
+        if self._owner_task is None:
+            self._owner_task = asyncio.create_task(self._own_forever(), name="frontier-owner")
+            with contextlib.suppress(TimeoutError):  # takes wait for the first settle
+                await asyncio.wait_for(self._settled.wait(), 2.0)
+
+    async def close(self, *, hand_back: bool = True) -> None:
+        """Leave the members, hand our leases back, then each bucket with its hosts'
+        paces (a graceful stop: the next owners start at once, and politely)."""
+        if self._owner_task is not None:
+            self._owner_task.cancel()
+            await asyncio.wait([self._owner_task], timeout=2.0)
+        returned = 0
+        if hand_back and self._opened and not self._closed:
+            try:
+                await self.flush()  # acknowledged first: a finished page is not handed back
+                await self._members.leave()
+                returned = await return_leases(self._redis, self.shard_keys, self.owner)
+                await self.ownership.give_up(self._pace_of)
+            except RedisError as exc:  # their TTLs run out; the leases are swept
+                log.warning("frontier_hand_off_failed", error=repr(exc))
+        await super().close(hand_back=False)
+        self.handed_back = returned
+
+    # -- ownership ---------------------------------------------------------------------
+
+    async def _own_forever(self) -> None:
+        while not self._closed:
+            try:
+                await self.settle()
+            except (RedisError, NetdiscoError) as exc:  # an outage: the local fence stops us
+                log.debug("frontier_settle_failed", error=repr(exc))
+            self._settled.set()
+            await asyncio.sleep(OWNER_BEAT)
+
+    async def settle(self) -> Moves:
+        """Say we are a member, then move buckets to follow the members (``Ownership``)."""
+        members = await self._members.beat()
+        moves = await self.ownership.settle(members)
+        self.round_trips += 2 + bool(moves.gained or moves.waiting)  # beat, renew, acquire
+        now = time.monotonic()
+        for bucket, got in moves.gained.items():
+            self.moves += 1
+            self._full.add(bucket)
+            self._hosts.pop(bucket, None)
+            if got.released:
+                self._cold.pop(bucket, None)
+                for host, rest in got.rests.items():
+                    if self._book is not None:
+                        self._book.seed(host, rest)
+            else:  # its last owner did not say how its hosts stand: each rests a delay
+                self._cold[bucket] = set()
+        if moves.gained:
+            log.info("frontier_buckets_gained", count=len(moves.gained), at=round(now, 3))
+            self._wake()
+        for bucket in moves.lost:
+            self._full.discard(bucket)
+            self._leaving.discard(bucket)
+        self._leaving |= moves.leaving
+        self._full -= moves.leaving | moves.lost
+        if moves.leaving or moves.lost:
+            await self._hand_back_buffer(moves.leaving | moves.lost)
+        await self._hand_off_drained()
+        await self._look_for_work()
+        return moves
+
+    async def _look_for_work(self) -> None:
+        """Which of our buckets have requests queued, read anew: a wake-up lost in an
+        outage (or in a pub/sub hiccup) costs at most one ``OWNER_BEAT``."""
+        held = sorted(set(self.ownership.leases.tokens) - self._leaving - self._full)
+        if not held:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for bucket in held:
+                pipe.zcard(self.bucket_keys[bucket].queue)
+            queued = await pipe.execute()
+        self.round_trips += 1
+        found = {bucket for bucket, n in zip(held, queued, strict=True) if int(n)}
+        if found:
+            self._full |= found
+            self._wake()
+
+    async def counts(self) -> tuple[int, int, int]:
+        """As ``RedisFrontier.counts`` (256 buckets read in one pipeline), but a count
+        that says work remains is reused for ``COUNTS_REUSE`` s: idle workers ask often,
+        and only the count that may end the crawl needs to be fresh."""
+        async with self._counting:
+            now = time.monotonic()
+            if self._counted is not None and now - self._counted[0] < COUNTS_REUSE:
+                return self._counted[1]
+            found = await super().counts()
+            queued, leased, _ = found
+            self._counted = (time.monotonic(), found) if queued or leased else None
+            return found
+
+    async def _hand_off_drained(self) -> None:
+        """Release each leaving bucket that has nothing in flight here any more."""
+        drained = self._leaving - set(self._bucket_of_id.values())
+        if drained & set(self._acking.values()):
+            await self.flush()  # their acks first: the next owner must not take them
+        for bucket in sorted(drained):
+            self._leaving.discard(bucket)
+            self._cold.pop(bucket, None)
+            self.moves += 1
+            self.round_trips += 1
+            await self.ownership.hand_off(bucket, self._pace_of(bucket))
+
+    def _pace_of(self, bucket: int) -> dict[str, tuple[float, float]]:
+        hosts = self._hosts.pop(bucket, set())
+        return self._book.paces(hosts) if self._book is not None and hosts else {}
+
+    async def _hand_back_buffer(self, buckets: set[int] | frozenset[int] | None = None) -> None:
+        """Requests taken but not handed out, of ``buckets`` (all: None), go back."""
+        mine = [
+            (rid, raw)
+            for rid, raw in self._buffer
+            if buckets is None or self._bucket_of_id.get(rid) in buckets
+        ]
+        if not mine:
+            return
+        ids = {rid for rid, _ in mine}
+        kept = [(rid, raw) for rid, raw in self._buffer if rid not in ids]
+        self._buffer.clear()
+        self._buffer.extend(kept)
+        with contextlib.suppress(RedisError, NetdiscoError):  # else the lease sweep does
+            await self._release(sorted(ids), requeue=True)
+
+    # -- the Frontier protocol, by bucket ----------------------------------------------
+
+    async def take(self) -> R | None:
+        request = await super().take()
+        if request is not None:
+            self._taken(request)
+        return request
+
+    def _taken(self, request: R) -> None:
+        """A request handed out: its host rests once if its bucket came unreleased."""
+        rid = self._ids.get(id(request))
+        bucket = self._bucket_of_id.get(rid or "")
+        if bucket is None:
+            return
+        host = request.host_key
+        self._hosts[bucket].add(host)
+        rested = self._cold.get(bucket)
+        if rested is not None and host not in rested:
+            rested.add(host)
+            if self._book is not None and self._delay:
+                self._book.seed(host, self._delay)
+
+    async def done(self, request: R, *, requeue: bool = False) -> None:
+        await super().done(request, requeue=requeue)
+        if self._leaving:
+            await self._hand_off_drained()
+
+    def _bucket(self, host: str) -> int:
+        return bucket_of(host, self.buckets)
+
+    def _entry(self, request: R, body: bytes) -> list[str | bytes]:
+        return [*super()._entry(request, body), request.host_key]
+
+    async def _add_entries(self, rows: list[list[str | bytes]]) -> list[Any]:
+        """One pipeline for a batch of adds, one script per bucket they touch."""
+        groups: dict[int, list[int]] = defaultdict(list)
+        for index, row in enumerate(rows):
+            groups[self._bucket(str(row[4]))].append(index)
+        plan = sorted(groups.items())
+
+        async def send() -> list[Any]:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for bucket, indexes in plan:
+                    k = self.bucket_keys[bucket]
+                    keys = [k.seen_store(self._bloom), k.seen_count, k.queue, k.payload, k.seq]
+                    keys.append(k.epoch)
+                    args: list[Any] = [self._seen_mode, self.keys.added_channel, self.epoch]
+                    args.append(uuid.uuid4().hex[:8])
+                    args += [x for i in indexes for x in rows[i][:4]]
+                    await _run(pipe, self._owned_add, keys, args)
+                return _checked(await pipe.execute(raise_on_error=False))
+
+        answers = await self._call(send)
+        out: list[Any] = [0] * len(rows)
+        for (_, indexes), answer in zip(plan, answers, strict=True):
+            for index, flag in zip(indexes, answer, strict=True):
+                out[index] = flag
+        return out
+
+    async def _claim_all(self, requests: Sequence[Queued]) -> list[Any]:
+        return await by_shard(
+            requests,
+            lambda r: self._bucket(r.host_key),
+            lambda b, rs: self._claim_in(self.bucket_keys[b], rs),
+        )
+
+    async def _take_once(self) -> Any:
+        """Requests of up to ``TAKE_BUCKETS`` of our buckets that may have some, in one
+        pipeline; else 1 (wait for a wake-up) while we own buckets, 0 when we own none."""
+        await self._hand_off_drained()
+        tokens = self.ownership.leases.tokens
+        mine = sorted(b for b in self._full if b in tokens and b not in self._leaving)
+        if not mine:
+            return 1 if tokens else 0
+        start = self._turn % len(mine)
+        asked = (mine[start:] + mine[:start])[:TAKE_BUCKETS]
+        self._turn += len(asked)
+        count = max(1, -(-self.options.prefetch // len(asked)))
+        plan = [(b, tokens[b], self.bucket_keys[b].take_token(uuid.uuid4().hex)) for b in asked]
+        adds = {bucket: self._add_wakes[bucket] for bucket in asked}  # see below
+
+        async def send() -> list[Any]:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for bucket, token, take in plan:
+                    k = self.bucket_keys[bucket]
+                    keys = [k.queue, k.leases, k.owner, k.owned(self.owner), k.payload, take]
+                    keys += [k.epoch, k.lease]
+                    args = [self.owner, self._ttl_ms, count, self.epoch, token]
+                    await _run(pipe, self._owned_take, keys, args)
+                return _checked(await pipe.execute(raise_on_error=False), stale=True)
+
+        found: list[Any] = []
+        for (bucket, _, _), answer in zip(plan, await self._call(send), strict=True):
+            if isinstance(answer, ResponseError) and "STALE" in str(answer):
+                self._full.discard(bucket)  # not ours any more: the next settle sees it
+                self.ownership.leases.tokens.pop(bucket, None)
+                continue
+            if isinstance(answer, list) and answer:
+                for rid in answer[::2]:
+                    self._bucket_of_id[_text(rid)] = bucket
+                found += answer
+            elif self._add_wakes[bucket] == adds[bucket]:  # empty, and no add came since we
+                self._full.discard(bucket)  # asked: the next add to it wakes us (``_woken``)
+        return found if found else 1
+
+    def _forget(self, request: R) -> str | None:
+        rid = super()._forget(request)
+        if rid is not None and (bucket := self._bucket_of_id.pop(rid, None)) is not None:
+            self._acking[rid] = bucket
+        return rid
+
+    async def _release(self, rids: list[str], *, requeue: bool) -> None:
+        """End our leases (put back with ``requeue``): one pipeline, a script per bucket."""
+        groups: dict[int, list[str]] = defaultdict(list)
+        for rid in rids:
+            bucket = self._bucket_of_id.pop(rid, None)
+            bucket = self._acking.pop(rid, bucket)
+            if bucket is None:
+                bucket = await self._find_bucket(rid)
+            if bucket is not None:
+                groups[bucket].append(rid)
+        if not groups:
+            return
+
+        async def send() -> list[Any]:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for bucket, some in sorted(groups.items()):
+                    k = self.bucket_keys[bucket]
+                    keys = [k.leases, k.owner, k.owned(self.owner), k.payload, k.queue, k.epoch]
+                    args = [self.owner, "1" if requeue else "0", self.epoch, *some]
+                    pipe.eval(DONE_LUA, len(keys), *keys, *args)
+                return _checked(await pipe.execute(raise_on_error=False))
+
+        await self._call(send)
+
+    async def _find_bucket(self, rid: str) -> int | None:
+        """The bucket of an id we no longer map (an orphan found by the heartbeat)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for k in self.bucket_keys:
+                pipe.hexists(k.owner, rid)
+            found = await pipe.execute()
+        return next((b for b, there in enumerate(found) if there), None)
+
+    def _woken(self, data: Any) -> None:
+        """An add published the queue it added to: that bucket may have work."""
+        bucket = self._by_queue.get(_text(data))
+        buckets = self.ownership.leases.tokens if bucket is None else [bucket]
+        for bucket in buckets:
+            self._add_wakes[bucket] += 1
+            if bucket in self.ownership.leases.tokens:
+                self._full.add(bucket)
+
+
+async def _run(pipe: Any, script: AsyncScript, keys: list[Any], args: list[Any]) -> None:
+    """Queue ``script`` in ``pipe``: by its SHA on one server (loaded once by the
+    pipeline), by its text on a Cluster, whose pipeline loads no scripts."""
+    if isinstance(pipe, Pipeline):
+        await script(keys=keys, args=args, client=pipe)
+    else:
+        pipe.eval(script.script, len(keys), *keys, *args)
+
+
+def _checked(answers: list[Any], *, stale: bool = False) -> list[Any]:
+    """The answers of a pipeline, its first error raised for ``_call`` (which turns
+    ``LOST`` into the crawl's loss); with ``stale``, a refused bucket token stays an
+    answer (that bucket is not ours any more)."""
+    for answer in answers:
+        if isinstance(answer, Exception) and not (stale and "STALE" in str(answer)):
+            raise answer
+    return answers
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
