@@ -3,6 +3,7 @@ politeness allows, standalone and with three engines on Redis?
 
 Usage: .venv/bin/python bench/many_hosts.py [--latency 0.02] [--delays 0,0.05]
        [--engines 1,3] [--per-host 2] [--concurrency 64] [--rounds 3] [--out FILE]
+       [--politeness cluster|owner] [--redis-for-one]
 
 Each site is a real documentation tree from a Debian package (``SITES``; install them
 with ``apt-get install cmake-doc postgresql-doc-15 python-django-doc python3.11-doc
@@ -149,7 +150,7 @@ def crawl_once(
     bases = ",".join(f"http://127.0.1.{n}:{args.port}" for n in range(1, len(SITES) + 1))
     frontier = "memory" if engines == 1 and not args.redis_for_one else redis_url
     if frontier != "memory":
-        frontier = f"{redis_url}?prefix=many{uuid.uuid4().hex[:8]}"
+        frontier = f"{redis_url}?prefix=many{uuid.uuid4().hex[:8]}&politeness={args.politeness}"
     before = cpu_seconds(pids)
     crawl = [bases, str(args.concurrency), str(delay), str(args.per_host)]
     results = run_engines(engines, frontier, crawl)
@@ -216,6 +217,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--port", type=int, default=8480)
     parser.add_argument("--redis-for-one", action="store_true", help="one engine on Redis too")
+    parser.add_argument(
+        "--politeness",
+        default="cluster",
+        choices=["cluster", "owner"],
+        help="how engines on Redis keep hosts polite: host queues in Redis, or owned hosts",
+    )
     parser.add_argument("--out", type=Path, help="also append every JSON line here")
     parser.add_argument("--keep-logs", type=Path, help="copy each crawl's access log here")
     args = parser.parse_args()

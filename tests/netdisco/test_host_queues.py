@@ -18,6 +18,7 @@ from netdisco.exceptions import ConfigError, CrawlLost
 from netdisco.frontiers.redis import RedisFrontier, RedisOptions
 from netdisco.frontiers.redis.host_scripts import HostKeys
 from netdisco.frontiers.redis.hosts import HostQueueFrontier
+from netdisco.frontiers.redis.owned import OwnedFrontier
 from netdisco.testing import RedisServer, eventually, serve
 from tests.netdisco.hosts_support import (
     PAGES,
@@ -81,7 +82,10 @@ async def test_the_redis_setting_picks_host_queues_unless_told_otherwise(spider:
     alone = frontier_for(Settings(frontier="redis://127.0.0.1:1/0?politeness=engine"), spider, None)
     assert isinstance(alone, RedisFrontier)
     assert not alone.reserves_hosts
-    with pytest.raises(ConfigError, match="politeness must be cluster or engine"):
+    owned = frontier_for(Settings(frontier="redis://127.0.0.1:1/0?politeness=owner"), spider, None)
+    assert isinstance(owned, OwnedFrontier)
+    assert not owned.reserves_hosts  # the crawl's own politeness, on the hosts it owns
+    with pytest.raises(ConfigError, match="politeness must be cluster, owner or engine"):
         RedisOptions.from_url("redis://127.0.0.1:1/0?politeness=host")
     with pytest.raises(ConfigError, match="a flag is 0 or 1"):
         RedisOptions.from_url("redis://127.0.0.1:1/0?trace=yes")

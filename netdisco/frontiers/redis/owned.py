@@ -122,6 +122,7 @@ class OwnedFrontier(RedisFrontier[R]):
         self._turn = 0  # where the next take starts among our buckets (round robin)
         self._owner_task: asyncio.Task[None] | None = None
         self._settled = asyncio.Event()  # the first settle ran: we know what we own
+        self._settling = asyncio.Lock()  # one settle at a time (the beat, or a caller)
         self.moves = 0  # buckets gained or handed off (for tests and counters)
 
     # -- what the crawl asks -------------------------------------------------------
@@ -185,6 +186,10 @@ class OwnedFrontier(RedisFrontier[R]):
 
     async def settle(self) -> Moves:
         """Say we are a member, then move buckets to follow the members (``Ownership``)."""
+        async with self._settling:
+            return await self._settle()
+
+    async def _settle(self) -> Moves:
         members = await self._members.beat()
         moves = await self.ownership.settle(members)
         self.round_trips += 2 + bool(moves.gained or moves.waiting)  # beat, renew, acquire
@@ -329,9 +334,11 @@ class OwnedFrontier(RedisFrontier[R]):
 
         answers = await self._call(send)
         out: list[Any] = [0] * len(rows)
-        for (_, indexes), answer in zip(plan, answers, strict=True):
+        for (bucket, indexes), answer in zip(plan, answers, strict=True):
             for index, flag in zip(indexes, answer, strict=True):
                 out[index] = flag
+            if any(answer):  # ours: no need to wait for the wake-up
+                self._woken(self.bucket_keys[bucket].queue)
         return out
 
     async def _claim_all(self, requests: Sequence[Queued]) -> list[Any]:
@@ -342,16 +349,26 @@ class OwnedFrontier(RedisFrontier[R]):
         )
 
     async def _take_once(self) -> Any:
-        """Requests of up to ``TAKE_BUCKETS`` of our buckets that may have some, in one
-        pipeline; else 1 (wait for a wake-up) while we own buckets, 0 when we own none."""
+        """Requests of our buckets that may have some, ``TAKE_BUCKETS`` of them in one
+        pipeline, the next ones while those were empty; else 1 (wait for a wake-up)
+        while we own buckets, 0 when we own none."""
         await self._hand_off_drained()
+        tried: set[int] = set()
+        while True:
+            tokens = self.ownership.leases.tokens
+            mine = sorted(b for b in self._full - tried if b in tokens and b not in self._leaving)
+            if not mine:
+                return 1 if tokens else 0
+            start = self._turn % len(mine)
+            asked = (mine[start:] + mine[:start])[:TAKE_BUCKETS]
+            self._turn += len(asked)
+            tried.update(asked)
+            if found := await self._take_from(asked):
+                return found
+
+    async def _take_from(self, asked: list[int]) -> list[Any]:
+        """One pipeline of takes, one from each bucket of ``asked``: what they leased."""
         tokens = self.ownership.leases.tokens
-        mine = sorted(b for b in self._full if b in tokens and b not in self._leaving)
-        if not mine:
-            return 1 if tokens else 0
-        start = self._turn % len(mine)
-        asked = (mine[start:] + mine[:start])[:TAKE_BUCKETS]
-        self._turn += len(asked)
         count = max(1, -(-self.options.prefetch // len(asked)))
         plan = [(b, tokens[b], self.bucket_keys[b].take_token(uuid.uuid4().hex)) for b in asked]
         adds = {bucket: self._add_wakes[bucket] for bucket in asked}  # see below
@@ -378,7 +395,7 @@ class OwnedFrontier(RedisFrontier[R]):
                 found += answer
             elif self._add_wakes[bucket] == adds[bucket]:  # empty, and no add came since we
                 self._full.discard(bucket)  # asked: the next add to it wakes us (``_woken``)
-        return found if found else 1
+        return found
 
     def _forget(self, request: R) -> str | None:
         rid = super()._forget(request)

@@ -1,0 +1,186 @@
+"""Owned hosts (``politeness=owner``, ``netdisco.frontiers.redis.owned``) against a real
+Redis: each engine takes only the hosts it owns, ownership moves with the members and
+carries each host's pace, and a lost engine's work and buckets come back at once."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from redis import asyncio as aioredis
+
+from netdisco import Request
+from netdisco.crawl.codec import RequestCodec
+from netdisco.frontiers.redis import RedisOptions
+from netdisco.frontiers.redis.owned import OwnedFrontier
+from netdisco.frontiers.redis.owners import bucket_of, owned_by, recover_engine
+from netdisco.testing import RedisServer
+from tests.netdisco.redis_support import SiteSpider, make_request
+
+BUCKETS = 16
+HOSTS = [f"h{n}.test" for n in range(40)]
+
+
+class Book:
+    """A ``PaceBook`` that remembers what it was told and answers a fixed pace."""
+
+    def __init__(self, paces: dict[str, tuple[float, float]] | None = None) -> None:
+        self.seeded: dict[str, float] = {}
+        self._paces = paces or {}
+
+    def paces(self, hosts: Any) -> dict[str, tuple[float, float]]:
+        return {host: self._paces[host] for host in hosts if host in self._paces}
+
+    def seed(self, host: str, rest: float) -> None:
+        self.seeded[host] = rest
+
+
+@pytest.fixture
+def spider() -> SiteSpider:
+    return SiteSpider(start_urls=[])
+
+
+@pytest.fixture
+def crawl(redis_server: RedisServer) -> str:
+    return f"{redis_server.url}?prefix=o{uuid.uuid4().hex[:10]}&politeness=owner"
+
+
+def engine(url: str, spider: SiteSpider, name: str) -> OwnedFrontier[Request]:
+    codec = RequestCodec(spider)
+    return OwnedFrontier(RedisOptions.from_url(url), "owned", codec, owner=name, buckets=BUCKETS)
+
+
+def requests(spider: SiteSpider, per_host: int = 3) -> list[Request]:
+    return [
+        make_request(spider, f"http://{host}/p{n}.html") for host in HOSTS for n in range(per_host)
+    ]
+
+
+async def drain(frontier: OwnedFrontier[Request]) -> list[Request]:
+    taken = []
+    while (request := await frontier.take()) is not None:
+        taken.append(request)
+    return taken
+
+
+async def test_two_engines_each_take_only_their_hosts_and_together_every_request_once(
+    crawl: str, spider: SiteSpider
+) -> None:
+    a, b = engine(crawl, spider, "a"), engine(crawl, spider, "b")
+    try:
+        await a.open()
+        await b.open()
+        await a.settle()  # a hands b's buckets on once b is a member...
+        await b.settle()  # ...and b takes them
+        assert a.ownership.held | b.ownership.held == frozenset(range(BUCKETS))
+        assert not a.ownership.held & b.ownership.held
+        assert await a.add(requests(spider)) == [True] * len(HOSTS) * 3
+        got_a, got_b = await drain(a), await drain(b)
+        for frontier, got in ((a, got_a), (b, got_b)):
+            wins = owned_by(frontier.owner, {"a", "b"}, BUCKETS)
+            assert {bucket_of(r.host_key, BUCKETS) for r in got} <= wins
+            assert all([await frontier.may_start(r) for r in got])
+            for r in got:
+                await frontier.done(r)
+        urls = sorted(r.url for r in got_a + got_b)
+        assert urls == sorted(r.url for r in requests(spider))  # every request, once
+        assert got_a
+        assert got_b
+        assert await a.counts() == (0, 0, len(urls))
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_join_moves_buckets_only_after_their_requests_ended_and_with_their_pace(
+    crawl: str, spider: SiteSpider
+) -> None:
+    a = engine(crawl, spider, "a")
+    await a.open()
+    b = engine(crawl, spider, "b")
+    try:
+        won = owned_by("b", {"a", "b"}, BUCKETS)
+        host = next(h for h in HOSTS if bucket_of(h, BUCKETS) in won)
+        a.use_paces(Book({host: (0.01, 30.0)}))  # started 10 ms ago, 30 s delay
+        await a.add([make_request(spider, f"http://{host}/p{n}.html") for n in range(2)])
+        first = await a.take()
+        assert first is not None
+        assert first.host_key == host
+        book_b = Book()
+        b.use_paces(book_b)
+        await b.open()  # a member now; a still holds its buckets
+        moves = await a.settle()  # they are leaving: nothing of them starts here
+        assert bucket_of(host, BUCKETS) in moves.leaving
+        assert not await a.may_start(first)
+        assert not a.may_start_now(first)
+        assert bucket_of(host, BUCKETS) in a.ownership.held  # in flight: not handed on
+        assert (await b.settle()).waiting >= {bucket_of(host, BUCKETS)}
+        await a.done(first)  # its request ended: the bucket goes, with the host's pace
+        assert bucket_of(host, BUCKETS) not in a.ownership.held
+        await b.settle()
+        assert bucket_of(host, BUCKETS) in b.ownership.held
+        assert 29.0 < book_b.seeded[host] <= 30.0  # the rest the host still owes
+        second = await b.take()  # the request a buffered went back to the queue
+        assert second is not None
+        assert second.url.endswith("/p1.html")
+        assert await b.may_start(second)
+        await b.done(second)
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_stale_token_takes_nothing_and_the_new_holder_rests_each_host_a_delay(
+    crawl: str, spider: SiteSpider, redis_server: RedisServer
+) -> None:
+    a, b = engine(crawl, spider, "a"), engine(crawl, spider, "b")
+    redis = aioredis.Redis.from_url(redis_server.url)
+    try:
+        await a.open()
+        await a.add(requests(spider, per_host=1))
+        # a is cut off (no graceful move): it stops beating, its bucket leases end, and
+        # b, alone, wins every bucket
+        assert a._owner_task is not None
+        a._owner_task.cancel()
+        prefix = RedisOptions.from_url(crawl).prefix
+        await redis.zrem(f"{prefix}:{{owned}}:members", "a")
+        for bucket in range(BUCKETS):
+            await redis.delete(a.bucket_keys[bucket].lease)
+        book = Book()
+        b.set_politeness(0.5, 1)
+        b.use_paces(book)
+        await b.open()
+        await b.settle()
+        assert b.ownership.held == frozenset(range(BUCKETS))
+        assert await a.take() is None  # every token a carries is refused
+        got = await drain(b)
+        assert sorted(r.url for r in got) == sorted(r.url for r in requests(spider, 1))
+        assert book.seeded == dict.fromkeys(HOSTS, 0.5)  # nobody said how they stood
+    finally:
+        await redis.aclose()
+        await a.close(hand_back=False)
+        await b.close()
+
+
+async def test_recovery_returns_a_lost_engines_requests_and_frees_its_buckets_at_once(
+    crawl: str, spider: SiteSpider, redis_server: RedisServer
+) -> None:
+    a, b = engine(crawl, spider, "a"), engine(crawl, spider, "b")
+    redis = aioredis.Redis.from_url(redis_server.url)
+    try:
+        await a.open()
+        await a.add(requests(spider, per_host=1))
+        held = await drain(a)
+        assert len(held) == len(HOSTS)
+        await b.open()
+        prefix = RedisOptions.from_url(crawl).prefix
+        returned = await recover_engine(redis, prefix, "a")  # as ZooKeeper's recovery does
+        assert returned["owned"] == len(HOSTS)
+        await b.settle()  # a is no member, and its buckets are free: b wins them all now
+        assert b.ownership.held == frozenset(range(BUCKETS))
+        assert len(await drain(b)) == len(HOSTS)
+    finally:
+        await redis.aclose()
+        await a.close(hand_back=False)
+        await b.close()
