@@ -31,17 +31,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import hashlib
 import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
-from redis.asyncio.client import Pipeline
-from redis.exceptions import RedisError, ResponseError
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from netdisco.exceptions import ConfigError, NetdiscoError
+from netdisco.exceptions import ConfigError, FrontierUnavailable, NetdiscoError
 from netdisco.frontiers.base import Codec, PaceBook, Queued, R
 from netdisco.frontiers.redis.batching import by_shard
 from netdisco.frontiers.redis.frontier import RedisFrontier
@@ -50,9 +52,6 @@ from netdisco.frontiers.redis.options import RedisOptions
 from netdisco.frontiers.redis.owners import BUCKETS, BucketKeys, BucketLeases, bucket_of
 from netdisco.frontiers.redis.ownership import Moves, Ownership, RedisMembers
 from netdisco.frontiers.redis.scripts import ADD_LUA, DONE_LUA, TAKE_LUA
-
-if TYPE_CHECKING:
-    from redis.commands.core import AsyncScript
 
 log = structlog.get_logger(__name__)
 
@@ -63,6 +62,12 @@ OWNER_BEAT = 1.0
 OWNER_TTL_MS = 3_000
 #: how long a count that says work remains is reused (s): see ``OwnedFrontier.counts``
 COUNTS_REUSE = 0.25
+#: requests of a bucket taken and not started yet, at most, at first and ever: a bucket
+#: whose requests come back unstarted (their hosts have no room here) gets half as many,
+#: one more once as many as it may have waiting started (``OwnedFrontier._returned``,
+#: TCP's congestion window), so a host bigger than the crawl's room is not taken and
+#: given back over and over
+CAP_FIRST, CAP_MAX = 16, 1024
 #: buckets one take asks at most (one pipeline): enough for a batch, few enough that a
 #: take with little to find costs little
 TAKE_BUCKETS = 8
@@ -76,6 +81,9 @@ OWNED_TAKE_LUA = (
     "if redis.call('HGET', KEYS[8], 'token') ~= ARGV[5] then\n"
     "  return redis.error_reply('STALE bucket lease')\nend\n" + TAKE_LUA
 )
+
+
+SCRIPTS = (OWNED_ADD_LUA, OWNED_TAKE_LUA, DONE_LUA)
 
 
 class OwnedFrontier(RedisFrontier[R]):
@@ -101,8 +109,7 @@ class OwnedFrontier(RedisFrontier[R]):
         self.bucket_keys = [BucketKeys.of(options.prefix, name, b) for b in range(buckets)]
         self.shard_keys = self.bucket_keys
         self._by_queue = {k.queue: b for b, k in enumerate(self.bucket_keys)}
-        self._owned_add = self._redis.register_script(OWNED_ADD_LUA)
-        self._owned_take = self._redis.register_script(OWNED_TAKE_LUA)
+        self._by_sha = isinstance(self._redis, Redis)  # a Cluster's pipeline loads none
         leases = BucketLeases(self._redis, options.prefix, name, self.owner, ttl_ms=OWNER_TTL_MS)
         self.ownership = Ownership(leases, self.owner, buckets)
         self._members = RedisMembers(
@@ -115,6 +122,10 @@ class OwnedFrontier(RedisFrontier[R]):
         self._hosts: defaultdict[int, set[str]] = defaultdict(set)  # hosts taken, by bucket
         self._cold: dict[int, set[str]] = {}  # bucket acquired unreleased -> hosts rested
         self._full: set[int] = set()  # held buckets that may have requests queued
+        self._out: Counter[int] = Counter()  # bucket -> requests taken, not started yet
+        self._waiting: set[str] = set()  # the ids of those
+        self._caps: dict[int, float] = {}  # bucket -> most requests waiting (CAP_*)
+        self._unstarted: set[int] = set()  # id() of requests being given back unstarted
         self._add_wakes: Counter[int] = Counter()  # bucket -> wake-ups for adds to it so far
         self._counted: tuple[float, tuple[int, int, int]] | None = None  # see counts()
         self._counting = asyncio.Lock()
@@ -140,7 +151,13 @@ class OwnedFrontier(RedisFrontier[R]):
         return self.ownership.may_start(host)
 
     async def may_start(self, request: R) -> bool:
-        return await super().may_start(request) and self.owns(request.host_key)
+        if not (await super().may_start(request) and self.owns(request.host_key)):
+            return False
+        rid = self._ids.get(id(request), "")
+        if rid in self._waiting:  # it waits no more: room for another of its bucket
+            self._waiting.discard(rid)
+            self._returned(self._bucket_of_id[rid], unstarted=False)
+        return True
 
     def may_start_now(self, request: R | None = None) -> bool:
         owned = request is None or self.owns(request.host_key)
@@ -149,6 +166,11 @@ class OwnedFrontier(RedisFrontier[R]):
     # -- opening and closing ------------------------------------------------------------
 
     async def open(self) -> None:
+        if not self._opened:
+            try:
+                await self._load_scripts()
+            except RedisError as exc:
+                raise FrontierUnavailable(f"cannot reach Redis: {exc}") from exc
         await super().open()
         if self._owner_task is None:
             self._owner_task = asyncio.create_task(self._own_forever(), name="frontier-owner")
@@ -303,6 +325,8 @@ class OwnedFrontier(RedisFrontier[R]):
                 self._book.seed(host, self._delay)
 
     async def done(self, request: R, *, requeue: bool = False) -> None:
+        if requeue:  # given back unstarted (no room for its host here, say): see _returned
+            self._unstarted.add(id(request))
         await super().done(request, requeue=requeue)
         if self._leaving:
             await self._hand_off_drained()
@@ -329,8 +353,8 @@ class OwnedFrontier(RedisFrontier[R]):
                     args: list[Any] = [self._seen_mode, self.keys.added_channel, self.epoch]
                     args.append(uuid.uuid4().hex[:8])
                     args += [x for i in indexes for x in rows[i][:4]]
-                    await _run(pipe, self._owned_add, keys, args)
-                return _checked(await pipe.execute(raise_on_error=False))
+                    self._script(pipe, OWNED_ADD_LUA, keys, args)
+                return await self._execute(pipe)
 
         answers = await self._call(send)
         out: list[Any] = [0] * len(rows)
@@ -351,14 +375,16 @@ class OwnedFrontier(RedisFrontier[R]):
     async def _take_once(self) -> Any:
         """Requests of our buckets that may have some, ``TAKE_BUCKETS`` of them in one
         pipeline, the next ones while those were empty; else 1 (wait for a wake-up)
-        while we own buckets, 0 when we own none."""
+        while we own buckets with nothing queued, 0 when we own none or when every
+        bucket with work has as many requests waiting here as it may (``_room``)."""
         await self._hand_off_drained()
         tried: set[int] = set()
         while True:
             tokens = self.ownership.leases.tokens
-            mine = sorted(b for b in self._full - tried if b in tokens and b not in self._leaving)
+            ours = [b for b in self._full - tried if b in tokens and b not in self._leaving]
+            mine = sorted(b for b in ours if self._room(b) > 0)
             if not mine:
-                return 1 if tokens else 0
+                return 1 if tokens and not ours else 0
             start = self._turn % len(mine)
             asked = (mine[start:] + mine[:start])[:TAKE_BUCKETS]
             self._turn += len(asked)
@@ -369,8 +395,8 @@ class OwnedFrontier(RedisFrontier[R]):
     async def _take_from(self, asked: list[int]) -> list[Any]:
         """One pipeline of takes, one from each bucket of ``asked``: what they leased."""
         tokens = self.ownership.leases.tokens
-        count = max(1, -(-self.options.prefetch // len(asked)))
         plan = [(b, tokens[b], self.bucket_keys[b].take_token(uuid.uuid4().hex)) for b in asked]
+        counts = {b: self._room(b) for b in asked}  # as many as may wait here: > 0
         adds = {bucket: self._add_wakes[bucket] for bucket in asked}  # see below
 
         async def send() -> list[Any]:
@@ -379,9 +405,9 @@ class OwnedFrontier(RedisFrontier[R]):
                     k = self.bucket_keys[bucket]
                     keys = [k.queue, k.leases, k.owner, k.owned(self.owner), k.payload, take]
                     keys += [k.epoch, k.lease]
-                    args = [self.owner, self._ttl_ms, count, self.epoch, token]
-                    await _run(pipe, self._owned_take, keys, args)
-                return _checked(await pipe.execute(raise_on_error=False), stale=True)
+                    args = [self.owner, self._ttl_ms, counts[bucket], self.epoch, token]
+                    self._script(pipe, OWNED_TAKE_LUA, keys, args)
+                return await self._execute(pipe, stale=True)
 
         found: list[Any] = []
         for (bucket, _, _), answer in zip(plan, await self._call(send), strict=True):
@@ -392,23 +418,54 @@ class OwnedFrontier(RedisFrontier[R]):
             if isinstance(answer, list) and answer:
                 for rid in answer[::2]:
                     self._bucket_of_id[_text(rid)] = bucket
+                    self._waiting.add(_text(rid))
+                self._out[bucket] += len(answer) // 2
                 found += answer
             elif self._add_wakes[bucket] == adds[bucket]:  # empty, and no add came since we
                 self._full.discard(bucket)  # asked: the next add to it wakes us (``_woken``)
         return found
 
     def _forget(self, request: R) -> str | None:
+        unstarted = id(request) in self._unstarted
+        self._unstarted.discard(id(request))
         rid = super()._forget(request)
         if rid is not None and (bucket := self._bucket_of_id.pop(rid, None)) is not None:
             self._acking[rid] = bucket
+            if rid in self._waiting:  # it never started (re-crawl skip, given back)
+                self._waiting.discard(rid)
+                self._returned(bucket, unstarted=unstarted)
         return rid
+
+    def _room(self, bucket: int) -> int:
+        """How many more requests of ``bucket`` a take may lease now."""
+        return int(self._caps.get(bucket, CAP_FIRST)) - self._out[bucket]
+
+    def _returned(self, bucket: int, *, unstarted: bool) -> None:
+        """A request of ``bucket`` waits here no more: it started (the bucket's cap
+        grows by one for every cap's worth of starts) or went back unstarted (it
+        halves); a take waiting for room is woken."""
+        had = self._room(bucket)
+        self._out[bucket] -= 1
+        cap = self._caps.get(bucket, CAP_FIRST)
+        if unstarted:
+            self._caps[bucket] = max(1.0, min(cap, self._out[bucket] + 1) / 2)
+        else:  # one more for as many starts as it may have waiting (TCP's window)
+            self._caps[bucket] = min(CAP_MAX, cap + 1 / cap)
+        if self._out[bucket] <= 0:
+            del self._out[bucket]
+        if had <= 0 < self._room(bucket):
+            self._wake()
 
     async def _release(self, rids: list[str], *, requeue: bool) -> None:
         """End our leases (put back with ``requeue``): one pipeline, a script per bucket."""
         groups: dict[int, list[str]] = defaultdict(list)
         for rid in rids:
             bucket = self._bucket_of_id.pop(rid, None)
-            bucket = self._acking.pop(rid, bucket)
+            if bucket is not None and rid in self._waiting:  # never handed out
+                self._waiting.discard(rid)
+                self._returned(bucket, unstarted=True)
+            if bucket is None:
+                bucket = self._acking.pop(rid, None)
             if bucket is None:
                 bucket = await self._find_bucket(rid)
             if bucket is not None:
@@ -422,8 +479,8 @@ class OwnedFrontier(RedisFrontier[R]):
                     k = self.bucket_keys[bucket]
                     keys = [k.leases, k.owner, k.owned(self.owner), k.payload, k.queue, k.epoch]
                     args = [self.owner, "1" if requeue else "0", self.epoch, *some]
-                    pipe.eval(DONE_LUA, len(keys), *keys, *args)
-                return _checked(await pipe.execute(raise_on_error=False))
+                    self._script(pipe, DONE_LUA, keys, args)
+                return await self._execute(pipe)
 
         await self._call(send)
 
@@ -435,6 +492,27 @@ class OwnedFrontier(RedisFrontier[R]):
             found = await pipe.execute()
         return next((b for b, there in enumerate(found) if there), None)
 
+    def _script(self, pipe: Any, script: str, keys: list[Any], args: list[Any]) -> None:
+        """Queue ``script`` in ``pipe``: by its SHA on one server (loaded by ``open``,
+        and again if Redis forgot it), by its text on a Cluster."""
+        if self._by_sha:
+            pipe.evalsha(_sha(script), len(keys), *keys, *args)
+        else:
+            pipe.eval(script, len(keys), *keys, *args)
+
+    async def _execute(self, pipe: Any, *, stale: bool = False) -> list[Any]:
+        """``pipe``'s answers (``_checked``); scripts Redis forgot (a restart) are loaded
+        again, and the error sends ``_call`` round once more."""
+        answers = list(await pipe.execute(raise_on_error=False))
+        if any(isinstance(answer, NoScriptError) for answer in answers):
+            await self._load_scripts()
+        return _checked(answers, stale=stale)
+
+    async def _load_scripts(self) -> None:
+        if self._by_sha:
+            for script in SCRIPTS:
+                await self._redis.script_load(script)
+
     def _woken(self, data: Any) -> None:
         """An add published the queue it added to: that bucket may have work."""
         bucket = self._by_queue.get(_text(data))
@@ -445,15 +523,6 @@ class OwnedFrontier(RedisFrontier[R]):
                 self._full.add(bucket)
 
 
-async def _run(pipe: Any, script: AsyncScript, keys: list[Any], args: list[Any]) -> None:
-    """Queue ``script`` in ``pipe``: by its SHA on one server (loaded once by the
-    pipeline), by its text on a Cluster, whose pipeline loads no scripts."""
-    if isinstance(pipe, Pipeline):
-        await script(keys=keys, args=args, client=pipe)
-    else:
-        pipe.eval(script.script, len(keys), *keys, *args)
-
-
 def _checked(answers: list[Any], *, stale: bool = False) -> list[Any]:
     """The answers of a pipeline, its first error raised for ``_call`` (which turns
     ``LOST`` into the crawl's loss); with ``stale``, a refused bucket token stays an
@@ -462,6 +531,11 @@ def _checked(answers: list[Any], *, stale: bool = False) -> list[Any]:
         if isinstance(answer, Exception) and not (stale and "STALE" in str(answer)):
             raise answer
     return answers
+
+
+@functools.cache
+def _sha(script: str) -> str:
+    return hashlib.sha1(script.encode()).hexdigest()
 
 
 def _text(value: Any) -> str:
