@@ -61,7 +61,7 @@ OWNER_BEAT = 1.0
 #: hosts move this long after its last beat when nothing recovers it sooner
 OWNER_TTL_MS = 3_000
 #: how long a count that says work remains is reused (s): see ``OwnedFrontier.counts``
-COUNTS_REUSE = 0.25
+COUNTS_REUSE = 1.0
 #: requests of a bucket taken and not started yet, at most, at first and ever: a bucket
 #: whose requests come back unstarted (their hosts have no room here) gets half as many,
 #: one more once as many as it may have waiting started (``OwnedFrontier._returned``,
@@ -382,7 +382,7 @@ class OwnedFrontier(RedisFrontier[R]):
         while True:
             tokens = self.ownership.leases.tokens
             ours = [b for b in self._full - tried if b in tokens and b not in self._leaving]
-            mine = sorted(b for b in ours if self._room(b) > 0)
+            mine = sorted(b for b in ours if self._room(b) >= self._batch(b))
             if not mine:
                 return 1 if tokens and not ours else 0
             start = self._turn % len(mine)
@@ -436,6 +436,11 @@ class OwnedFrontier(RedisFrontier[R]):
                 self._returned(bucket, unstarted=unstarted)
         return rid
 
+    def _batch(self, bucket: int) -> int:
+        """The fewest requests worth a take from ``bucket``: half its window, so that a
+        busy host costs a round trip for every few pages, not one a page."""
+        return max(1, int(self._caps.get(bucket, CAP_FIRST)) // 2)
+
     def _room(self, bucket: int) -> int:
         """How many more requests of ``bucket`` a take may lease now."""
         return int(self._caps.get(bucket, CAP_FIRST)) - self._out[bucket]
@@ -444,7 +449,7 @@ class OwnedFrontier(RedisFrontier[R]):
         """A request of ``bucket`` waits here no more: it started (the bucket's cap
         grows by one for every cap's worth of starts) or went back unstarted (it
         halves); a take waiting for room is woken."""
-        had = self._room(bucket)
+        had = self._room(bucket) >= self._batch(bucket)
         self._out[bucket] -= 1
         cap = self._caps.get(bucket, CAP_FIRST)
         if unstarted:
@@ -453,7 +458,7 @@ class OwnedFrontier(RedisFrontier[R]):
             self._caps[bucket] = min(CAP_MAX, cap + 1 / cap)
         if self._out[bucket] <= 0:
             del self._out[bucket]
-        if had <= 0 < self._room(bucket):
+        if not had and self._room(bucket) >= self._batch(bucket):
             self._wake()
 
     async def _release(self, rids: list[str], *, requeue: bool) -> None:
