@@ -36,7 +36,7 @@ import hashlib
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
@@ -64,7 +64,7 @@ OWNER_TTL_MS = 3_000
 COUNTS_REUSE = 1.0
 #: requests of a bucket taken and not started yet, at most, at first and ever: a bucket
 #: whose requests come back unstarted (their hosts have no room here) gets half as many,
-#: one more once as many as it may have waiting started (``OwnedFrontier._returned``,
+#: one more once as many as it may have waiting started (``Windows``,
 #: TCP's congestion window), so a host bigger than the crawl's room is not taken and
 #: given back over and over
 CAP_FIRST, CAP_MAX = 16, 1024
@@ -84,6 +84,54 @@ OWNED_TAKE_LUA = (
 
 
 SCRIPTS = (OWNED_ADD_LUA, OWNED_TAKE_LUA, DONE_LUA)
+
+
+class Windows:
+    """Flow control: per bucket, how many of its requests may wait here unstarted.
+
+    The crawl sets aside only a few requests a host and sends the rest back; an engine
+    owning a host far bigger than that would take and give back the same requests over
+    and over. So a bucket's window halves when one comes back unstarted and grows by one
+    for each window's worth of starts (TCP's congestion window), and a bucket is asked
+    only once half its window is free.
+    """
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self._wake = wake  # a take waiting for room
+        self._out: Counter[int] = Counter()  # bucket -> requests taken, not started yet
+        self._waiting: dict[str, int] = {}  # the ids of those -> their bucket
+        self._caps: dict[int, float] = {}  # bucket -> its window (CAP_*)
+
+    def room(self, bucket: int) -> int:
+        """How many more requests of ``bucket`` a take may lease now."""
+        return int(self._caps.get(bucket, CAP_FIRST)) - self._out[bucket]
+
+    def worth_a_take(self, bucket: int) -> bool:
+        """Half the window free: a busy host costs a round trip for every few pages."""
+        return self.room(bucket) >= max(1, int(self._caps.get(bucket, CAP_FIRST)) // 2)
+
+    def taken(self, bucket: int, rids: list[str]) -> None:
+        """``rids`` of ``bucket`` were leased to us: they wait until they start."""
+        self._waiting.update(dict.fromkeys(rids, bucket))
+        self._out[bucket] += len(rids)
+
+    def left(self, rid: str, *, started: bool) -> None:
+        """``rid`` waits here no more: it started (the window grows by one for every
+        window of starts) or went back unstarted (it halves). Nothing if it did not wait."""
+        bucket = self._waiting.pop(rid, None)
+        if bucket is None:
+            return
+        worth = self.worth_a_take(bucket)
+        self._out[bucket] -= 1
+        cap = self._caps.get(bucket, CAP_FIRST)
+        if started:
+            self._caps[bucket] = min(CAP_MAX, cap + 1 / cap)
+        else:
+            self._caps[bucket] = max(1.0, min(cap, self._out[bucket] + 1) / 2)
+        if self._out[bucket] <= 0:
+            del self._out[bucket]
+        if not worth and self.worth_a_take(bucket):
+            self._wake()
 
 
 class OwnedFrontier(RedisFrontier[R]):
@@ -106,15 +154,14 @@ class OwnedFrontier(RedisFrontier[R]):
         if options.replicas:
             raise ConfigError("replicas", "politeness=owner does not wait for replicas yet")
         self.buckets = buckets
-        self.bucket_keys = [BucketKeys.of(options.prefix, name, b) for b in range(buckets)]
-        self.shard_keys = self.bucket_keys
+        self.shard_keys = self.bucket_keys = [
+            BucketKeys.of(options.prefix, name, b) for b in range(buckets)
+        ]
         self._by_queue = {k.queue: b for b, k in enumerate(self.bucket_keys)}
         self._by_sha = isinstance(self._redis, Redis)  # a Cluster's pipeline loads none
-        leases = BucketLeases(self._redis, options.prefix, name, self.owner, ttl_ms=OWNER_TTL_MS)
-        self.ownership = Ownership(leases, self.owner, buckets)
-        self._members = RedisMembers(
-            self._redis, options.prefix, name, self.owner, ttl_ms=OWNER_TTL_MS
-        )
+        where = (self._redis, options.prefix, name, self.owner)
+        self.ownership = Ownership(BucketLeases(*where, ttl_ms=OWNER_TTL_MS), self.owner, buckets)
+        self._members = RedisMembers(*where, ttl_ms=OWNER_TTL_MS)
         self._book: PaceBook | None = None
         self._delay = 0.0  # the crawl's download_delay: a cold bucket's hosts rest it once
         self._bucket_of_id: dict[str, int] = {}  # ids we hold (taken, not done)
@@ -122,19 +169,16 @@ class OwnedFrontier(RedisFrontier[R]):
         self._hosts: defaultdict[int, set[str]] = defaultdict(set)  # hosts taken, by bucket
         self._cold: dict[int, set[str]] = {}  # bucket acquired unreleased -> hosts rested
         self._full: set[int] = set()  # held buckets that may have requests queued
-        self._out: Counter[int] = Counter()  # bucket -> requests taken, not started yet
-        self._waiting: set[str] = set()  # the ids of those
-        self._caps: dict[int, float] = {}  # bucket -> most requests waiting (CAP_*)
+        self._windows = Windows(self._wake)
         self._unstarted: set[int] = set()  # id() of requests being given back unstarted
         self._add_wakes: Counter[int] = Counter()  # bucket -> wake-ups for adds to it so far
         self._counted: tuple[float, tuple[int, int, int]] | None = None  # see counts()
         self._counting = asyncio.Lock()
         self._leaving: set[int] = set()  # held, another member wins them: to hand off
-        self._turn = 0  # where the next take starts among our buckets (round robin)
+        self._turn = self.moves = 0  # the next take's first bucket; buckets moved (tests)
         self._owner_task: asyncio.Task[None] | None = None
         self._settled = asyncio.Event()  # the first settle ran: we know what we own
         self._settling = asyncio.Lock()  # one settle at a time (the beat, or a caller)
-        self.moves = 0  # buckets gained or handed off (for tests and counters)
 
     # -- what the crawl asks -------------------------------------------------------
 
@@ -154,9 +198,7 @@ class OwnedFrontier(RedisFrontier[R]):
         if not (await super().may_start(request) and self.owns(request.host_key)):
             return False
         rid = self._ids.get(id(request), "")
-        if rid in self._waiting:  # it waits no more: room for another of its bucket
-            self._waiting.discard(rid)
-            self._returned(self._bucket_of_id[rid], unstarted=False)
+        self._windows.left(rid, started=True)  # room for another of its bucket
         return True
 
     def may_start_now(self, request: R | None = None) -> bool:
@@ -325,7 +367,7 @@ class OwnedFrontier(RedisFrontier[R]):
                 self._book.seed(host, self._delay)
 
     async def done(self, request: R, *, requeue: bool = False) -> None:
-        if requeue:  # given back unstarted (no room for its host here, say): see _returned
+        if requeue:  # given back unstarted (no room for its host here, say): ``Windows``
             self._unstarted.add(id(request))
         await super().done(request, requeue=requeue)
         if self._leaving:
@@ -376,13 +418,13 @@ class OwnedFrontier(RedisFrontier[R]):
         """Requests of our buckets that may have some, ``TAKE_BUCKETS`` of them in one
         pipeline, the next ones while those were empty; else 1 (wait for a wake-up)
         while we own buckets with nothing queued, 0 when we own none or when every
-        bucket with work has as many requests waiting here as it may (``_room``)."""
+        bucket with work has as many requests waiting here as it may (``Windows``)."""
         await self._hand_off_drained()
         tried: set[int] = set()
         while True:
             tokens = self.ownership.leases.tokens
             ours = [b for b in self._full - tried if b in tokens and b not in self._leaving]
-            mine = sorted(b for b in ours if self._room(b) >= self._batch(b))
+            mine = sorted(b for b in ours if self._windows.worth_a_take(b))
             if not mine:
                 return 1 if tokens and not ours else 0
             start = self._turn % len(mine)
@@ -396,7 +438,7 @@ class OwnedFrontier(RedisFrontier[R]):
         """One pipeline of takes, one from each bucket of ``asked``: what they leased."""
         tokens = self.ownership.leases.tokens
         plan = [(b, tokens[b], self.bucket_keys[b].take_token(uuid.uuid4().hex)) for b in asked]
-        counts = {b: self._room(b) for b in asked}  # as many as may wait here: > 0
+        counts = {b: self._windows.room(b) for b in asked}  # as many as may wait here
         adds = {bucket: self._add_wakes[bucket] for bucket in asked}  # see below
 
         async def send() -> list[Any]:
@@ -416,10 +458,9 @@ class OwnedFrontier(RedisFrontier[R]):
                 self.ownership.leases.tokens.pop(bucket, None)
                 continue
             if isinstance(answer, list) and answer:
-                for rid in answer[::2]:
-                    self._bucket_of_id[_text(rid)] = bucket
-                    self._waiting.add(_text(rid))
-                self._out[bucket] += len(answer) // 2
+                rids = [_text(rid) for rid in answer[::2]]
+                self._bucket_of_id.update(dict.fromkeys(rids, bucket))
+                self._windows.taken(bucket, rids)
                 found += answer
             elif self._add_wakes[bucket] == adds[bucket]:  # empty, and no add came since we
                 self._full.discard(bucket)  # asked: the next add to it wakes us (``_woken``)
@@ -431,44 +472,16 @@ class OwnedFrontier(RedisFrontier[R]):
         rid = super()._forget(request)
         if rid is not None and (bucket := self._bucket_of_id.pop(rid, None)) is not None:
             self._acking[rid] = bucket
-            if rid in self._waiting:  # it never started (re-crawl skip, given back)
-                self._waiting.discard(rid)
-                self._returned(bucket, unstarted=unstarted)
+            self._windows.left(rid, started=not unstarted)  # if it never started
         return rid
-
-    def _batch(self, bucket: int) -> int:
-        """The fewest requests worth a take from ``bucket``: half its window, so that a
-        busy host costs a round trip for every few pages, not one a page."""
-        return max(1, int(self._caps.get(bucket, CAP_FIRST)) // 2)
-
-    def _room(self, bucket: int) -> int:
-        """How many more requests of ``bucket`` a take may lease now."""
-        return int(self._caps.get(bucket, CAP_FIRST)) - self._out[bucket]
-
-    def _returned(self, bucket: int, *, unstarted: bool) -> None:
-        """A request of ``bucket`` waits here no more: it started (the bucket's cap
-        grows by one for every cap's worth of starts) or went back unstarted (it
-        halves); a take waiting for room is woken."""
-        had = self._room(bucket) >= self._batch(bucket)
-        self._out[bucket] -= 1
-        cap = self._caps.get(bucket, CAP_FIRST)
-        if unstarted:
-            self._caps[bucket] = max(1.0, min(cap, self._out[bucket] + 1) / 2)
-        else:  # one more for as many starts as it may have waiting (TCP's window)
-            self._caps[bucket] = min(CAP_MAX, cap + 1 / cap)
-        if self._out[bucket] <= 0:
-            del self._out[bucket]
-        if not had and self._room(bucket) >= self._batch(bucket):
-            self._wake()
 
     async def _release(self, rids: list[str], *, requeue: bool) -> None:
         """End our leases (put back with ``requeue``): one pipeline, a script per bucket."""
         groups: dict[int, list[str]] = defaultdict(list)
         for rid in rids:
             bucket = self._bucket_of_id.pop(rid, None)
-            if bucket is not None and rid in self._waiting:  # never handed out
-                self._waiting.discard(rid)
-                self._returned(bucket, unstarted=True)
+            if bucket is not None:  # never handed out, if it waits still
+                self._windows.left(rid, started=False)
             if bucket is None:
                 bucket = self._acking.pop(rid, None)
             if bucket is None:
