@@ -516,19 +516,24 @@ class RedisFrontier(Frontier[R]):
             except (RedisError, NetdiscoError) as exc:  # an outage: the next beat tries again
                 log.debug("frontier_heartbeat_failed", error=repr(exc))
 
+    def _beat_keys(self) -> Sequence[Keys]:
+        """The shards a heartbeat renews and sweeps: every one."""
+        return self.shard_keys
+
     async def beat(self) -> None:
         """Push our deadlines on, requeue orphans, sweep others' expired leases.
 
         An orphan is a lease Redis recorded for a take whose reply we never got
         (the connection broke): seen in two beats running, it goes back.
         """
-        held = await renew_leases(self._redis, self.shard_keys, self.owner, self._ttl_ms)
+        keys = self._beat_keys()
+        held = await renew_leases(self._redis, keys, self.owner, self._ttl_ms)
         held -= {*self._ids.values(), *self._unacked, *(rid for rid, _ in self._buffer)}
         orphans = held & self._suspects
         if orphans:
             log.warning("frontier_orphans_requeued", count=len(orphans))
             await self._release(sorted(orphans), requeue=True)
         self._suspects = held - self._suspects
-        swept = await sweep_leases(self._redis, self.shard_keys)
+        swept = await sweep_leases(self._redis, keys)
         if swept:
             log.warning("frontier_expired_leases_requeued", count=swept)

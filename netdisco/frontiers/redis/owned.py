@@ -458,6 +458,7 @@ class OwnedFrontier(RedisFrontier[R]):
                 self.ownership.leases.tokens.pop(bucket, None)
                 continue
             if isinstance(answer, list) and answer:
+                answer = self._not_held(answer)
                 rids = [_text(rid) for rid in answer[::2]]
                 self._bucket_of_id.update(dict.fromkeys(rids, bucket))
                 self._windows.taken(bucket, rids)
@@ -465,6 +466,24 @@ class OwnedFrontier(RedisFrontier[R]):
             elif self._add_wakes[bucket] == adds[bucket]:  # empty, and no add came since we
                 self._full.discard(bucket)  # asked: the next add to it wakes us (``_woken``)
         return found
+
+    def _not_held(self, pairs: list[Any]) -> list[Any]:
+        """The (id, request) pairs of a take but those we hold already: a lease of ours
+        that a late heartbeat let expire, swept back to the queue and taken again while
+        its first copy still waits or runs here (the lease is ours again either way)."""
+        held = self._bucket_of_id.keys() | self._acking.keys()
+        out: list[Any] = []
+        for rid, raw in zip(pairs[::2], pairs[1::2], strict=True):
+            if _text(rid) not in held:
+                out += [rid, raw]
+        return out
+
+    def _beat_keys(self) -> list[BucketKeys]:
+        """The buckets we hold and those our requests are in: the owner of a bucket
+        sweeps it (a bucket nobody holds is swept by its next owner), and 256 buckets a
+        beat would make the beat slow enough, under load, to let our own leases expire."""
+        buckets = self.ownership.held | {*self._bucket_of_id.values(), *self._acking.values()}
+        return [self.bucket_keys[b] for b in sorted(buckets)]
 
     def _forget(self, request: R) -> str | None:
         unstarted = id(request) in self._unstarted
