@@ -5,6 +5,8 @@ carries each host's pace, and a lost engine's work and buckets come back at once
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from redis import asyncio as aioredis
 from netdisco import Request
 from netdisco.crawl.codec import RequestCodec
 from netdisco.frontiers.redis import RedisOptions
+from netdisco.frontiers.redis.leases import sweep_expired
 from netdisco.frontiers.redis.owned import OwnedFrontier
 from netdisco.frontiers.redis.owners import bucket_of, owned_by, recover_engine
 from netdisco.testing import RedisServer
@@ -131,56 +134,80 @@ async def test_a_join_moves_buckets_only_after_their_requests_ended_and_with_the
         await b.close()
 
 
-async def test_a_stale_token_takes_nothing_and_the_new_holder_rests_each_host_a_delay(
-    crawl: str, spider: SiteSpider, redis_server: RedisServer
-) -> None:
+@dataclass
+class Lost:
+    """Engine ``a``, opened with one request a host queued, that will be lost (closed
+    without handing anything back); engine ``b``, not opened; a client of the Redis."""
+
+    a: OwnedFrontier[Request]
+    b: OwnedFrontier[Request]
+    redis: aioredis.Redis
+    prefix: str
+
+
+@pytest.fixture
+async def lost(crawl: str, spider: SiteSpider, redis_server: RedisServer) -> AsyncIterator[Lost]:
     a, b = engine(crawl, spider, "a"), engine(crawl, spider, "b")
     redis = aioredis.Redis.from_url(redis_server.url)
     try:
         await a.open()
         await a.add(requests(spider, per_host=1))
-        # a is cut off (no graceful move): it stops beating, its bucket leases end, and
-        # b, alone, wins every bucket
-        assert a._owner_task is not None
-        a._owner_task.cancel()
-        prefix = RedisOptions.from_url(crawl).prefix
-        await redis.zrem(f"{prefix}:{{owned}}:members", "a")
-        for bucket in range(BUCKETS):
-            await redis.delete(a.bucket_keys[bucket].lease)
-        book = Book()
-        b.set_politeness(0.5, 1)
-        b.use_paces(book)
-        await b.open()
-        await b.settle()
-        assert b.ownership.held == frozenset(range(BUCKETS))
-        assert await a.take() is None  # every token a carries is refused
-        got = await drain(b)
-        assert sorted(r.url for r in got) == sorted(r.url for r in requests(spider, 1))
-        assert book.seeded == dict.fromkeys(HOSTS, 0.5)  # nobody said how they stood
+        yield Lost(a, b, redis, RedisOptions.from_url(crawl).prefix)
     finally:
         await redis.aclose()
         await a.close(hand_back=False)
         await b.close()
+
+
+async def test_a_stale_token_takes_nothing_and_the_new_holder_rests_each_host_a_delay(
+    lost: Lost, spider: SiteSpider
+) -> None:
+    a, b, redis = lost.a, lost.b, lost.redis
+    # a is cut off (no graceful move): it stops beating, its bucket leases end, and
+    # b, alone, wins every bucket
+    assert a._owner_task is not None
+    a._owner_task.cancel()
+    await redis.zrem(f"{lost.prefix}:{{owned}}:members", "a")
+    for bucket in range(BUCKETS):
+        await redis.delete(a.bucket_keys[bucket].lease)
+    book = Book()
+    b.set_politeness(0.5, 1)
+    b.use_paces(book)
+    await b.open()
+    await b.settle()
+    assert b.ownership.held == frozenset(range(BUCKETS))
+    assert await a.take() is None  # every token a carries is refused
+    got = await drain(b)
+    assert sorted(r.url for r in got) == sorted(r.url for r in requests(spider, 1))
+    assert book.seeded == dict.fromkeys(HOSTS, 0.5)  # nobody said how they stood
 
 
 async def test_recovery_returns_a_lost_engines_requests_and_frees_its_buckets_at_once(
-    crawl: str, spider: SiteSpider, redis_server: RedisServer
+    lost: Lost,
 ) -> None:
-    a, b = engine(crawl, spider, "a"), engine(crawl, spider, "b")
-    redis = aioredis.Redis.from_url(redis_server.url)
-    try:
-        await a.open()
-        await a.add(requests(spider, per_host=1))
-        held = await drain(a)
-        assert len(held) == len(HOSTS)
-        await b.open()
-        prefix = RedisOptions.from_url(crawl).prefix
-        returned = await recover_engine(redis, prefix, "a")  # as ZooKeeper's recovery does
-        assert returned["owned"] == len(HOSTS)
-        await b.settle()  # a is no member, and its buckets are free: b wins them all now
-        assert b.ownership.held == frozenset(range(BUCKETS))
-        assert len(await drain(b)) == len(HOSTS)
-    finally:
-        await redis.aclose()
-        await a.close(hand_back=False)
-        await b.close()
+    a, b = lost.a, lost.b
+    held = await drain(a)
+    assert len(held) == len(HOSTS)
+    await b.open()
+    returned = await recover_engine(lost.redis, lost.prefix, "a")  # as ZooKeeper's does
+    assert returned["owned"] == len(HOSTS)
+    await b.settle()  # a is no member, and its buckets are free: b wins them all now
+    assert b.ownership.held == frozenset(range(BUCKETS))
+    assert len(await drain(b)) == len(HOSTS)
+
+
+async def test_a_lease_of_ours_swept_back_while_we_hold_its_request_is_not_handed_out_twice(
+    lost: Lost,
+) -> None:
+    a, redis = lost.a, lost.redis
+    first = await a.take()
+    assert first is not None
+    await a._hand_back_buffer()  # the rest of the batch back: one request held, no more
+    keys = a.bucket_keys[bucket_of(first.host_key, BUCKETS)]
+    rid = a._ids[id(first)]
+    await redis.zadd(keys.leases, {rid: 0})  # a heartbeat too late: the lease expired
+    assert await sweep_expired(redis, [keys]) == 1  # and went back to the queue
+    taken = await drain(a)
+    assert await redis.zscore(keys.queue, rid) is None  # taken again by us, its owner,
+    assert await redis.hget(keys.owner, rid) == b"a"
+    assert first.url not in [r.url for r in taken]  # but not handed out a second time

@@ -174,7 +174,6 @@ class OwnedFrontier(RedisFrontier[R]):
         self._add_wakes: Counter[int] = Counter()  # bucket -> wake-ups for adds to it so far
         self._counted: tuple[float, tuple[int, int, int]] | None = None  # see counts()
         self._counting = asyncio.Lock()
-        self._leaving: set[int] = set()  # held, another member wins them: to hand off
         self._turn = self.moves = 0  # the next take's first bucket; buckets moved (tests)
         self._owner_task: asyncio.Task[None] | None = None
         self._settled = asyncio.Event()  # the first settle ran: we know what we own
@@ -272,10 +271,6 @@ class OwnedFrontier(RedisFrontier[R]):
         if moves.gained:
             log.info("frontier_buckets_gained", count=len(moves.gained), at=round(now, 3))
             self._wake()
-        for bucket in moves.lost:
-            self._full.discard(bucket)
-            self._leaving.discard(bucket)
-        self._leaving |= moves.leaving
         self._full -= moves.leaving | moves.lost
         if moves.leaving or moves.lost:
             await self._hand_back_buffer(moves.leaving | moves.lost)
@@ -286,7 +281,7 @@ class OwnedFrontier(RedisFrontier[R]):
     async def _look_for_work(self) -> None:
         """Which of our buckets have requests queued, read anew: a wake-up lost in an
         outage (or in a pub/sub hiccup) costs at most one ``OWNER_BEAT``."""
-        held = sorted(set(self.ownership.leases.tokens) - self._leaving - self._full)
+        held = sorted(set(self.ownership.leases.tokens) - self.ownership.leaving - self._full)
         if not held:
             return
         async with self._redis.pipeline(transaction=False) as pipe:
@@ -314,11 +309,10 @@ class OwnedFrontier(RedisFrontier[R]):
 
     async def _hand_off_drained(self) -> None:
         """Release each leaving bucket that has nothing in flight here any more."""
-        drained = self._leaving - set(self._bucket_of_id.values())
+        drained = self.ownership.leaving - set(self._bucket_of_id.values())
         if drained & set(self._acking.values()):
             await self.flush()  # their acks first: the next owner must not take them
         for bucket in sorted(drained):
-            self._leaving.discard(bucket)
             self._cold.pop(bucket, None)
             self.moves += 1
             self.round_trips += 1
@@ -370,7 +364,7 @@ class OwnedFrontier(RedisFrontier[R]):
         if requeue:  # given back unstarted (no room for its host here, say): ``Windows``
             self._unstarted.add(id(request))
         await super().done(request, requeue=requeue)
-        if self._leaving:
+        if self.ownership.leaving:
             await self._hand_off_drained()
 
     def _bucket(self, host: str) -> int:
@@ -404,7 +398,7 @@ class OwnedFrontier(RedisFrontier[R]):
             for index, flag in zip(indexes, answer, strict=True):
                 out[index] = flag
             if any(answer):  # ours: no need to wait for the wake-up
-                self._woken(self.bucket_keys[bucket].queue)
+                self._work_in(bucket)
         return out
 
     async def _claim_all(self, requests: Sequence[Queued]) -> list[Any]:
@@ -423,7 +417,8 @@ class OwnedFrontier(RedisFrontier[R]):
         tried: set[int] = set()
         while True:
             tokens = self.ownership.leases.tokens
-            ours = [b for b in self._full - tried if b in tokens and b not in self._leaving]
+            leaving = self.ownership.leaving
+            ours = [b for b in self._full - tried if b in tokens and b not in leaving]
             mine = sorted(b for b in ours if self._windows.worth_a_take(b))
             if not mine:
                 return 1 if tokens and not ours else 0
@@ -553,11 +548,14 @@ class OwnedFrontier(RedisFrontier[R]):
     def _woken(self, data: Any) -> None:
         """An add published the queue it added to: that bucket may have work."""
         bucket = self._by_queue.get(_text(data))
-        buckets = self.ownership.leases.tokens if bucket is None else [bucket]
-        for bucket in buckets:
-            self._add_wakes[bucket] += 1
-            if bucket in self.ownership.leases.tokens:
-                self._full.add(bucket)
+        for each in list(self.ownership.leases.tokens) if bucket is None else [bucket]:
+            self._work_in(each)
+
+    def _work_in(self, bucket: int) -> None:
+        """Requests were added to ``bucket``: a take of it may find them."""
+        self._add_wakes[bucket] += 1
+        if bucket in self.ownership.leases.tokens:
+            self._full.add(bucket)
 
 
 def _checked(answers: list[Any], *, stale: bool = False) -> list[Any]:

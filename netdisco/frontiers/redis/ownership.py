@@ -95,6 +95,12 @@ class Ownership:
         """The buckets whose lease we hold, as far as we know."""
         return frozenset(self.leases.tokens)
 
+    @property
+    def leaving(self) -> frozenset[int]:
+        """Buckets we hold that another member now wins: nothing of them starts here,
+        and each goes (``hand_off``) once its requests in flight have ended."""
+        return self._leaving
+
     def token(self, host: str) -> int | None:
         """The token a take of ``host``'s requests carries (None: not ours to start,
         or leaving)."""
