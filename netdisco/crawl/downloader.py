@@ -74,8 +74,7 @@ class Downloader:
         """``scheduler`` admits redirect targets (scope, seen set); ``first`` are the
         crawl's own middlewares, ahead of the configured, ``last`` after them (nearest
         the download: the WARC archive sees what the handler returned); ``handler``
-        downloads each hop (default: aiohttp over a session of ours). A frontier that
-        reserves hosts holds per-host politeness for every engine."""
+        downloads each hop (default: aiohttp over a session of ours)."""
         settings, frontier = ctx.settings, ctx.frontier
         self.settings = settings
         self.stats = ctx.stats
@@ -111,7 +110,7 @@ class Downloader:
         if s.obey_robots:  # robots.txt bypasses the chain, but not the HTTP cache
             cache = next((m for m in self.middlewares if isinstance(m, HttpCache)), None)
             handler = self._http if cache is None else cache.wrap(self._http)
-            self.robots = RobotsCache(handler, s, self.frontier.robots_txt)
+            self.robots = RobotsCache(handler, s)
         log.info("downloader_chain", middlewares=self.chain.names, render=s.render)
         if s.render:
             await self._renderer().start()  # a missing browser fails the start, named
@@ -195,8 +194,6 @@ class Downloader:
             if count:
                 await self._check_redirect(request, hop, key, claimed)
             await self._check_robots(hop)
-            if (deferred := await politeness.admit(request, hop, count)) is not None:
-                return deferred
             if not await self.frontier.may_start(request):
                 return Deferred("its lease may be another engine's now", give_back=True)
             try:

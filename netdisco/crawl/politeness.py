@@ -1,24 +1,17 @@
 """A host's politeness, with one owner: when a request to it may start, how long the
 host rests after a 429, a 503 or a failure, and when it is given up.
 
-``Politeness`` is the seam, with two implementations, chosen by the frontier:
-
-* ``LocalPoliteness``: this process keeps each host's slots, delay and queue of
-  requests set aside (``crawl.hosts.ReadyHosts``), and a retry sleeps out its back-off
-  here, the whole host resting with it;
-* ``SharedPoliteness``: the frontier reserves the host's slot and delay in the take
-  itself, for every engine together (``Frontier.reserves_hosts``: host queues in
-  Redis). A retry goes back to the host's queue with the host backed off for all, and
-  a redirect to another host goes to that host's queue: both are a ``Deferred``.
+This process keeps each host's slots, delay and queue of requests set aside
+(``crawl.hosts.ReadyHosts``), and a retry sleeps out its back-off here, the whole host
+resting with it. A shared crawl keeps it so too: each host is owned by one engine at a
+time (``frontiers.redis.owned``), which applies this same politeness to it; a redirect
+to a host another engine owns goes to that engine as a request (a ``Deferred``).
 
 The downloader sees a narrow face, as Scrapy's per-host ``Slot``: ``fetching`` around
-a request's whole download, ``admit`` before each hop (may it go here?), ``turn``
-around each transfer (when may it start?) and ``ended`` for how anything ended (an
-answer, a failed attempt, a redirect, robots.txt read, the download's outcome). Where
-each outcome goes (the throttle, the host's errors, its rest, the frontier) stays
-behind the face.
-
-Both share what is the same either way: the host's delay and slots (``Throttle``: the
+a request's whole download, ``turn`` around each transfer (when may it start?) and
+``ended`` for how anything ended (an answer, a failed attempt, a redirect, robots.txt
+read, the download's outcome). Where each outcome goes (the throttle, the host's
+errors, its rest) stays behind the face: the host's delay and slots (``Throttle``: the
 setting, the ``hosts`` table, Crawl-delay, autothrottle), its failures in a row and
 giving up (``HostErrors``), and the back-off a retry waits. Every piece is keyed by
 ``Request.host_key``, the one host key of the crawl.
@@ -32,7 +25,6 @@ import contextvars
 import math
 import random
 import time
-from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -42,7 +34,7 @@ import structlog
 
 from netdisco.crawl.hosts import Hold, Placement, ReadyHosts
 from netdisco.crawl.lru import LRU
-from netdisco.crawl.redirects import defrag, hand_off
+from netdisco.crawl.redirects import hand_off
 from netdisco.crawl.response import Response
 from netdisco.crawl.throttle import SLOW_DOWN, Throttle
 from netdisco.crawl.transport import SENT
@@ -51,7 +43,6 @@ from netdisco.exceptions import (
     HostGivenUp,
     HttpStatusError,
     RequestError,
-    RobotsDenied,
 )
 
 if TYPE_CHECKING:
@@ -181,16 +172,38 @@ class RobotsRead:
 Outcome = Answer | Arrived | Failed | RobotsRead | Response
 
 
-class Politeness(ABC):
-    """What both implementations share (module docstring). The downloader's face is
-    ``fetching``, ``admit``, ``turn`` and ``ended``; the crawl's workers place
-    requests onto hosts (``place``, ``ready``, ...). The ``_`` hooks are what each
-    implementation overrides."""
+class Politeness:
+    """Each host's slots, delay and requests set aside (``ReadyHosts``), in this process.
 
-    def __init__(self, settings: Settings) -> None:
+    ``blocked(url)``: its robots.txt does not answer yet; ``denied(url)``: robots.txt
+    is known to forbid it. ``wake``: tells idle workers a host became due. ``owns(host)``:
+    whether this engine may start requests of ``host`` (hosts owned by one engine each,
+    ``frontiers.redis.owned``): a redirect to a host another engine owns is queued for it.
+
+    The downloader's face is ``fetching``, ``turn`` and ``ended``; the crawl's workers
+    place requests onto hosts (``place``, ``ready``, ...).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        blocked: Callable[[str], bool],
+        denied: Callable[[str], bool],
+        wake: Callable[[], None],
+        owns: Callable[[str], bool] = lambda host: True,
+    ) -> None:
         self.settings = settings
         self.throttle = Throttle(settings)
         self.host_errors = HostErrors(settings.host_error_limit, settings.host_cache_size)
+        self._wake, self._owns = wake, owns
+        self.hosts = ReadyHosts(
+            self.throttle,
+            size=settings.host_cache_size,
+            limit=4 * settings.concurrency,
+            blocked=blocked,
+            denied=denied,
+        )
 
     # -- the downloader's face -----------------------------------------------------------
 
@@ -199,45 +212,60 @@ class Politeness(ABC):
         """While ``request`` downloads (its retries included): ``HostGivenUp`` at once if
         its host was given up, and a ``RequestError`` that ends it counts against its
         host (``HostErrors``); its slot frees after."""
+        token = _HOLD.set(self.hosts.hold_of(request))
         try:
             self.host_errors.check(request)
             yield
         except RequestError as exc:
-            self._fetched(request, exc)
+            self.host_errors.record(request, exc)
             raise
         finally:
             self.release(request)
-
-    async def admit(self, request: Request, hop: Request, count: int) -> Deferred | None:
-        """Before hop ``count`` of ``request`` goes to the middlewares: a ``Deferred``
-        if it may not go here."""
-        return await self._before_hop(request, hop, count)
+            _HOLD.reset(token)
 
     @contextlib.asynccontextmanager
     async def turn(self, request: Request, reports_sent: bool) -> AsyncIterator[None]:
         """The host's slot and delay around the innermost transfer (``reports_sent``: the
         handler says when the request went out; otherwise the delay counts from the end
-        of the wait)."""
-        yield
+        of the wait); the delay also counts from the answer's end."""
+        slot = self.hosts.slot(request.host_key)
+        async with slot:
+            start = await slot.wait_turn()
+            if self.hosts.started(slot, _HOLD.get()):
+                self._wake()  # idle workers learn when the host is due next
+            if start is None:
+                yield
+                return
+            if not reports_sent:
+                start()
+            token = SENT.set(start)
+            try:
+                yield
+            finally:
+                SENT.reset(token)
+                start()  # it failed before it was sent (or was never reported)
+                slot.answered()
 
     async def ended(self, request: Request, outcome: Outcome) -> Deferred | None:
         """How something of ``request`` ended (``Outcome``); a retry waits its back-off
-        here, and a ``Deferred`` says it waits in its host's queue instead."""
+        here, and a ``Deferred`` says a redirect goes to its host's owner instead."""
         match outcome:
             case Answer(status, latency, told):
                 self.throttle.observe(request.host_key, latency, status, told)
             case Arrived(hop, count):
-                return self._arrived(request, hop, count)
+                if hop is not None and not self._owns(hop.host_key):
+                    hop = hand_off(request, hop, count, self.settings.max_redirects)
+                    return Deferred(f"redirect to {hop.url}, queued for its host", hop)
             case Failed():
-                return await self._failed(request, outcome)
+                await self._failed(request, outcome)
             case RobotsRead(crawl_delay, at):
                 self.throttle.crawl_delay(request.host_key, crawl_delay)
-                await self._went_out(request.host_key, at)
+                self.hosts.slot(request.host_key).went_out(at)  # the next turn waits the delay
             case _:  # the response: the host answered
-                self._fetched(request, None)
+                self.host_errors.record(request, None)
         return None
 
-    async def _failed(self, request: Request, failed: Failed) -> Deferred | None:
+    async def _failed(self, request: Request, failed: Failed) -> None:
         """The wait a failed attempt costs: the retry's back-off (the host resting with
         it), or for one not retried the rest a 429 or a 503 asks of the host."""
         if failed.status is None:
@@ -245,10 +273,18 @@ class Politeness(ABC):
         else:
             delay, told = self.told_to_wait(request, failed.headers)
         if failed.again:
-            return await self._retry_later(request, delay, told)
-        if failed.status in SLOW_DOWN:
             self._rest(request, delay, told)
-        return None
+            await asyncio.sleep(delay)
+        elif failed.status in SLOW_DOWN:
+            self._rest(request, delay, told)
+
+    def _rest(self, request: Request, delay: float, told: bool = False) -> None:
+        """The whole host waits ``delay`` (a 429, a 503, a failure), not only
+        ``request``; ``told``: the server said how long, and its word replaces the host's
+        own delay."""
+        slot = self.hosts.peek(request.host_key)
+        if slot is not None:
+            slot.rest(delay, told)
 
     def backoff(self, request: Request) -> float:
         """Exponential backoff with full jitter around the nominal delay, capped; it
@@ -269,213 +305,36 @@ class Politeness(ABC):
     def place(self, request: Request) -> Placement:
         """Whether a request just taken starts now (``go``), waits aside (``parked``) or
         goes back to the frontier (``back``)."""
-        return "go"
-
-    def ready(self) -> Request | None:
-        """A request set aside whose host is due now, first due first."""
-        return None
-
-    def taking(self) -> bool:
-        """Whether a worker may take another request from the frontier."""
-        return True
-
-    def next_due(self) -> float | None:
-        """Seconds until a host with requests aside may be due (None: none waits)."""
-        return None
-
-    def release(self, request: Request) -> None:  # noqa: B027 - a hook
-        """``request`` is over (fetched, failed, or skipped by a re-crawl): its slot frees."""
-
-    def idle_share(self) -> float | None:
-        """Slot-time free while work waited and no delay ran (``ReadyHosts.idle_share``)."""
-        return None
-
-    def parked_by_host(self) -> dict[str, int]:
-        """How many requests are set aside for each host."""
-        return {}
-
-    def drain(self) -> list[Request]:
-        """Every request set aside (to hand back to the frontier on close)."""
-        return []
-
-    # -- the hooks behind the face ---------------------------------------------------------
-
-    def _fetched(self, request: Request, exc: RequestError | None) -> None:
-        """The download is over: a response, or the final ``exc``."""
-        self.host_errors.record(request, exc)
-
-    async def _before_hop(self, request: Request, hop: Request, count: int) -> Deferred | None:
-        """Before hop ``count`` of ``request`` goes to the middlewares."""
-        return None
-
-    def _arrived(self, request: Request, hop: Request | None, count: int) -> Deferred | None:
-        """The answer to a hop of ``request`` arrived; ``hop``: the redirect it asks for
-        (after ``count`` hops), to follow here (None) or to hand to its host's turn."""
-        return None
-
-    def _queued_hop(self, request: Request, hop: Request, count: int) -> Deferred:
-        """A redirect that may not be followed here: queued as a request of its own."""
-        hop = hand_off(request, hop, count, self.settings.max_redirects)
-        return Deferred(f"redirect to {hop.url}, queued for its host", hop)
-
-    def _rest(self, request: Request, delay: float, told: bool = False) -> None:  # noqa: B027 - a hook
-        """The whole host waits ``delay`` (a 429, a 503, a failure), not only
-        ``request``; ``told``: the server said how long, and its word replaces the host's
-        own delay."""
-
-    @abstractmethod
-    async def _retry_later(self, request: Request, delay: float, told: bool) -> Deferred | None:
-        """Wait ``delay`` before the retry, the whole host with it (None: retry now)."""
-
-    async def _went_out(self, host: str, at: float) -> None:
-        """A request to ``host`` that took no turn (its robots.txt) ended at ``at``
-        (monotonic): nothing more starts there before its delay has passed since."""
-        if (left := at + self.throttle.delay(host) - time.monotonic()) > 0:
-            await asyncio.sleep(left)
-
-
-class LocalPoliteness(Politeness):
-    """This process keeps each host's slots and delay (``ReadyHosts``).
-
-    ``blocked(url)``: its robots.txt does not answer yet; ``denied(url)``: robots.txt
-    is known to forbid it. ``wake``: tells idle workers a host became due. ``owns(host)``:
-    whether this engine may start requests of ``host`` (hosts owned by one engine each,
-    ``frontiers.redis.owned``): a redirect to a host another engine owns is queued for it.
-    """
-
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        blocked: Callable[[str], bool],
-        denied: Callable[[str], bool],
-        wake: Callable[[], None],
-        owns: Callable[[str], bool] = lambda host: True,
-    ) -> None:
-        super().__init__(settings)
-        self._wake, self._owns = wake, owns
-        self.hosts = ReadyHosts(
-            self.throttle,
-            size=settings.host_cache_size,
-            limit=4 * settings.concurrency,
-            blocked=blocked,
-            denied=denied,
-        )
-
-    def place(self, request: Request) -> Placement:
         return self.hosts.place(request)
 
     def ready(self) -> Request | None:
+        """A request set aside whose host is due now, first due first."""
         return self.hosts.ready()
 
     def taking(self) -> bool:
+        """Whether a worker may take another request from the frontier."""
         return self.hosts.taking()
 
     def next_due(self) -> float | None:
+        """Seconds until a host with requests aside may be due (None: none waits)."""
         return self.hosts.next_due()
 
     def release(self, request: Request) -> None:
-        self.hosts.release(request)  # the crawl wakes idle workers after the scrape
+        """``request`` is over (fetched, failed, or skipped by a re-crawl): its slot
+        frees (the crawl wakes idle workers after the scrape)."""
+        self.hosts.release(request)
 
     def idle_share(self) -> float | None:
+        """Slot-time free while work waited and no delay ran (``ReadyHosts.idle_share``)."""
         return self.hosts.idle_share()
 
     def parked_by_host(self) -> dict[str, int]:
+        """How many requests are set aside for each host."""
         return self.hosts.parked_by_host()
 
     def drain(self) -> list[Request]:
+        """Every request set aside (to hand back to the frontier on close)."""
         return self.hosts.drain()
-
-    @contextlib.contextmanager
-    def fetching(self, request: Request) -> Iterator[None]:
-        token = _HOLD.set(self.hosts.hold_of(request))
-        try:
-            with super().fetching(request):
-                yield
-        finally:
-            _HOLD.reset(token)
-
-    def _arrived(self, request: Request, hop: Request | None, count: int) -> Deferred | None:
-        if hop is None or self._owns(hop.host_key):
-            return None
-        return self._queued_hop(request, hop, count)
-
-    def _rest(self, request: Request, delay: float, told: bool = False) -> None:
-        slot = self.hosts.peek(request.host_key)
-        if slot is not None:
-            slot.rest(delay, told)
-
-    async def _retry_later(self, request: Request, delay: float, told: bool) -> Deferred | None:
-        self._rest(request, delay, told)
-        await asyncio.sleep(delay)
-        return None
-
-    async def _went_out(self, host: str, at: float) -> None:
-        """The host's slot counts it as a start: its next turn waits the delay."""
-        self.hosts.slot(host).went_out(at)
-
-    @contextlib.asynccontextmanager
-    async def turn(self, request: Request, reports_sent: bool) -> AsyncIterator[None]:
-        slot = self.hosts.slot(request.host_key)
-        async with slot:
-            start = await slot.wait_turn()
-            if self.hosts.started(slot, _HOLD.get()):
-                self._wake()  # idle workers learn when the host is due next
-            if start is None:
-                yield
-                return
-            if not reports_sent:
-                start()
-            token = SENT.set(start)
-            try:
-                yield
-            finally:
-                SENT.reset(token)
-                start()  # it failed before it was sent (or was never reported)
-                slot.answered()
-
-
-class SharedPoliteness(Politeness):
-    """The frontier reserves each request's host slot and delay, for every engine
-    (module docstring); this process keeps no per-host limits of its own."""
-
-    def __init__(self, settings: Settings, frontier: Frontier[Any]) -> None:
-        super().__init__(settings)
-        self.frontier = frontier
-
-    def _fetched(self, request: Request, exc: RequestError | None) -> None:
-        super()._fetched(request, exc)
-        self.frontier.fetched(request, sent=exc is None or not _nothing_sent(request, exc))
-
-    async def _before_hop(self, request: Request, hop: Request, count: int) -> Deferred | None:
-        """Tell the host queues this host's delay and slots (for every engine); a
-        redirect hop waits the delay in our slot, after the hop before. A first hop whose
-        slot was reserved under a looser pace goes back to wait its turn."""
-        host = hop.host_key
-        delay = self.throttle.delay(host)
-        stricter = await self.frontier.pace(request, delay, self.throttle.concurrency(host))
-        if count:
-            await asyncio.sleep(delay)
-        elif stricter:
-            request.attempts -= 1  # not an attempt: nothing was sent
-            await self.frontier.back_off(request, delay)
-            return Deferred("the host's pace changed: back to its queue")
-        return None
-
-    def _arrived(self, request: Request, hop: Request | None, count: int) -> Deferred | None:
-        """The host's delay runs from here. A hop to another host goes to that host's
-        queue: it may not start on a slot of its host nobody reserved."""
-        self.frontier.responded(request)
-        if hop is None or hop.host_key == request.host_key:
-            return None
-        return self._queued_hop(request, hop, count)
-
-    async def _retry_later(self, request: Request, delay: float, told: bool) -> Deferred:
-        """The frontier backs the host off for every engine and the retry waits its turn
-        there: a retry here would start on a slot no one reserved."""
-        delay = max(delay, self.throttle.delay(request.host_key))
-        await self.frontier.back_off(request, delay)
-        return Deferred(f"retry in {delay:.2f} s, from the host queue")
 
 
 def politeness_for(
@@ -486,18 +345,10 @@ def politeness_for(
     denied: Callable[[str], bool],
     wake: Callable[[], None],
 ) -> Politeness:
-    """The frontier's host queues when it reserves hosts, else this process's."""
+    """This process's politeness, on the hosts the frontier says are ours; the frontier
+    learns the crawl's delay and where the hosts' paces are kept (a host that moves
+    takes its pace with it)."""
     frontier.set_politeness(settings.download_delay, settings.per_host_concurrency)
-    if frontier.reserves_hosts:
-        return SharedPoliteness(settings, frontier)
-    local = LocalPoliteness(settings, blocked=blocked, denied=denied, wake=wake, owns=frontier.owns)
-    frontier.use_paces(local.hosts)
-    return local
-
-
-def _nothing_sent(request: Request, exc: RequestError) -> bool:
-    """Whether ``exc`` ended ``request`` before any of it went out: robots.txt forbade
-    its first hop on its first attempt (a host queue's turn is then given back)."""
-    return (
-        isinstance(exc, RobotsDenied) and request.attempts <= 1 and exc.url == defrag(request.url)
-    )
+    politeness = Politeness(settings, blocked=blocked, denied=denied, wake=wake, owns=frontier.owns)
+    frontier.use_paces(politeness.hosts)
+    return politeness

@@ -62,7 +62,7 @@ async def quiet_crawler(spider: Spider, settings: Settings) -> AsyncIterator[Cra
 
 async def fetch_now(crawler: Crawler, request: Request) -> Response:
     """``request``'s response through ``crawler``'s downloader (a quiet crawler's memory
-    frontier keeps politeness here, so nothing is deferred to a host queue)."""
+    frontier owns every host, so nothing is deferred to another engine)."""
     outcome = await crawler.downloader.fetch(request)
     assert isinstance(outcome, Response), "a quiet crawler does not defer"
     return outcome

@@ -49,8 +49,8 @@ def without_credentials(headers: dict[str, str]) -> dict[str, str]:
 
 
 def hand_off(request: Request, hop: Request, hops: int, most: int) -> Request:
-    """A hop to another host, with host queues: it goes to that host's queue (the crawl
-    admits it), counting the hops so far, so that ``max_redirects`` holds across hosts
+    """A hop to a host another engine owns: it goes to the frontier for that engine (the
+    crawl admits it), counting the hops so far, so that ``max_redirects`` holds across hosts
     and a loop between two hosts ends (the second visit is also a seen URL)."""
     hops += int(request.meta.get(HOPS_KEY, 0))
     if hops > most:

@@ -24,20 +24,16 @@ of ``netdisco/0.1 (+...)``), case-insensitively and whole, so a group for ``net`
 and ``$``, percent-encoding). ``Sitemap:`` lines are kept (``RobotsCache.sitemaps``),
 and so is our group's ``Crawl-delay`` (``RobotsCache.crawl_delay``; ``throttle`` caps it).
 
-The text comes through the frontier's ``robots_txt``: by default it runs our fetch;
-a frontier that shares robots.txt (host queues in Redis) lets one
-engine of the crawl fetches it and the others read its copy, for ``robots_max_age``;
-an answer to back off from (5xx, timeout) is not shared: each engine backs off.
+Each engine fetches the robots.txt of the hosts it crawls: in a shared crawl a host
+has one owner at a time, so one engine reads it (again after the host moves).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import math
 import re
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import structlog
@@ -59,9 +55,6 @@ from netdisco.exceptions import (
 )
 
 log = structlog.get_logger(__name__)
-
-#: ``Frontier.robots_txt``: the rules for an origin, through the crawl's frontier
-RobotsSource = Callable[[str, Callable[[], Awaitable[str | None]], float], Awaitable[str | None]]
 
 #: RFC 9309 asks crawlers to parse at least 500 KiB
 MAX_ROBOTS_SIZE = 512 * 1024
@@ -90,9 +83,8 @@ class _Origin:
 class RobotsCache:
     """One robots.txt per origin; concurrent asks for one origin share one fetch."""
 
-    def __init__(self, handler: DownloadHandler, settings: Settings, source: RobotsSource) -> None:
+    def __init__(self, handler: DownloadHandler, settings: Settings) -> None:
         self.handler = handler
-        self.source = source
         self.settings = settings
         self.agent = robots_agent(settings)
         self._origins: LRU[str, _Origin] = LRU(settings.robots_cache_size, _Origin.idle)
@@ -191,9 +183,8 @@ class RobotsCache:
         return None
 
     async def _answer(self, entry: _Origin) -> Protego | None:
-        """The rules, through the frontier: fetched here, or a shared copy."""
-        fetch = functools.partial(self._fetch, entry)
-        text = await self.source(entry.origin, fetch, self.settings.robots_max_age)
+        """The rules, fetched and parsed (None: no answer to go by)."""
+        text = await self._fetch(entry)
         return None if text is None else parse_robots(text, self.agent)
 
     async def _fetch(self, entry: _Origin) -> str | None:

@@ -6,14 +6,14 @@ table), its robots.txt ``Crawl-delay`` (capped by ``max_crawl_delay``) and, with
 does: ``latency / autothrottle_target_concurrency``, averaged with the delay before,
 so that about that many requests are in flight at the server; only a 200 may lower
 it. A 429 or 503 that says how long to wait (``Retry-After``) is taken at its word: the
-host rests that long (``crawl.hosts``, the host queues) and its delay is not touched,
+host rests that long (``crawl.hosts``) and its delay is not touched,
 so the crawl goes on at its pace once the server said it may. One that does not say
 doubles the delay (up to ``autothrottle_max_delay``), again with each one in a row, and
 the next healthy answers bring it back down towards what the latency asks.
 
 This module owns the *length* of a host's delay; *when* the next request may start
-is ``crawl.hosts``' ``HostSlot`` (standalone) or the Redis host queues' (a shared
-crawl), which also rest the whole host after a 429, a 503 or a failure.
+is ``crawl.hosts``' ``HostSlot`` (in the host's owner, in a shared crawl), which also
+rests the whole host after a 429, a 503 or a failure.
 """
 
 from __future__ import annotations

@@ -75,13 +75,10 @@ def open_frontier(
             return SqliteFrontier(state_dir, name, codec)
         return MemoryFrontier(codec, limit=memory_queue_limit)
     from netdisco.frontiers.redis.frontier import RedisFrontier  # redis-py only when asked
-    from netdisco.frontiers.redis.hosts import HostQueueFrontier
     from netdisco.frontiers.redis.options import RedisOptions
     from netdisco.frontiers.redis.owned import OwnedFrontier
 
     options = RedisOptions.from_url(url)
-    if options.politeness == "cluster":
-        return HostQueueFrontier(options, name, codec, owner=owner)
     if options.politeness == "owner":
         return OwnedFrontier(options, name, codec, owner=owner)
     return RedisFrontier(options, name, codec, owner=owner)

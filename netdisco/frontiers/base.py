@@ -23,31 +23,27 @@ resume                 ``finished``,               nothing stored: a rerun start
                        ``start_over``
 page store             ``pages``                   None: no re-crawls (refused
                                                    at start by ``check_recrawl``)
-host reservation       ``reserves_hosts``,         False: the crawl keeps
-                       ``set_politeness``,         per-host politeness itself;
-                       ``pace``, ``responded``,    the four are no-ops and
-                       ``fetched``, ``back_off``   ``back_off`` refuses
-shared robots.txt      ``robots_txt``              not shared: this process
-                                                   fetches (and caches) it
-lease fence            ``fence``, ``may_start``    no fence: nobody else can hand
-                                                   this process's leases out
+host ownership         ``owns``, ``use_paces``,    every host is this process's:
+                       ``set_politeness``          nothing moves, nothing to pace
+lease fence            ``fence``, ``may_start``,   no fence: nobody else can hand
+                       ``may_start_now``           this process's leases out
 failed store           ``keep_failed``,            kept in this process
                        ``failed``,                 (``failed.MemoryFailed``), gone
                        ``take_failed``,            with it
                        ``delete_failed``
 =====================  ==========================  ===============================
 
-Which frontier has which (``memory``, ``state_dir`` SQLite, Redis, Redis host
-queues) is tabled in ``docs/architecture.md``.
+Which frontier has which (``memory``, ``state_dir`` SQLite, Redis with owned hosts,
+Redis with one queue) is tabled in ``docs/architecture.md``.
 """
 
 from __future__ import annotations
 
 import abc
 import shlex
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import ClassVar, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from netdisco._fence import Fence
 from netdisco.frontiers.failed import FailedPage, FailedRecord, MemoryFailed
@@ -69,7 +65,7 @@ class Queued(Protocol):
     def dont_filter(self) -> bool: ...  # queued even if its fingerprint was seen
 
     @property
-    def host_key(self) -> str: ...  # whose politeness it falls under (one host queue each)
+    def host_key(self) -> str: ...  # whose politeness it falls under (one owner each)
 
 
 R = TypeVar("R", bound=Queued)
@@ -131,11 +127,6 @@ class PaceBook(Protocol):
 class Frontier(abc.ABC, Generic[R]):
     """Every ability the crawl uses of a frontier; see the module docstring's table."""
 
-    #: whether ``take`` hands out requests that already hold one of their host's slots,
-    #: reserved at the frontier's clock for every engine sharing it (Redis host queues).
-    #: Then the crawl keeps no per-host limits of its own, which would hold a slot twice.
-    reserves_hosts: ClassVar[bool] = False
-
     #: set by an engine registered in ZooKeeper whose leases others may recover
     #: (``netdisco._fence``); None: nothing fences this frontier's leases
     fence: Fence | None = None
@@ -185,6 +176,11 @@ class Frontier(abc.ABC, Generic[R]):
         """Where the crawl keeps its hosts' paces (``crawl.hosts.ReadyHosts``), for a
         frontier that moves hosts between engines. Default: not needed."""
 
+    def set_politeness(self, delay: float, per_host: int) -> None:
+        """The crawl's ``download_delay`` and ``per_host_concurrency``, for a frontier
+        that moves hosts (a host that comes without its pace rests a delay first).
+        Default: ignored."""
+
     # -- connection ----------------------------------------------------------------
 
     async def open(self) -> None:
@@ -229,45 +225,6 @@ class Frontier(abc.ABC, Generic[R]):
     def pages(self) -> PageStore | None:
         """Where this crawl keeps its pages between runs. Default None: no re-crawls."""
         return None
-
-    # -- host reservation (when ``reserves_hosts``) ----------------------------------
-
-    def set_politeness(self, delay: float, per_host: int) -> None:
-        """The crawl's ``download_delay`` and ``per_host_concurrency``. Default: ignored,
-        the crawl keeps them itself."""
-
-    async def pace(self, request: R, delay: float, per_host: int) -> bool:
-        """The delay and slots of the taken ``request``'s host now (a ``hosts`` row, its
-        Crawl-delay, autothrottle), for every engine; say if its slot was reserved under
-        a looser pace (then it goes back to wait its turn: ``back_off``).
-        Default: ignored, the crawl keeps them itself."""
-        return False
-
-    def responded(self, request: R) -> None:
-        """The response to a taken ``request`` has fully arrived (its host's delay runs).
-        Default: nothing to tell."""
-
-    def fetched(self, request: R, *, sent: bool = True) -> None:
-        """The download of ``request`` is over, response or failure, and no retry of it
-        waits: its host's slot may go to another request (``done`` follows later).
-        ``sent`` False: nothing went to the host (robots.txt forbade it), so its turn is
-        not spent. Default: nothing to tell."""
-
-    async def back_off(self, request: R, seconds: float) -> None:
-        """Put a taken ``request`` back and keep its host idle ``seconds`` (429, 503...).
-        Default: refused, since the crawl itself waits out a retry on a frontier that
-        does not reserve hosts."""
-        raise NotImplementedError(f"{type(self).__name__} does not reserve hosts")
-
-    # -- shared robots.txt ---------------------------------------------------------
-
-    async def robots_txt(
-        self, origin: str, fetch: Callable[[], Awaitable[str | None]], max_age: float
-    ) -> str | None:
-        """The rules for ``origin``: cached for every engine (``max_age`` s), or fetched
-        by one engine only; None, not cached, when ``fetch`` says the site did not
-        answer. Default: not shared, ``fetch`` runs here (the crawl caches the answer)."""
-        return await fetch()
 
     # -- failed store (``netdisco.frontiers.failed``) --------------------------------
 

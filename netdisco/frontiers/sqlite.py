@@ -12,8 +12,8 @@ Memory: the queue lives on disk (the ``queue`` table, with an index in take orde
 a bounded head of it is in memory (``netdisco.frontiers.head``: at most ``HEAD_LIMIT``
 requests, refilled ``HEAD_LIMIT // 2`` rows at a time), so memory stays flat however
 long the queue grows. The seen set lives on disk too, with a bounded cache of known
-fingerprints. The head is one queue for every host: this frontier reserves no hosts,
-the crawl sets aside the requests of a host that is not due (``crawl.hosts``).
+fingerprints. The head is one queue for every host: the crawl sets aside the requests
+of a host that is not due (``crawl.hosts``).
 
 Speed: a queue that fits in the head costs no read at all (a request added is kept in
 memory as it is, and taken from there); a longer one costs one indexed read per
@@ -72,7 +72,7 @@ HEAD_LIMIT = 4096
 
 class SqliteFrontier(Frontier[R]):
     """A ``Frontier`` over SQLite in ``directory`` (see the module docstring): it resumes
-    and is its own page store; it reserves no hosts and shares no robots.txt."""
+    and is its own page store."""
 
     def __init__(
         self, directory: str | Path, name: str, codec: Codec[R], *, head_limit: int = HEAD_LIMIT

@@ -159,7 +159,7 @@ class ProcessCrawl:
         owned = Keys(options.prefix, self.name).owned_prefix
         async for key in self._client.scan_iter(match=f"{owned}*"):
             owner = (key.decode() if isinstance(key, bytes) else str(key))[len(owned) :]
-            counts = await recover_engine(self._client, options.prefix, owner, options.shards)
+            counts = await recover_engine(self._client, options.prefix, owner)
             log.info("leases_recovered", owner=owner, count=sum(counts.values()))
 
     def _totals_key(self) -> str:
@@ -221,7 +221,7 @@ class ProcessCrawl:
             self.sink.lost(worker)
         assert self._client is not None
         options = RedisOptions.from_url(self._redis.url if self._redis else self.settings.frontier)
-        counts = await recover_engine(self._client, options.prefix, owner, options.shards)
+        counts = await recover_engine(self._client, options.prefix, owner)
         log.info("leases_recovered", owner=owner, count=sum(counts.values()))
 
     async def _spawn(

@@ -49,8 +49,8 @@ class PrivateRedis:
 
     @property
     def url(self) -> str:
-        """The frontier URL of the workers: host queues, one politeness for all of them."""
-        return f"unix://{self.socket}?politeness=cluster"
+        """The frontier URL of the workers: each host owned by one worker at a time."""
+        return f"unix://{self.socket}?politeness=owner"
 
     def command(self) -> list[str]:
         """The argv: no TCP, no snapshots, an append-only file with a ``state_dir``."""

@@ -2,7 +2,8 @@
 
 ``settings.frontier = "redis://host:port/db?prefix=netdisco&lease_ttl=30"`` picks it
 (``netdisco.frontiers.open_frontier``), or ``redis+cluster://host:port,host:port/0`` for a
-Redis Cluster (host queues sharded over hash tags: ``hosts``); the query options are in
+Redis Cluster (each bucket of hosts under its own hash tag: ``owned``); the query
+options are in
 ``options``. Per spider (keys in
 ``netdisco.frontiers.redis.leases.Keys``): a sorted set of request ids by priority (FIFO within
 a priority), a hash of the requests as JSON (the crawl's codec), the seen set, and the
@@ -10,9 +11,11 @@ leases: every request taken is recorded with its owner (the engine incarnation)
 and a deadline, and acknowledged by ``done``. Each operation is one Lua script
 (``scripts``), so two engines never take the same request.
 
-By default the requests wait in host queues (``netdisco.frontiers.redis.hosts``): the take
-script reserves the host's slot and delay for every engine together, so the crawl keeps
-no per-host limits of its own; ``politeness=engine`` keeps the single queue above.
+By default each host is owned by one engine at a time (``netdisco.frontiers.redis.owned``):
+its requests wait in one of 256 buckets, each a set of the keys above under its own
+hash tag, and the engine that owns a bucket takes its requests and keeps its hosts'
+politeness in memory, as a standalone crawl does; ``politeness=engine`` keeps the
+single queue above, each engine polite alone.
 
 Round trips: a take leases up to ``prefetch`` requests at once, acks are sent in
 the background in batches, an ``add`` is one script per batch of links, and a

@@ -16,8 +16,7 @@ decide a crawl's end are read with every shard's epoch (``read_counts``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from netdisco.frontiers.redis.leases import Client, Keys
 
@@ -45,12 +44,11 @@ async def join_epoch(redis: Client, shards: Sequence[Keys]) -> tuple[str, str | 
 
 
 async def read_counts(
-    redis: Client, shards: Sequence[Keys], bloom: bool, extra: Callable[[Any, Keys], None]
+    redis: Client, shards: Sequence[Keys], bloom: bool
 ) -> tuple[list[str], int, int, int]:
     """``(epochs, queued, leased, seen)`` over every shard, in one pipeline (an epoch is
     ``"None"`` where a shard holds none).
 
-    ``extra(pipe, keys)`` queues reads of more requests waiting in a shard (host queues).
     """
     async with redis.pipeline(transaction=False) as pipe:
         for keys in shards:  # the same reads for every shard
@@ -58,7 +56,6 @@ async def read_counts(
             pipe.zcard(keys.leases)
             pipe.get(keys.seen_count) if bloom else pipe.scard(keys.seen)
             pipe.zcard(keys.queue)
-            extra(pipe, keys)
         found = list(await pipe.execute())
     step = len(found) // len(shards)
     rows = [found[at : at + step] for at in range(0, len(found), step)]

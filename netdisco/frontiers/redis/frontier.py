@@ -149,8 +149,7 @@ class RedisFrontier(Frontier[R]):
         """A new run (``recrawl``, ``age``), another prefix, or the crawl's keys deleted:
         the exact ``redis-cli`` line for a ``redis://`` server (the password hidden)."""
         options, name = self.options, self.name
-        tag = f"{name}/" if options.shards > 1 else f"{name}}}:"
-        pattern = shlex.quote(f"{options.prefix}:{{{tag}*")
+        pattern = shlex.quote(f"{options.prefix}:{{{name}[}}#]*")  # its keys and buckets'')
         ways = (
             "set recrawl or age for a new run, or crawl from scratch under another "
             f"prefix (?prefix=NEW in the frontier URL; this one is {options.prefix!r}), or "
@@ -367,16 +366,13 @@ class RedisFrontier(Frontier[R]):
             await self.open()
         await self.flush()  # our own finished requests do not count as leased
 
-        bloom, extra = self._bloom, self._count_queued
-        found = await self._call(lambda: read_counts(self._redis, self.shard_keys, bloom, extra))
+        bloom = self._bloom
+        found = await self._call(lambda: read_counts(self._redis, self.shard_keys, bloom))
         epochs, queued, leased, seen = found
         for epoch in epochs:
             if epoch != self.epoch:
                 raise self._lost(epoch)
         return queued, leased, seen
-
-    def _count_queued(self, pipe: Any, keys: Keys) -> None:
-        """Queue, in ``pipe``, reads of any more requests waiting (beyond the queue)."""
 
     async def flush(self) -> None:
         """Wait until every ``done`` so far is acknowledged in Redis."""
@@ -517,7 +513,7 @@ class RedisFrontier(Frontier[R]):
                 log.debug("frontier_heartbeat_failed", error=repr(exc))
 
     def _beat_keys(self) -> Sequence[Keys]:
-        """The shards a heartbeat renews and sweeps: every one."""
+        """The hash tags a heartbeat renews and sweeps: every one."""
         return self.shard_keys
 
     async def beat(self) -> None:

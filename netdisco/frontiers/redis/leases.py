@@ -12,10 +12,9 @@ recovery at once return every lease exactly once.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Self
+from dataclasses import dataclass
+from typing import Any
 
 from redis import asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
@@ -103,11 +102,10 @@ return ids
 
 @dataclass(frozen=True)
 class Keys:
-    """The Redis keys of one spider's frontier, or of one of its shards.
+    """The Redis keys of one spider's frontier, or of one of its buckets (``owners``).
 
-    ``{tag}`` is a cluster hash tag: every key of a shard is in one slot, so each
-    script runs on one node. One shard's tag is the spider's name; with more, shard i
-    of n has the tag ``spider/i``.
+    ``{tag}`` is a cluster hash tag: every key of a tag is in one slot, so each script
+    runs on one node. The plain frontier's tag is the spider's name.
     """
 
     prefix: str
@@ -116,14 +114,6 @@ class Keys:
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}:{{{self.tag or self.spider}}}:{name}"
-
-    def shard(self, index: int, shards: int) -> Self:
-        """The keys of shard ``index`` of ``shards``."""
-        return replace(self, tag="" if shards == 1 else f"{self.spider}/{index}")
-
-    def shards(self, shards: int) -> list[Self]:
-        """The keys of every shard, in order."""
-        return [self.shard(index, shards) for index in range(shards)]
 
     @property
     def members(self) -> str:
@@ -204,11 +194,6 @@ class Keys:
         return self.owned_prefix + owner
 
 
-def shard_of(text: str, shards: int) -> int:
-    """The shard a host (or robots.txt origin) lives in: the same in every engine."""
-    return zlib.crc32(text.encode()) % shards
-
-
 def spiders_key(prefix: str) -> str:
     """Set of spider names that have a frontier under ``prefix``."""
     return f"{prefix}:spiders"
@@ -254,11 +239,11 @@ async def sweep_expired(redis: Client, shards: Sequence[Keys], limit: int = 1000
     return sum(int(n) for n in await _each_shard(redis, shards, SWEEP_LUA, call))
 
 
-async def recover_owner(redis: Client, prefix: str, owner: str, shards: int = 1) -> dict[str, int]:
+async def recover_owner(redis: Client, prefix: str, owner: str) -> dict[str, int]:
     """Return ``owner``'s leases in every spider under ``prefix``; spider -> count."""
     names = await redis.smembers(spiders_key(prefix))
     counts = {}
     for raw in sorted(names):
         name = raw.decode() if isinstance(raw, bytes) else str(raw)
-        counts[name] = await return_leases(redis, Keys(prefix, name).shards(shards), owner)
+        counts[name] = await return_leases(redis, [Keys(prefix, name)], owner)
     return counts

@@ -21,8 +21,6 @@ from netdisco.schema import Section, Source, load, loadable, setting
 
 #: URL schemes of a Redis Cluster (the rest are redis-py's own)
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
-#: host-queue shards (hash tags) on a cluster unless ``shards`` says otherwise
-CLUSTER_SHARDS = 16
 
 #: what Redis (or a cluster in a failover) answers while it cannot serve yet: wait, retry.
 #: A cluster client that ran out of redirections, or wrote to a master just demoted,
@@ -48,9 +46,6 @@ def _option(default: Any, doc: str, problem: str, ok: Any, **more: Any) -> Any:
     """A query-string option; ``ok(value)`` says whether it is fine, ``problem`` why not."""
     check = lambda value: None if ok(value) else problem  # noqa: E731
     return setting(default, section="frontier URL", doc=doc, check=check, **more)
-
-
-_SHARDS = "must be from 1 to 1024, and 1 with politeness=engine"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,30 +85,17 @@ class RedisOptions(Section):
     )
     prefetch: int = _option(
         4,
-        "requests a take leases at least (host queues: one for each worker waiting, if more)",
+        "requests a take leases at least (politeness=engine; an owner sizes each take by "
+        "how many of a host's requests may wait unstarted)",
         "must be from 1 to 1000",
         lambda n: 1 <= n <= 1000,
     )
     politeness: str = _option(
-        "cluster",
-        "cluster: per-host limits held in Redis for every "
-        "engine together; owner: each host owned by one engine at a time, which keeps "
-        "its limits; engine: one queue, each engine polite alone",
-        "must be cluster, owner or engine",
-        lambda p: p in ("cluster", "owner", "engine"),
-    )
-    trace: bool = _option(
-        False,
-        "log every host slot taken and released to a Redis list",
-        "a flag is 0 or 1",
-        lambda t: True,
-        parse=_flag,
-    )
-    shards: int = _option(
-        1,
-        f"hash tags the host queues are spread over (cluster: {CLUSTER_SHARDS})",
-        _SHARDS,
-        lambda n: 1 <= n <= 1024,
+        "owner",
+        "owner: each host owned by one engine at a time, which keeps its limits (every "
+        "engine together is polite); engine: one queue, each engine polite alone",
+        "must be owner or engine (cluster, the host queues of earlier versions, became owner)",
+        lambda p: p in ("owner", "engine"),
     )
     replicas: int = _option(
         0,
@@ -138,7 +120,6 @@ class RedisOptions(Section):
         rest = urlencode([(k, v) for k, v in query if k not in names])
         given = {
             "url": _with_query(url, rest),
-            "shards": _default_shards(url, ours),
             "replicas": 1 if _is_cluster(url) else 0,
         }
         try:
@@ -151,8 +132,6 @@ class RedisOptions(Section):
 
     def check(self) -> None:
         """Fail at start, naming the option, rather than half-way through a crawl."""
-        if self.shards != 1 and self.politeness != "cluster":
-            raise ConfigError("shards", _SHARDS)
         if _is_cluster(self.url):
             cluster_seeds(self.url)
 
@@ -166,12 +145,6 @@ class RedisOptions(Section):
 
 def _is_cluster(url: str) -> bool:
     return urlsplit(url).scheme in CLUSTER_SCHEMES
-
-
-def _default_shards(url: str, ours: dict[str, str]) -> int:
-    """Host queues spread over a cluster's masters; one queue (``politeness=engine``) cannot."""
-    sharded = _is_cluster(url) and ours.get("politeness", "cluster") == "cluster"
-    return CLUSTER_SHARDS if sharded else 1
 
 
 def cluster_seeds(url: str) -> list[tuple[str, int]]:

@@ -1,10 +1,10 @@
-"""Owned hosts (``politeness=owner``): each host's queue is served by one engine at a
-time, which keeps the host's politeness in its own memory.
+"""Owned hosts (``politeness=owner``, the default): each host's queue is served by one
+engine at a time, which keeps the host's politeness in its own memory.
 
-The host queues (``hosts``) negotiate every request with Redis: a script reserves the
-host's slot and delay, another frees it, and a wake-up passes the turn on, about 15 ms
-of coordination a request. Large crawlers give each host one owner instead (BUbiNG,
-StormCrawler's ``URLPartitioner``); so does this frontier:
+Negotiating every request with Redis (a script to reserve the host's slot and delay,
+another to free it, a wake-up to pass the turn on) cost about 15 ms of coordination a
+request, and made three engines slower than one. Large crawlers give each host one
+owner instead (BUbiNG, StormCrawler's ``URLPartitioner``); so does this frontier:
 
 * requests are queued by **bucket** (``owners.bucket_of`` of their host), each bucket a
   full set of the plain frontier's keys under its own hash tag, so the buckets spread
@@ -13,7 +13,7 @@ StormCrawler's ``URLPartitioner``); so does this frontier:
   (``ownership``), made safe by a bucket lease with a fencing token that every take
   carries; it takes requests of its buckets in batches, one pipeline for several
   buckets, and acknowledges them in batches;
-* the crawl's own ``LocalPoliteness`` (slots, delay, autothrottle, Retry-After,
+* the crawl's own ``Politeness`` (slots, delay, autothrottle, Retry-After,
   Crawl-delay, giving up) then applies to them, exactly as in a standalone crawl: the
   frontier does not reserve hosts.
 
@@ -41,9 +41,10 @@ from typing import Any
 
 import structlog
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from netdisco.exceptions import ConfigError, FrontierUnavailable, NetdiscoError
+from netdisco.exceptions import FrontierUnavailable, NetdiscoError
 from netdisco.frontiers.base import Codec, PaceBook, Queued, R
 from netdisco.frontiers.redis.batching import by_shard
 from netdisco.frontiers.redis.frontier import RedisFrontier
@@ -51,6 +52,7 @@ from netdisco.frontiers.redis.leases import Client, return_leases
 from netdisco.frontiers.redis.options import RedisOptions
 from netdisco.frontiers.redis.owners import BUCKETS, BucketKeys, BucketLeases, bucket_of
 from netdisco.frontiers.redis.ownership import Moves, Ownership, RedisMembers
+from netdisco.frontiers.redis.replication import REPLICA_WAIT_MS, replicas_for
 from netdisco.frontiers.redis.scripts import ADD_LUA, DONE_LUA, TAKE_LUA
 
 log = structlog.get_logger(__name__)
@@ -84,6 +86,10 @@ OWNED_TAKE_LUA = (
 
 
 SCRIPTS = (OWNED_ADD_LUA, OWNED_TAKE_LUA, DONE_LUA)
+#: how many times an add is sent until its replicas confirm it (``replication``)
+ADD_TRIES = 5
+#: a script, its keys and its arguments: one call of a pipeline (``OwnedFrontier._run``)
+Call = tuple[str, list[Any], list[Any]]
 
 
 class Windows:
@@ -137,7 +143,8 @@ class Windows:
 class OwnedFrontier(RedisFrontier[R]):
     """A ``RedisFrontier`` whose hosts each have one owning engine (module docstring).
 
-    Every engine sharing the crawl must use ``politeness=owner``.
+    Every engine sharing the crawl must use ``politeness=owner``. With ``replicas``,
+    adds (and with ``wait=all`` takes) wait for them (``_run``).
     """
 
     def __init__(
@@ -151,8 +158,6 @@ class OwnedFrontier(RedisFrontier[R]):
         buckets: int = BUCKETS,
     ) -> None:
         super().__init__(options, name, codec, owner=owner, redis=redis)
-        if options.replicas:
-            raise ConfigError("replicas", "politeness=owner does not wait for replicas yet")
         self.buckets = buckets
         self.shard_keys = self.bucket_keys = [
             BucketKeys.of(options.prefix, name, b) for b in range(buckets)
@@ -379,20 +384,15 @@ class OwnedFrontier(RedisFrontier[R]):
         for index, row in enumerate(rows):
             groups[self._bucket(str(row[4]))].append(index)
         plan = sorted(groups.items())
-
-        async def send() -> list[Any]:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for bucket, indexes in plan:
-                    k = self.bucket_keys[bucket]
-                    keys = [k.seen_store(self._bloom), k.seen_count, k.queue, k.payload, k.seq]
-                    keys.append(k.epoch)
-                    args: list[Any] = [self._seen_mode, self.keys.added_channel, self.epoch]
-                    args.append(uuid.uuid4().hex[:8])
-                    args += [x for i in indexes for x in rows[i][:4]]
-                    self._script(pipe, OWNED_ADD_LUA, keys, args)
-                return await self._execute(pipe)
-
-        answers = await self._call(send)
+        calls: list[Call] = []
+        for bucket, indexes in plan:
+            k = self.bucket_keys[bucket]
+            keys = [k.seen_store(self._bloom), k.seen_count, k.queue, k.payload, k.seq, k.epoch]
+            args: list[Any] = [self._seen_mode, self.keys.added_channel, self.epoch]
+            args.append(uuid.uuid4().hex[:8])
+            args += [x for i in indexes for x in rows[i][:4]]
+            calls.append((OWNED_ADD_LUA, keys, args))
+        answers = await self._call(lambda: self._run(calls, replicated=True, tries=ADD_TRIES))
         out: list[Any] = [0] * len(rows)
         for (bucket, indexes), answer in zip(plan, answers, strict=True):
             for index, flag in zip(indexes, answer, strict=True):
@@ -435,19 +435,17 @@ class OwnedFrontier(RedisFrontier[R]):
         plan = [(b, tokens[b], self.bucket_keys[b].take_token(uuid.uuid4().hex)) for b in asked]
         counts = {b: self._windows.room(b) for b in asked}  # as many as may wait here
         adds = {bucket: self._add_wakes[bucket] for bucket in asked}  # see below
-
-        async def send() -> list[Any]:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for bucket, token, take in plan:
-                    k = self.bucket_keys[bucket]
-                    keys = [k.queue, k.leases, k.owner, k.owned(self.owner), k.payload, take]
-                    keys += [k.epoch, k.lease]
-                    args = [self.owner, self._ttl_ms, counts[bucket], self.epoch, token]
-                    self._script(pipe, OWNED_TAKE_LUA, keys, args)
-                return await self._execute(pipe, stale=True)
-
+        calls: list[Call] = []
+        for bucket, token, take in plan:
+            k = self.bucket_keys[bucket]
+            keys = [k.queue, k.leases, k.owner, k.owned(self.owner), k.payload, take]
+            keys += [k.epoch, k.lease]
+            args = [self.owner, self._ttl_ms, counts[bucket], self.epoch, token]
+            calls.append((OWNED_TAKE_LUA, keys, args))
+        replicated = self.options.wait == "all"  # a lease a failover undid is a duplicate
+        answers = await self._call(lambda: self._run(calls, stale=True, replicated=replicated))
         found: list[Any] = []
-        for (bucket, _, _), answer in zip(plan, await self._call(send), strict=True):
+        for (bucket, _, _), answer in zip(plan, answers, strict=True):
             if isinstance(answer, ResponseError) and "STALE" in str(answer):
                 self._full.discard(bucket)  # not ours any more: the next settle sees it
                 self.ownership.leases.tokens.pop(bucket, None)
@@ -504,17 +502,12 @@ class OwnedFrontier(RedisFrontier[R]):
                 groups[bucket].append(rid)
         if not groups:
             return
-
-        async def send() -> list[Any]:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for bucket, some in sorted(groups.items()):
-                    k = self.bucket_keys[bucket]
-                    keys = [k.leases, k.owner, k.owned(self.owner), k.payload, k.queue, k.epoch]
-                    args = [self.owner, "1" if requeue else "0", self.epoch, *some]
-                    self._script(pipe, DONE_LUA, keys, args)
-                return await self._execute(pipe)
-
-        await self._call(send)
+        calls: list[Call] = []
+        for bucket, some in sorted(groups.items()):
+            k = self.bucket_keys[bucket]
+            keys = [k.leases, k.owner, k.owned(self.owner), k.payload, k.queue, k.epoch]
+            calls.append((DONE_LUA, keys, [self.owner, "1" if requeue else "0", self.epoch, *some]))
+        await self._call(lambda: self._run(calls))
 
     async def _find_bucket(self, rid: str) -> int | None:
         """The bucket of an id we no longer map (an orphan found by the heartbeat)."""
@@ -531,6 +524,55 @@ class OwnedFrontier(RedisFrontier[R]):
             pipe.evalsha(_sha(script), len(keys), *keys, *args)
         else:
             pipe.eval(script, len(keys), *keys, *args)
+
+    async def _run(
+        self, calls: list[Call], *, stale: bool = False, replicated: bool = False, tries: int = 1
+    ) -> list[Any]:
+        """``calls`` in one pipeline (one round trip, one a master on a Cluster), their
+        answers (``_checked``, with ``stale``). With ``replicated`` and ``replicas``, the
+        scripts of each node are followed by a ``WAIT`` on the same connection, and those
+        of a node that fewer replicas confirmed are sent again, up to ``tries`` times
+        (``replication``: an add must outlive a failover; its seen set makes a second
+        send queue nothing twice). The first answer of each call is the one returned."""
+        answers: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        for _ in range(tries):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for index in todo:
+                    self._script(pipe, *calls[index])
+                waits = self._waits(pipe, [calls[i][1][0] for i in todo]) if replicated else []
+                got = await self._execute(pipe, stale=stale)
+            for index, answer in zip(todo, got, strict=False):
+                if answers[index] is None:
+                    answers[index] = answer
+            counts = got[len(todo) :]
+            short = {node for (node, wanted), n in zip(waits, counts, strict=True) if n < wanted}
+            todo = [i for i in todo if self._node_of(calls[i][1][0]) in short]
+            if not todo:
+                return answers
+        self._confirmations.missed += 1  # ``add`` will not trust these writes
+        log.warning("frontier_write_not_replicated", calls=len(todo), tries=tries)
+        return answers
+
+    def _waits(self, pipe: Any, keys: list[str]) -> list[tuple[str, int]]:
+        """A ``WAIT`` for each node the writes to ``keys`` went to: (node, replicas)."""
+        waits: dict[str, tuple[int, dict[str, Any]]] = {}
+        for key in keys:
+            wanted = replicas_for(self._redis, key, self.options.replicas)
+            if wanted and (node := self._node_of(key)) not in waits:
+                target = {}
+                if isinstance(self._redis, RedisCluster):
+                    target = {"target_nodes": self._redis.get_node_from_key(key)}
+                waits[node] = (wanted, target)
+        for wanted, target in waits.values():
+            pipe.execute_command("WAIT", wanted, REPLICA_WAIT_MS, **target)
+        return [(node, wanted) for node, (wanted, _) in waits.items()]
+
+    def _node_of(self, key: str) -> str:
+        """The node that serves ``key`` ("" on one server)."""
+        if isinstance(self._redis, RedisCluster):
+            return str(self._redis.get_node_from_key(key))
+        return ""
 
     async def _execute(self, pipe: Any, *, stale: bool = False) -> list[Any]:
         """``pipe``'s answers (``_checked``); scripts Redis forgot (a restart) are loaded

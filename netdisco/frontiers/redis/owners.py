@@ -4,8 +4,8 @@ Large crawlers keep a host's politeness in one place by giving the host one owne
 (BUbiNG's consistent hashing of hosts onto agents, StormCrawler's ``URLPartitioner``),
 not by negotiating every request. Here:
 
-* a host falls in one of ``buckets`` buckets (``bucket_of``: crc32 of its host key, as
-  ``shard_of``), so that ownership moves by the bucket, not by the host;
+* a host falls in one of ``buckets`` buckets (``bucket_of``: crc32 of its host key),
+  so that ownership moves by the bucket, not by the host;
 * a bucket's owner is the rendezvous-hash winner among the crawl's live members
   (``winner``: the engines whose znodes ``recovery.py`` watches): every engine computes
   the same answer from the same membership, and a join or a leave moves only the
@@ -273,14 +273,12 @@ async def free_incarnation(
     return sum(int(answer) for answer in answers)
 
 
-async def recover_engine(
-    redis: Client, prefix: str, incarnation: str, shards: int = 1
-) -> dict[str, int]:
+async def recover_engine(redis: Client, prefix: str, incarnation: str) -> dict[str, int]:
     """A lost incarnation's work back, in every spider under ``prefix``: its request
     leases to the queues (``recover_owner``, and the buckets' queues of owned hosts),
     it leaves the members and its bucket leases are freed, so that the buckets' new
     owners start at once instead of after the TTL; spider -> requests."""
-    returned = await recover_owner(redis, prefix, incarnation, shards)
+    returned = await recover_owner(redis, prefix, incarnation)
     for spider in returned:
         buckets = [BucketKeys.of(prefix, spider, b) for b in range(BUCKETS)]
         returned[spider] += await return_leases(redis, buckets, incarnation)

@@ -75,7 +75,7 @@ class LeaseRecovery:
     Runs one reconcile task (woken by the children watch, data watches, CONNECTED
     and a periodic resync), as the monitor does, with its own ZooKeeper session.
     ``redis_url`` is ``RedisOptions.url`` (a redis-py URL or a ``redis+cluster://``
-    one) and ``shards`` the crawl's: build both from a ``frontier`` setting with
+    one): build it from a ``frontier`` setting with
     ``netdisco.frontiers.redis.lease_recovery``.
     """
 
@@ -87,11 +87,9 @@ class LeaseRecovery:
         prefix: str = DEFAULT_PREFIX,
         incarnation: str | None = None,
         resync: float = 5.0,
-        shards: int = 1,
     ) -> None:
         self.settings = zookeeper
         self.prefix = prefix
-        self.shards = shards
         self.incarnation = incarnation
         self.resync = resync
         self.recoveries: list[Recovery] = []
@@ -227,7 +225,7 @@ class LeaseRecovery:
         """A few quick tries; if Redis stays down, the deadline sweep takes over."""
         for attempt in range(5):
             try:
-                return await recover_engine(self._redis, self.prefix, incarnation, self.shards)
+                return await recover_engine(self._redis, self.prefix, incarnation)
             except RedisError as exc:
                 log.warning("lease_recovery_redis_error", error=repr(exc), attempt=attempt)
                 await asyncio.sleep(0.2 * 2**attempt)
@@ -253,10 +251,4 @@ def lease_recovery(frontier: str, zookeeper: ZooKeeperSettings, incarnation: str
     from netdisco.frontiers.redis.options import RedisOptions
 
     options = RedisOptions.from_url(frontier)
-    return LeaseRecovery(
-        zookeeper,
-        options.url,
-        prefix=options.prefix,
-        incarnation=incarnation,
-        shards=options.shards,
-    )
+    return LeaseRecovery(zookeeper, options.url, prefix=options.prefix, incarnation=incarnation)
