@@ -3,8 +3,8 @@
     .venv/bin/python bench/redis_memory.py [--count 200000] [--hosts 100]
         [--options politeness=engine] [--seen-only]
 
-Starts a private ``redis-server`` (as the tests do), opens the crawl's frontier (host
-queues unless ``--options politeness=engine``), adds ``--count`` requests as a crawl
+Starts a private ``redis-server`` (as the tests do), opens the crawl's frontier (owned
+hosts unless ``--options politeness=engine``), adds ``--count`` requests as a crawl
 queues them (the scheduler's fingerprint, ``callback=parse``, depth 1-3, URLs of 60-80
 characters over ``--hosts`` hosts) in batches of 500, and prints one JSON line:
 ``used_memory`` (``INFO memory``) before and after, and the difference per request.
@@ -31,8 +31,8 @@ from netdisco._servers import RedisServer
 from netdisco.crawl.codec import RequestCodec
 from netdisco.crawl.scheduler import fingerprint
 from netdisco.frontiers.redis.frontier import RedisFrontier
-from netdisco.frontiers.redis.hosts import HostQueueFrontier
 from netdisco.frontiers.redis.options import RedisOptions
+from netdisco.frontiers.redis.owned import OwnedFrontier
 
 BATCH = 500
 
@@ -77,7 +77,7 @@ def used_memory(url: str) -> int:
 async def measure(url: str, count: int, hosts: int) -> dict[str, Any]:
     spider = Shop()
     options = RedisOptions.from_url(url)
-    kind = RedisFrontier if options.politeness == "engine" else HostQueueFrontier
+    kind = RedisFrontier if options.politeness == "engine" else OwnedFrontier
     frontier = kind(options, spider.name, RequestCodec(spider), owner="bench")
     await frontier.open()
     before = used_memory(options.url)

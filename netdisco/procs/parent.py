@@ -37,7 +37,7 @@ from netdisco.crawl.stats import Rate, Stats
 from netdisco.exceptions import ConfigError, StateDirError
 from netdisco.frontiers import is_shared
 from netdisco.frontiers.base import start_over_state_dir
-from netdisco.frontiers.redis.leases import Client, Keys
+from netdisco.frontiers.redis.leases import Client, Keys, text
 from netdisco.frontiers.redis.options import RedisOptions, connect
 from netdisco.frontiers.redis.owners import recover_engine
 from netdisco.frontiers.sqlite_store import DB_NAME, lock_directory
@@ -156,11 +156,18 @@ class ProcessCrawl:
                         to_crawl_again=self.already_finished)  # fmt: skip
         else:
             self.stats.merge([self._stored.get("stats", {})])
-        owned = Keys(options.prefix, self.name).owned_prefix
-        async for key in self._client.scan_iter(match=f"{owned}*"):
-            owner = (key.decode() if isinstance(key, bytes) else str(key))[len(owned) :]
+        for owner in sorted(await self._last_workers(options.prefix)):
             counts = await recover_engine(self._client, options.prefix, owner)
             log.info("leases_recovered", owner=owner, count=sum(counts.values()))
+
+    async def _last_workers(self, prefix: str) -> set[str]:
+        """The workers of the run before (killed with it): those that hold leases, in
+        the crawl's keys or its buckets', and the members that may hold buckets."""
+        assert self._client is not None
+        found = {text(m) for m in await self._client.zrange(Keys(prefix, self.name).members, 0, -1)}
+        async for key in self._client.scan_iter(match=f"{prefix}:{{{self.name}[}}#]*:owned:*"):
+            found.add(text(key).rpartition(":owned:")[2])
+        return found
 
     def _totals_key(self) -> str:
         return f"netdisco:procs:{self.name}"

@@ -16,19 +16,16 @@ import json
 import os
 import sys
 import time
-from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import redis.asyncio as aioredis
 import structlog
 from aiohttp import web
 
 from netdisco import Crawler, Response, Settings, Spider
 from netdisco.crawl.feeds.spec import parse_feeds
-from netdisco.frontiers.redis.hosts import HostQueueFrontier
 from netdisco.testing import serve
 
 #: pages per host: page n links to 2n+1 and 2n+2, a tree from /p0.html
@@ -250,42 +247,3 @@ if __name__ == "__main__":
     items = os.environ.get("HOSTS_ITEMS", "")
     result = asyncio.run(engine(redis_url, float(delay), int(per_host), bases, items))
     print(json.dumps(result), flush=True)
-
-
-async def trace_events(frontier: HostQueueFrontier[Any]) -> list[list[str]]:
-    """The host scripts' log (``trace=1``): ``[start|end, us, host, id]``, in script order
-    per shard (a host's events are all in its shard's log)."""
-    raw = [x for k in frontier.shard_keys for x in await frontier._redis.lrange(k.trace, 0, -1)]
-    return [(line.decode() if isinstance(line, bytes) else line).split() for line in raw]
-
-
-async def frontier_trace(frontier: HostQueueFrontier[Any]) -> list[list[str]]:
-    """``trace_events`` of a frontier its crawl has closed (on a connection of its own)."""
-    redis = aioredis.Redis.from_url(frontier.options.url)
-    try:
-        raw = [x for k in frontier.shard_keys for x in await redis.lrange(k.trace, 0, -1)]
-    finally:
-        await redis.aclose()
-    return [(line.decode() if isinstance(line, bytes) else line).split() for line in raw]
-
-
-def assert_host_scripts_paced(events: list[list[str]], *, delay_us: int, slots: int) -> None:
-    """Per host, in the scripts' log: never more than ``slots`` held at once; each start
-    at least ``delay_us`` after the previous end and start; each start has its end."""
-    held: dict[str, set[str]] = defaultdict(set)
-    last_end: dict[str, int] = {}
-    last_start: dict[str, int] = {}
-    for what, when, host, rid in events:
-        at = int(when)
-        if what == "start":
-            assert rid not in held[host]
-            held[host].add(rid)
-            assert len(held[host]) <= slots, f"{host}: {len(held[host])} slots held, cap {slots}"
-            if delay_us and host in last_end:
-                assert at - last_end[host] >= delay_us, f"{host}: start {at - last_end[host]} us"
-                assert at - last_start[host] >= delay_us
-            last_start[host] = at
-        else:
-            held[host].remove(rid)  # an end only for a start
-            last_end[host] = at
-    assert not any(held.values()), "a slot never released"

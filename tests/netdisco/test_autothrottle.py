@@ -27,13 +27,12 @@ from aiohttp import web
 
 from netdisco import Crawler, Request, Response, Settings, Spider
 from netdisco.crawl.hosts import Pace
-from netdisco.crawl.politeness import LocalPoliteness
+from netdisco.crawl.politeness import Politeness
 from netdisco.crawl.settings import from_mapping
 from netdisco.crawl.throttle import MAX_HOST_RULES, Throttle
 from netdisco.exceptions import ConfigError
-from netdisco.frontiers.redis.hosts import HostQueueFrontier
+from netdisco.frontiers.redis.owned import OwnedFrontier
 from netdisco.testing import RedisServer, serve
-from tests.netdisco.hosts_support import assert_host_scripts_paced, frontier_trace
 from tests.netdisco.pace_support import assert_paced, of_host
 
 FAST = {"retry_backoff": 0.01, "timeout": 5.0, "connect_timeout": 2.0}
@@ -120,7 +119,7 @@ async def run(spider: Spider, **settings: Any) -> Crawler:
 async def paced_run(spider: Spider, **settings: Any) -> tuple[Crawler, list[Pace]]:
     """The crawl, and its hosts' pace decisions as its slots made them."""
     crawler = Crawler(spider, Settings().replace(**{**FAST, **settings}))
-    assert isinstance(crawler.politeness, LocalPoliteness)
+    assert isinstance(crawler.politeness, Politeness)
     record = crawler.politeness.hosts.record_paces()
     await asyncio.wait_for(crawler.run(), 60)
     return crawler, record
@@ -291,46 +290,25 @@ async def test_a_failing_host_backs_off_longer_with_each_failure_in_a_row() -> N
         assert turn.at >= rest.due
 
 
-async def test_redis_host_queues_obey_the_hosts_table_and_crawl_delay(
+async def test_a_shared_crawl_obeys_the_hosts_table_and_crawl_delay(
     redis_server: RedisServer,
 ) -> None:
-    """The scripts' own log (``trace=1``, the Redis clock) says when each host's slot was
-    taken and freed: each start at least the delay after the host's previous end."""
-    redis_url = f"{redis_server.url}?prefix=t{uuid.uuid4().hex[:10]}&trace=1"
+    """A Redis frontier owns each host in one engine (``politeness=owner``), whose own
+    slots pace it: the hosts table's delay and robots.txt's Crawl-delay both hold, as
+    the slots decided them."""
+    redis_url = f"{redis_server.url}?prefix=t{uuid.uuid4().hex[:10]}"
     by_table, by_robots = Host(0.01), Host(0.01, robots="User-agent: *\nCrawl-delay: 0.3\n")
     async with served(by_table, by_robots) as bases:
         table = {"127.0.0.1": {"download_delay": 0.3}}
-        crawler = Crawler(
-            Pages(*bases, pages=4),
-            Settings().replace(**FAST, frontier=redis_url, per_host_concurrency=4, hosts=table),
+        crawler, record = await paced_run(
+            Pages(*bases, pages=4), frontier=redis_url, per_host_concurrency=4, hosts=table
         )
-        await asyncio.wait_for(crawler.run(), 60)
-        frontier = crawler.frontier
-        assert isinstance(frontier, HostQueueFrontier)
-        events = await frontier_trace(frontier)
+        assert isinstance(crawler.frontier, OwnedFrontier)
     assert crawler.stats.succeeded == 8
     for host in (by_table, by_robots):
-        assert len(host.arrivals) == 5  # robots.txt and the pages
-    assert {host for _, _, host, _ in events} == {b.removeprefix("http://") for b in bases}
-    # the first take leased each host's requests under the crawl's own pace, before the
-    # host's was known (robots.txt, the table): their slots were handed back unsent (the
-    # server saw each page once, above) and each was taken again; the sent ones are paced
-    assert_host_scripts_paced(only_last_takes(events), delay_us=300_000, slots=1)
-
-
-def only_last_takes(events: list[list[str]]) -> list[list[str]]:
-    """The scripts' log without the takes that were handed back and taken again."""
-    starts = [rid for what, _, _, rid in events if what == "start"]
-    again = {rid: starts.count(rid) - 1 for rid in set(starts)}
-    kept = []
-    for event in events:
-        rid = event[3]
-        if again.get(rid, 0) > 0:
-            if event[0] == "end":
-                again[rid] -= 1
-            continue
-        kept.append(event)
-    return kept
+        assert len(host.arrivals) == 5  # robots.txt and the pages, each once
+    for base in bases:
+        assert_paced(of_host(record, base), 0.3)
 
 
 # -- the rules alone (pure logic) -----------------------------------------------------

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from netdisco.crawl.politeness import LocalPoliteness
+from netdisco.crawl.politeness import Politeness
 from netdisco.crawl.scheduler import Scope
 from netdisco.crawl.settings import Settings
 from tests.netdisco.sites import Site, crawl, running_site, seeds
@@ -64,7 +64,7 @@ async def test_slots_and_robots_are_bounded_in_a_crawl_of_many_hosts(site: Site)
     )
     assert len(items) == 310  # every host was crawled, its robots.txt asked
     assert site.count("/robots.txt") >= 301
-    assert isinstance(crawler.politeness, LocalPoliteness)
+    assert isinstance(crawler.politeness, Politeness)
     assert len(crawler.politeness.hosts) <= 16
     assert crawler.downloader.robots is not None
     assert len(crawler.downloader.robots) <= 8

@@ -15,8 +15,6 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from netdisco.frontiers.redis.host_scripts import HostKeys
-from netdisco.frontiers.redis.leases import Keys
 from netdisco.frontiers.redis.options import RedisOptions
 from netdisco.frontiers.redis.owners import BUCKETS, BucketKeys
 from tests.netdisco.hosts_support import (
@@ -64,9 +62,8 @@ class Engines:
         self.joined = 0
         self.held_at_kills = 0  # leases the killed engines held: each may be fetched again
         options = RedisOptions.from_url(url)
-        self.keys: list[Keys] = [HostKeys(options.prefix, "hosts")]
-        if options.politeness == "owner":  # a request lease is kept in its bucket's keys
-            self.keys = [BucketKeys.of(options.prefix, "hosts", b) for b in range(BUCKETS)]
+        # a request lease is kept in its bucket's keys
+        self.keys = [BucketKeys.of(options.prefix, "hosts", b) for b in range(BUCKETS)]
         self.redis = aioredis.Redis.from_url(options.url)
 
     async def join(self) -> None:
@@ -103,15 +100,13 @@ class Engines:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("politeness", ["cluster", "owner"])
 async def test_churn_loses_nothing_repeats_only_the_killed_engines_work_and_stays_polite(
-    redis_url: str, tmp_path: Path, politeness: str
+    redis_url: str, tmp_path: Path
 ) -> None:
-    """Both ways a shared crawl keeps hosts polite: host queues negotiated in Redis
-    (``cluster``), and hosts owned by one engine at a time (``owner``)."""
+    """Hosts owned by one engine at a time, while engines join, leave and are killed."""
     pages = Pages()
     async with hosts(ADDRESSES, 0.02, PAGES, pages.visited) as sites:
-        url = f"{redis_url}&lease_ttl=1&politeness={politeness}"
+        url = f"{redis_url}&lease_ttl=1"
         engines = Engines(url, [b for b, _ in sites], tmp_path)
         try:
             for _ in range(3):

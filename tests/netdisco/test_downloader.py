@@ -12,7 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from netdisco import CallablePipeline, Crawler, Request, Response, Settings, Spider
-from netdisco.crawl.politeness import LocalPoliteness, retry_after
+from netdisco.crawl.politeness import Politeness, retry_after
 from netdisco.testing import eventually, free_port
 from tests.netdisco.pace_support import assert_paced, of_host, timeout_only_for
 from tests.netdisco.sites import FAST, Site, crawl, running_raw, running_site, seeds
@@ -203,7 +203,7 @@ async def test_download_delay_gates_request_starts(site: Site) -> None:
     links = "&".join(f"link=/slow/{n}?s=0.01" for n in range(5))
     settings = Settings(**FAST, download_delay=delay, concurrency=4, per_host_concurrency=4)
     crawler = Crawler(seeds(site.url("/page?" + links)), settings)
-    assert isinstance(crawler.politeness, LocalPoliteness)
+    assert isinstance(crawler.politeness, Politeness)
     record = crawler.politeness.hosts.record_paces()
     await asyncio.wait_for(crawler.run(), 40)
     assert len(site.times("/page") + site.times("/slow/")) == 6  # each page once

@@ -1,8 +1,8 @@
 """The same spider gives the same crawl on every frontier.
 
 One site, crawled on the memory frontier, a ``state_dir`` (SQLite), Redis with engine
-politeness, Redis host queues and a Redis Cluster: the pages fetched (counted at the
-server), the items written, the duplicates dropped, a redirect to a page already
+politeness, Redis with owned hosts and a Redis Cluster (owned hosts): the pages fetched
+(counted at the server), the items written, the duplicates dropped, a redirect to a page already
 queued, robots.txt, ``depth_limit``, ``max_pages`` and a rerun must be the same on
 each. A frontier that skipped an ability (a ``claim`` that says every redirect
 target is new, say) shows up here as one column that differs.
@@ -40,7 +40,7 @@ ROBOTS = "User-agent: *\nDisallow: /private/\n"
 #: what every frontier must fetch and emit
 PAGES = {"/", "/a", "/b", "/c", "/new", "/deep1", "/deep2"}
 
-KINDS = ["memory", "sqlite", "redis", "hosts", "cluster"]
+KINDS = ["memory", "sqlite", "redis", "owned", "cluster"]
 
 
 def site_app(hits: Counter[str]) -> web.Application:
@@ -100,7 +100,7 @@ def frontier_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterato
         yield {"frontier": f"{cluster.url}?prefix={prefix}"}
     else:
         server: RedisServer = request.getfixturevalue("redis_server")
-        politeness = "cluster" if kind == "hosts" else "engine"
+        politeness = "owner" if kind == "owned" else "engine"
         yield {"frontier": f"{server.url}?prefix={prefix}&politeness={politeness}"}
 
 

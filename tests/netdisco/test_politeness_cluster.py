@@ -51,7 +51,8 @@ async def test_delay_and_slots_hold_across_engines_at_the_server(redis_url: str)
     for _, site in sites:
         pages = {v.path for v in site.visits if v.status == 200}
         assert len(pages) == PAGES - 1  # nothing lost; robots.txt obeyed
-        assert site.robots_fetches == 1  # once per host for the three engines
+        # once by each engine that owned the host (it moves at most once a join)
+        assert site.robots_fetches <= ENGINES
         assert most_in_flight(site.visits) <= 2
         assert closest_starts(site.visits) >= delay
     refused = next(v for v in throttled.visits if v.status == 429)

@@ -139,9 +139,11 @@ async def test_j2_writes_the_items_of_j1_each_page_fetched_once(
     assert set(items) == set(urls(one))
     assert site.fetched == PAGES
     assert site.duplicates == 0
-    assert site.robots == 1  # one robots.txt for the host, shared by both workers
+    assert site.robots == 1  # one robots.txt: the host has one owner, one of the workers
     closed = [line for line in events(lines, "spider_closed") if "owner" not in line]
-    assert sum(1 for line in closed if "processes" not in line and line["succeeded"]) == 2
+    workers = [line for line in closed if "processes" not in line]
+    assert len(workers) == 2
+    assert sum(line["succeeded"] for line in workers) == PAGES
     (summary,) = events(lines, "crawl_summary")
     assert summary["pages"]["ok"] == PAGES
     assert summary["items"] == PAGES

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from netdisco import Crawler, Request, Response, Settings, Spider
 from netdisco.crawl.hosts import ReadyHosts
-from netdisco.crawl.politeness import LocalPoliteness
+from netdisco.crawl.politeness import Politeness
 from netdisco.crawl.throttle import Throttle
 from netdisco.testing import serve
 
@@ -126,7 +126,7 @@ async def test_urls_robots_forbids_cost_no_turn() -> None:
     assert stats.robots_blocked == 30
     assert sorted(host.pages()) == ["/index", *(f"/open-{n}" for n in range(4))]
     assert spider.denied_at == [1] * 30  # only the index had been fetched at each denial
-    assert isinstance(crawler.politeness, LocalPoliteness)
+    assert isinstance(crawler.politeness, Politeness)
     assert crawler.politeness.hosts.turns == len(host.pages())  # one turn a page sent
 
 
@@ -206,7 +206,7 @@ async def test_a_crawl_of_one_busy_host_keeps_its_slots_busy(
         host.links = [f"{base}/p-{n}" for n in range(60)]
         settings = Settings(concurrency=8, per_host_concurrency=2, obey_robots=False)
         crawler = Crawler(Follow(f"{base}/index", [host]), settings)
-        assert isinstance(crawler.politeness, LocalPoliteness)
+        assert isinstance(crawler.politeness, Politeness)
         hosts = crawler.politeness.hosts
         idle_while_due: list[dict[str, int]] = []  # what waited aside, at each such sleep
         wait_for_work = crawler.ctx.wait_for_work

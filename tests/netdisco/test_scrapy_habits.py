@@ -77,7 +77,7 @@ def test_import_netdisco_as_scrapy_reaches_scrapys_submodules() -> None:
     assert made == SUBMODULES  # what netdisco's __getattr__ knows without making them
 
 
-FOLLOW = '''import scrapy
+FOLLOW = """import scrapy
 from scrapy.http import HtmlResponse, Request
 from scrapy.item import Field, Item
 from scrapy.loader import ItemLoader
@@ -110,7 +110,7 @@ class FollowBookLinks(scrapy.Spider):
         loader.add_value("price", 1.0)
         loader.add_value("stock", 1)
         yield loader.load_item()
-'''
+"""
 
 
 async def test_a_project_spider_imports_the_module_paths_public_spiders_use(

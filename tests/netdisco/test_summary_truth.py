@@ -91,7 +91,7 @@ async def test_a_finished_shared_crawl_run_again_says_how_to_start_over(
     env = _env(LOCAL_SITE_URL=site.url("/shop/"))
     report, err = await _crawl_twice("-s", f"frontier={frontier}", env=env)
     again = _claims_nothing(report)
-    command = (f"redis-cli -u {url} --scan --pattern '{prefix}:{{catalogue}}:*' "
+    command = (f"redis-cli -u {url} --scan --pattern '{prefix}:{{catalogue[}}#]*' "
                f"| xargs -r redis-cli -u {url} del")  # fmt: skip
     assert again.endswith(f"delete its keys: {command}"), again
     assert f"this one is '{prefix}'" in again

@@ -18,27 +18,23 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from netdisco.frontiers.redis.leases import Client, Keys
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+from netdisco.frontiers.redis.leases import Client, Keys, text
 
 
 async def join_epoch(redis: Client, shards: Sequence[Keys]) -> tuple[str, str | None]:
     """``(epoch, None)``, or ``(epoch, what a shard holds instead)`` when one lost it."""
     first = shards[0]
     await redis.set(first.epoch, uuid.uuid4().hex, nx=True)
-    epoch = _text(await redis.get(first.epoch))
+    epoch = text(await redis.get(first.epoch))
     if len(shards) == 1:
         return epoch, None
-    complete = _text(await redis.get(first.epoch_all)) == epoch
+    complete = text(await redis.get(first.epoch_all)) == epoch
     for keys in shards[1:]:
         if not complete:
             await redis.set(keys.epoch, epoch, nx=True)
         found = await redis.get(keys.epoch)
-        if found is None or _text(found) != epoch:
-            return epoch, _text(found)
+        if found is None or text(found) != epoch:
+            return epoch, text(found)
     await redis.set(first.epoch_all, epoch)
     return epoch, None
 
@@ -62,4 +58,4 @@ async def read_counts(
     queued = sum(int(n or 0) for row in rows for n in row[3:])
     leased = sum(int(row[1]) for row in rows)
     seen = sum(int(row[2] or 0) for row in rows)
-    return [_text(row[0]) for row in rows], queued, leased, seen
+    return [text(row[0]) for row in rows], queued, leased, seen

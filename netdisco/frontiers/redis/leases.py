@@ -194,6 +194,11 @@ class Keys:
         return self.owned_prefix + owner
 
 
+def text(value: object) -> str:
+    """A Redis answer (bytes, or already text) as text."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def spiders_key(prefix: str) -> str:
     """Set of spider names that have a frontier under ``prefix``."""
     return f"{prefix}:spiders"

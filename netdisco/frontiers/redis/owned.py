@@ -48,7 +48,7 @@ from netdisco.exceptions import FrontierUnavailable, NetdiscoError
 from netdisco.frontiers.base import Codec, PaceBook, Queued, R
 from netdisco.frontiers.redis.batching import by_shard
 from netdisco.frontiers.redis.frontier import RedisFrontier
-from netdisco.frontiers.redis.leases import Client, return_leases
+from netdisco.frontiers.redis.leases import Client, return_leases, text
 from netdisco.frontiers.redis.options import RedisOptions
 from netdisco.frontiers.redis.owners import BUCKETS, BucketKeys, BucketLeases, bucket_of
 from netdisco.frontiers.redis.ownership import Moves, Ownership, RedisMembers
@@ -180,6 +180,7 @@ class OwnedFrontier(RedisFrontier[R]):
         self._counted: tuple[float, tuple[int, int, int]] | None = None  # see counts()
         self._counting = asyncio.Lock()
         self._turn = self.moves = 0  # the next take's first bucket; buckets moved (tests)
+        self.unconfirmed = 0  # sends a node's replicas confirmed short of (``_run``)
         self._owner_task: asyncio.Task[None] | None = None
         self._settled = asyncio.Event()  # the first settle ran: we know what we own
         self._settling = asyncio.Lock()  # one settle at a time (the beat, or a caller)
@@ -452,7 +453,7 @@ class OwnedFrontier(RedisFrontier[R]):
                 continue
             if isinstance(answer, list) and answer:
                 answer = self._not_held(answer)
-                rids = [_text(rid) for rid in answer[::2]]
+                rids = [text(rid) for rid in answer[::2]]
                 self._bucket_of_id.update(dict.fromkeys(rids, bucket))
                 self._windows.taken(bucket, rids)
                 found += answer
@@ -467,7 +468,7 @@ class OwnedFrontier(RedisFrontier[R]):
         held = self._bucket_of_id.keys() | self._acking.keys()
         out: list[Any] = []
         for rid, raw in zip(pairs[::2], pairs[1::2], strict=True):
-            if _text(rid) not in held:
+            if text(rid) not in held:
                 out += [rid, raw]
         return out
 
@@ -547,6 +548,7 @@ class OwnedFrontier(RedisFrontier[R]):
                     answers[index] = answer
             counts = got[len(todo) :]
             short = {node for (node, wanted), n in zip(waits, counts, strict=True) if n < wanted}
+            self.unconfirmed += bool(short)
             todo = [i for i in todo if self._node_of(calls[i][1][0]) in short]
             if not todo:
                 return answers
@@ -589,7 +591,7 @@ class OwnedFrontier(RedisFrontier[R]):
 
     def _woken(self, data: Any) -> None:
         """An add published the queue it added to: that bucket may have work."""
-        bucket = self._by_queue.get(_text(data))
+        bucket = self._by_queue.get(text(data))
         for each in list(self.ownership.leases.tokens) if bucket is None else [bucket]:
             self._work_in(each)
 
@@ -613,7 +615,3 @@ def _checked(answers: list[Any], *, stale: bool = False) -> list[Any]:
 @functools.cache
 def _sha(script: str) -> str:
     return hashlib.sha1(script.encode()).hexdigest()
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -36,7 +36,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from netdisco.frontiers.redis.leases import Client, Keys, recover_owner, return_leases
+from netdisco.frontiers.redis.leases import Client, Keys, recover_owner, return_leases, text
 
 #: buckets per crawl: enough that three to a hundred engines share them evenly, few
 #: enough that renewing every bucket's lease stays one small pipeline
@@ -229,7 +229,7 @@ class BucketLeases:
         if not token:
             return None
         self.tokens[bucket] = token
-        pairs = [_text(x) for x in raw[2:]]
+        pairs = [text(x) for x in raw[2:]]
         rests = {host: int(us) / 1e6 for host, us in zip(pairs[::2], pairs[1::2], strict=True)}
         return Acquired(token, bool(int(raw[1])), rests)
 
@@ -285,7 +285,3 @@ async def recover_engine(redis: Client, prefix: str, incarnation: str) -> dict[s
         await redis.zrem(Keys(prefix, spider).members, incarnation)
         await free_incarnation(redis, prefix, spider, incarnation)
     return returned
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
