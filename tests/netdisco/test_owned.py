@@ -13,6 +13,7 @@ import pytest
 from redis import asyncio as aioredis
 
 from netdisco import Request
+from netdisco._fence import Fence
 from netdisco.crawl.codec import RequestCodec
 from netdisco.frontiers.redis import RedisOptions
 from netdisco.frontiers.redis.leases import sweep_expired
@@ -211,3 +212,28 @@ async def test_a_lease_of_ours_swept_back_while_we_hold_its_request_is_not_hande
     assert await redis.zscore(keys.queue, rid) is None  # taken again by us, its owner,
     assert await redis.hget(keys.owner, rid) == b"a"
     assert first.url not in [r.url for r in taken]  # but not handed out a second time
+
+
+async def test_an_engine_fenced_from_zookeeper_is_no_member_and_its_hosts_move(
+    lost: Lost,
+) -> None:
+    """ZooKeeper says ``a`` is gone (its fence closed, its recovery ran): ``a`` does not
+    beat its way back into the members while fenced, so ``b`` keeps every bucket and
+    crawls its hosts; once the fence opens, ``a`` is a member again."""
+    a, b = lost.a, lost.b
+    assert a._owner_task is not None
+    a._owner_task.cancel()  # its beat, driven by hand below
+    fence = a.fence = Fence()
+    fence.close("test: ZooKeeper connection suspended")
+    await recover_engine(lost.redis, lost.prefix, "a")  # as the others' recovery does
+    await b.open()
+    await a.settle()  # fenced: no beat, no renewal
+    await b.settle()
+    members = await lost.redis.zrange(f"{lost.prefix}:{{owned}}:members", 0, -1)
+    assert members == [b"b"]
+    assert b.ownership.held == frozenset(range(BUCKETS))
+    assert len(await drain(b)) == len(HOSTS)
+    fence.open()
+    await a.settle()
+    members = await lost.redis.zrange(f"{lost.prefix}:{{owned}}:members", 0, -1)
+    assert sorted(members) == [b"a", b"b"]

@@ -130,7 +130,8 @@ async def test_a_lost_engines_leases_go_back_from_every_bucket(
     finally:
         await client.aclose()
     assert returned["s"] >= 10  # those handed out, and any the take leased beyond them
-    await alive.open()  # a member now: it wins every bucket, freed by the recovery
+    await alive.open()
+    await alive.settle()  # a member now (whatever the first beat saw): it wins every bucket
     again = []
     while (request := await alive.take()) is not None:
         again.append(request.url)

@@ -19,7 +19,7 @@ from redis import asyncio as aioredis
 
 from netdisco.crawl.codec import PACKED
 from netdisco.frontiers.redis import RedisOptions
-from netdisco.frontiers.redis.leases import Keys
+from netdisco.frontiers.redis.owners import BUCKETS, BucketKeys
 from netdisco.testing import eventually, free_port
 from tests.netdisco.conftest import PAGES
 from tests.netdisco.redis_support import SiteServer, gen_spider_source
@@ -45,12 +45,16 @@ async def spider_state(port: int) -> str | None:
         return None
 
 
-async def held_paths(url: str, keys: Keys) -> set[str]:
-    """Paths of the requests leased in Redis: taken by an engine and not acknowledged."""
+async def held_paths(url: str, prefix: str, spider: str) -> set[str]:
+    """Paths of the requests leased in Redis: taken by an engine and not acknowledged
+    (in the buckets of owned hosts)."""
     client = aioredis.Redis.from_url(url)
+    bodies = []
     try:
-        ids = await client.hkeys(keys.owner)
-        bodies = [await client.hget(keys.payload, rid) for rid in ids]
+        for bucket in range(BUCKETS):
+            keys = BucketKeys.of(prefix, spider, bucket)
+            ids = await client.hkeys(keys.owner)
+            bodies += [await client.hget(keys.payload, rid) for rid in ids]
     finally:
         await client.aclose()
     return {urlsplit(queued_url(body)).path for body in bodies if body}
@@ -88,7 +92,7 @@ async def test_engine_on_redis_killed_halfway_then_rerun_loses_no_item(
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         options = RedisOptions.from_url(redis_url)
-        held = await held_paths(options.url, Keys(options.prefix, "gensite"))
+        held = await held_paths(options.url, options.prefix, "gensite")
         fetched_before = set(counting_site.fetches)
         assert len(fetched_before) < PAGES, "the crawl ended before the kill"
         second = start_engine(config, tmp_path / "engine.log")

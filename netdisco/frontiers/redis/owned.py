@@ -36,7 +36,7 @@ import hashlib
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -44,7 +44,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from netdisco.exceptions import FrontierUnavailable, NetdiscoError
+from netdisco.exceptions import NetdiscoError
 from netdisco.frontiers.base import Codec, PaceBook, Queued, R
 from netdisco.frontiers.redis.batching import by_shard
 from netdisco.frontiers.redis.frontier import RedisFrontier
@@ -54,6 +54,7 @@ from netdisco.frontiers.redis.owners import BUCKETS, BucketKeys, BucketLeases, b
 from netdisco.frontiers.redis.ownership import Moves, Ownership, RedisMembers
 from netdisco.frontiers.redis.replication import REPLICA_WAIT_MS, replicas_for
 from netdisco.frontiers.redis.scripts import ADD_LUA, DONE_LUA, TAKE_LUA
+from netdisco.frontiers.redis.windows import Windows
 
 log = structlog.get_logger(__name__)
 
@@ -64,12 +65,6 @@ OWNER_BEAT = 1.0
 OWNER_TTL_MS = 3_000
 #: how long a count that says work remains is reused (s): see ``OwnedFrontier.counts``
 COUNTS_REUSE = 1.0
-#: requests of a bucket taken and not started yet, at most, at first and ever: a bucket
-#: whose requests come back unstarted (their hosts have no room here) gets half as many,
-#: one more once as many as it may have waiting started (``Windows``,
-#: TCP's congestion window), so a host bigger than the crawl's room is not taken and
-#: given back over and over
-CAP_FIRST, CAP_MAX = 16, 1024
 #: buckets one take asks at most (one pipeline): enough for a batch, few enough that a
 #: take with little to find costs little
 TAKE_BUCKETS = 8
@@ -86,58 +81,11 @@ OWNED_TAKE_LUA = (
 
 
 SCRIPTS = (OWNED_ADD_LUA, OWNED_TAKE_LUA, DONE_LUA)
+NO_MOVES = Moves({}, frozenset(), frozenset(), frozenset())
 #: how many times an add is sent until its replicas confirm it (``replication``)
 ADD_TRIES = 5
 #: a script, its keys and its arguments: one call of a pipeline (``OwnedFrontier._run``)
 Call = tuple[str, list[Any], list[Any]]
-
-
-class Windows:
-    """Flow control: per bucket, how many of its requests may wait here unstarted.
-
-    The crawl sets aside only a few requests a host and sends the rest back; an engine
-    owning a host far bigger than that would take and give back the same requests over
-    and over. So a bucket's window halves when one comes back unstarted and grows by one
-    for each window's worth of starts (TCP's congestion window), and a bucket is asked
-    only once half its window is free.
-    """
-
-    def __init__(self, wake: Callable[[], None]) -> None:
-        self._wake = wake  # a take waiting for room
-        self._out: Counter[int] = Counter()  # bucket -> requests taken, not started yet
-        self._waiting: dict[str, int] = {}  # the ids of those -> their bucket
-        self._caps: dict[int, float] = {}  # bucket -> its window (CAP_*)
-
-    def room(self, bucket: int) -> int:
-        """How many more requests of ``bucket`` a take may lease now."""
-        return int(self._caps.get(bucket, CAP_FIRST)) - self._out[bucket]
-
-    def worth_a_take(self, bucket: int) -> bool:
-        """Half the window free: a busy host costs a round trip for every few pages."""
-        return self.room(bucket) >= max(1, int(self._caps.get(bucket, CAP_FIRST)) // 2)
-
-    def taken(self, bucket: int, rids: list[str]) -> None:
-        """``rids`` of ``bucket`` were leased to us: they wait until they start."""
-        self._waiting.update(dict.fromkeys(rids, bucket))
-        self._out[bucket] += len(rids)
-
-    def left(self, rid: str, *, started: bool) -> None:
-        """``rid`` waits here no more: it started (the window grows by one for every
-        window of starts) or went back unstarted (it halves). Nothing if it did not wait."""
-        bucket = self._waiting.pop(rid, None)
-        if bucket is None:
-            return
-        worth = self.worth_a_take(bucket)
-        self._out[bucket] -= 1
-        cap = self._caps.get(bucket, CAP_FIRST)
-        if started:
-            self._caps[bucket] = min(CAP_MAX, cap + 1 / cap)
-        else:
-            self._caps[bucket] = max(1.0, min(cap, self._out[bucket] + 1) / 2)
-        if self._out[bucket] <= 0:
-            del self._out[bucket]
-        if not worth and self.worth_a_take(bucket):
-            self._wake()
 
 
 class OwnedFrontier(RedisFrontier[R]):
@@ -213,13 +161,9 @@ class OwnedFrontier(RedisFrontier[R]):
     # -- opening and closing ------------------------------------------------------------
 
     async def open(self) -> None:
-        if not self._opened:
-            try:
-                await self._load_scripts()
-            except RedisError as exc:
-                raise FrontierUnavailable(f"cannot reach Redis: {exc}") from exc
-        await super().open()
+        await super().open()  # ``FrontierUnavailable``, with the URL, if Redis is not there
         if self._owner_task is None:
+            await self._call(self._load_scripts)
             self._owner_task = asyncio.create_task(self._own_forever(), name="frontier-owner")
             with contextlib.suppress(TimeoutError):  # takes wait for the first settle
                 await asyncio.wait_for(self._settled.wait(), 2.0)
@@ -254,7 +198,14 @@ class OwnedFrontier(RedisFrontier[R]):
             await asyncio.sleep(OWNER_BEAT)
 
     async def settle(self) -> Moves:
-        """Say we are a member, then move buckets to follow the members (``Ownership``)."""
+        """Say we are a member, then move buckets to follow the members (``Ownership``).
+
+        Not while our ZooKeeper fence is closed: ZooKeeper may be saying we are gone
+        (its recovery drops us from the members and frees our buckets), and beating on
+        would win the buckets back for an engine that may start nothing. Our member
+        entry and bucket leases then run out, and the hosts move to the others."""
+        if self.fence is not None and not self.fence.is_open:
+            return NO_MOVES
         async with self._settling:
             return await self._settle()
 

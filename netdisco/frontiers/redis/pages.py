@@ -5,7 +5,9 @@ builds every name): ``pages``, a hash of fingerprint -> page record (what the cr
 ``recrawl`` module stored: validators, when fetched, the links), which outlives runs;
 and ``run``, the id of the crawl's current run. A new run (a scheduled tick, whose id
 every engine derives from the tick) empties the seen set once, whichever engine
-begins it first; the pages stay. Everything goes through the frontier's connection
+begins it first (with owned hosts, the seen set of every bucket: one pipeline right
+after the run is marked begun, so a link another engine adds in between may be queued
+twice, never lost); the pages stay. Everything goes through the frontier's connection
 and its retries, so an outage pauses the crawl as it does for the queue.
 """
 
@@ -16,11 +18,10 @@ from typing import Any
 from netdisco.frontiers.redis.frontier import RedisFrontier
 from netdisco.frontiers.redis.leases import Keys
 
-#: KEYS run, seen, seen_count; ARGV run -> 1 when this call began the run, 0 if it had begun
+#: KEYS run; ARGV run -> 1 when this call began the run, 0 if it had begun
 BEGIN_RUN_LUA = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1])
-redis.call('DEL', KEYS[2], KEYS[3])
 return 1
 """
 
@@ -60,8 +61,19 @@ class RedisPages:
         await self.frontier._call(lambda: self._redis.hset(self.keys.pages, fingerprint, record))
 
     async def begin_run(self, run: str) -> bool:
-        k = self.frontier.keys
-        keys = [self.keys.run, k.seen_store(self.frontier._bloom), k.seen_count]
-        began = await self.frontier._call(lambda: self._begin(keys=keys, args=[run]))
-        self.frontier._known.clear()  # fingerprints of the last run are no longer seen
+        frontier = self.frontier
+        began = await frontier._call(lambda: self._begin(keys=[self.keys.run], args=[run]))
+        if began:  # the seen set of each hash tag (the buckets', with owned hosts)
+            bloom = frontier._bloom
+            seen = [x for k in frontier.shard_keys for x in (k.seen_store(bloom), k.seen_count)]
+            await frontier._call(lambda: _delete(self._redis, seen))
+        frontier._known.clear()  # fingerprints of the last run are no longer seen
         return bool(began)
+
+
+async def _delete(redis: Any, keys: list[str]) -> None:
+    """``keys`` deleted, one command each in one pipeline (they live in many slots)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.delete(key)
+        await pipe.execute()
