@@ -1,6 +1,9 @@
 """The cluster on namespaced machines: a 3-server ZooKeeper ensemble, Redis, an SMTP sink,
 the monitor, three engines and the counting site, configured as production would be
 (an engine token, a monitor token, a deploy token, a ZooKeeper digest).
+
+The site is ``HOSTS`` hosts (ports from ``SITE_PORT`` up on its machine, see
+tests/cluster/site.py).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any, TypeVar
 from netdisco.testing import ZK_CONF_DIR, ZK_JAR, zookeeper_mode
 from netdisco.testing import wait_for as poll
 from tests.cluster.machines import Network
-from tests.cluster.site import SITE_ENV
+from tests.cluster.site import SITE_ENV, Fetch, site_ports
 
 T = TypeVar("T")
 MACHINES = {
@@ -32,7 +35,7 @@ MACHINES = {
 ZKS = ("zk1", "zk2", "zk3")
 ENGINES = {"engine-1": "e1", "engine-2": "e2", "engine-3": "e3"}
 ZK_PORT, REDIS_PORT, MONITOR_PORT, ENGINE_PORT = 7181, 7379, 7316, 7715
-SITE_PORT, SMTP_PORT, MAIL_WEB_PORT = 7080, 7025, 7026
+SITE_PORT, SMTP_PORT, MAIL_WEB_PORT = 7080, 7025, 7026  # the site: SITE_PORT + 0..HOSTS-1
 SESSION_TIMEOUT = 4.0
 BIN = Path(sys.executable).parent
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -65,7 +68,7 @@ class Cluster:
         self.digest = f"netdisco:{secrets.token_hex(12)}"
         self.zk_hosts = ",".join(f"{MACHINES[z]}:{ZK_PORT}" for z in ZKS)
         self.redis_url = f"redis://{MACHINES['redis']}:{REDIS_PORT}/0"
-        self.site = f"http://{MACHINES['site']}:{SITE_PORT}"
+        self.site = f"http://{MACHINES['site']}:{SITE_PORT}"  # its first host
         self.monitor = f"http://{MACHINES['monitor']}:{MONITOR_PORT}"
         self.mails = f"http://{MACHINES['mail']}:{MAIL_WEB_PORT}"
 
@@ -132,7 +135,9 @@ class Cluster:
         argv = [sys.executable, "-m", "tests.cluster.site", "--host", MACHINES["site"],
                 "--port", str(SITE_PORT)]  # fmt: skip
         self.net.spawn("site", "site", argv, self.env())
-        wait_for("the site", lambda: http("GET", f"{self.site}/counts"), 30)
+        for port in site_ports(SITE_PORT):
+            url = f"http://{MACHINES['site']}:{port}/counts"
+            wait_for(f"the site on port {port}", partial(http, "GET", url), 30)
 
     def start_mail(self) -> None:
         code = (
@@ -222,6 +227,20 @@ class Cluster:
     def counts(self) -> dict[str, int]:
         found: dict[str, int] = http("GET", f"{self.site}/counts")
         return found
+
+    def fetches(self) -> list[Fetch]:
+        """Every fetch at the site: (time, client address, path, port)."""
+        return [(t, a, p, port) for t, a, p, port in http("GET", f"{self.site}/fetches")]
+
+    def hosts_fetched(self) -> dict[str, dict[int, int]]:
+        """Per engine (by its machine's address), pages it fetched per host of the site
+        (the port's offset from ``SITE_PORT``)."""
+        names = {MACHINES[machine]: engine for engine, machine in ENGINES.items()}
+        per: dict[str, dict[int, int]] = {}
+        for _, address, _, port in self.fetches():
+            hosts = per.setdefault(names.get(address, address), {})
+            hosts[port - SITE_PORT] = hosts.get(port - SITE_PORT, 0) + 1
+        return {engine: dict(sorted(hosts.items())) for engine, hosts in sorted(per.items())}
 
     def items(self) -> list[str]:
         urls = []

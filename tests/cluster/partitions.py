@@ -1,9 +1,10 @@
 """``make partitions``: links cut at random moments under a running shared crawl.
 
 The machines of ``make cluster-check`` (tests/cluster/cluster.py); per scenario a fresh
-crawl of the counting site by three engines (Redis emptied, engines restarted), then
-``NDC_CUTS`` cuts (20 by default) of 1 to 10 s at random moments, each healed and waited
-out, then the site is made fast so the crawl ends. Scenarios:
+crawl of the counting site (``HOSTS`` hosts, tests/cluster/site.py) by three engines
+(Redis emptied, engines restarted), then ``NDC_CUTS`` cuts (20 by default) of 1 to 10 s
+at random moments, each healed and waited out, then the site is made fast so the crawl
+ends. Scenarios:
 
 * ``engine-zk``: one engine and the three ZooKeeper servers (blackhole routes on both
   sides); its session expires on a cut longer than ``SESSION_TIMEOUT``;
@@ -39,9 +40,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.cluster.cluster import ENGINES, MACHINES, SESSION_TIMEOUT, ZKS, Cluster, http, wait_for
+from tests.cluster.cluster import (
+    ENGINES,
+    MACHINES,
+    SESSION_TIMEOUT,
+    SITE_PORT,
+    ZKS,
+    Cluster,
+    http,
+    wait_for,
+)
 from tests.cluster.machines import leftovers
-from tests.cluster.site import PAGES, page_paths
+from tests.cluster.site import HOSTS, PAGES, Fetch, page_paths
 
 LEASE_TTL = 5.0
 CUTS = int(os.environ.get("NDC_CUTS", "20"))
@@ -147,6 +157,8 @@ class Partitions:
                   flush=True)  # fmt: skip
         self.finish(result, began)
         self.judge(result, began)
+        print(f"     {name}: pages per engine and host (port - {SITE_PORT}): "
+              f"{self.c.hosts_fetched()}", flush=True)  # fmt: skip
         return result
 
     # -- the cuts --------------------------------------------------------------------------
@@ -243,11 +255,11 @@ class Partitions:
         view = http("GET", f"{self.c.monitor}/netdiscovery/monitor")
         return True if len(view["engines"]) == len(ENGINES) else None
 
-    def fetches(self) -> list[tuple[float, str, str]]:
-        return [(t, a, p) for t, a, p in http("GET", f"{self.c.site}/fetches")]
+    def fetches(self) -> list[Fetch]:
+        return self.c.fetches()
 
     def fetched_since(self, address: str, since: float) -> bool | None:
-        return True if any(t > since and a == address for t, a, _ in self.fetches()) else None
+        return True if any(t > since and a == address for t, a, _, _ in self.fetches()) else None
 
     def judge(self, result: Result, began: float) -> None:
         """Late starts and false events, from the site's log and the monitor's events."""
@@ -260,7 +272,7 @@ class Partitions:
             if engine_cut and long:
                 address = MACHINES[ENGINES[cut.target]]
                 result.late += sum(
-                    cut.began + limit < t <= cut.healed and a == address for t, a, _ in fetches
+                    cut.began + limit < t <= cut.healed and a == address for t, a, _, _ in fetches
                 )
         events = sorted(
             (e for e in self.c.events() if e["time"] >= began),
@@ -330,7 +342,8 @@ def main() -> int:
         cluster.start_site()
         cluster.start_mail()
         cluster.start_monitor()
-        print(f"partitions: seed {seed}, {CUTS} cuts a scenario, {PAGES} pages", flush=True)
+        print(f"partitions: seed {seed}, {CUTS} cuts a scenario, {PAGES} pages on {HOSTS} "
+              f"hosts (ports {SITE_PORT}-{SITE_PORT + HOSTS - 1})", flush=True)  # fmt: skip
         for name in chosen:
             cut, extra = scenarios[name]
             results.append(p.run(name, cut, extra))
