@@ -3,7 +3,9 @@ the monitor, three engines and the counting site, configured as production would
 (an engine token, a monitor token, a deploy token, a ZooKeeper digest).
 
 The site is ``HOSTS`` hosts (ports from ``SITE_PORT`` up on its machine, see
-tests/cluster/site.py).
+tests/cluster/site.py) and the engines share the crawl with owned hosts
+(``politeness=owner`` in their frontier URL): each host is crawled by one engine at a
+time, so every engine has hosts of its own to crawl.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ ZKS = ("zk1", "zk2", "zk3")
 ENGINES = {"engine-1": "e1", "engine-2": "e2", "engine-3": "e3"}
 ZK_PORT, REDIS_PORT, MONITOR_PORT, ENGINE_PORT = 7181, 7379, 7316, 7715
 SITE_PORT, SMTP_PORT, MAIL_WEB_PORT = 7080, 7025, 7026  # the site: SITE_PORT + 0..HOSTS-1
+#: the frontier URL's options every engine of the shared crawl uses
+FRONTIER_OPTIONS = "politeness=owner"
 SESSION_TIMEOUT = 4.0
 BIN = Path(sys.executable).parent
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -169,6 +173,12 @@ class Cluster:
         self.net.spawn("monitor", "monitor", argv, self.env())
         wait_for("the monitor", lambda: http("GET", f"{self.monitor}/netdiscovery/health"), 60)
 
+    def frontier(self, extra: str = "") -> str:
+        """The engines' frontier URL: Redis with ``FRONTIER_OPTIONS`` and ``extra``
+        (more options, with or without their leading ``?``)."""
+        query = "&".join(q for q in (FRONTIER_OPTIONS, extra.lstrip("?&")) if q)
+        return f"{self.redis_url}?{query}"
+
     def engine_toml(self, engine_id: str, crawl: bool, extra: str = "") -> str:
         machine = ENGINES[engine_id]
         text = (
@@ -183,7 +193,7 @@ class Cluster:
             feed = self.work / "items" / "tree-{engine}.jsonl"
             text += (
                 '\n[[spiders]]\nspider = "tests.cluster.site:Tree"\n\n[spiders.settings]\n'
-                f'frontier = "{self.redis_url}{extra}"\n\n[spiders.settings.feeds."{feed}"]\n'
+                f'frontier = "{self.frontier(extra)}"\n\n[spiders.settings.feeds."{feed}"]\n'
             )
         return text
 

@@ -2,7 +2,7 @@
 
 Ten machines (tests/cluster/machines.py) on one bridge, addresses in 198.18.0.0/15:
 three ZooKeeper servers, Redis, the monitor, three engines, the site, an SMTP sink.
-Steps: a shared crawl on the three engines, counted at the site
+Steps: a shared crawl on the three engines with owned hosts, counted at the site
 (nothing lost, nothing fetched twice, every page on its own host of the site's
 ``HOSTS``); a project deployed through the monitor; jobs started by name; a URL
 pushed to a private address the spider allows; a control call through the monitor
