@@ -9,13 +9,23 @@ import os
 import random
 import subprocess
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
+from netdisco.frontiers.redis.owned import OWNER_TTL_MS
 from tests.cluster import partitions
-from tests.cluster.cluster import ENGINES, MACHINES, SESSION_TIMEOUT
+from tests.cluster.cluster import (
+    ENGINES,
+    MACHINES,
+    REDIS_PORT,
+    SESSION_TIMEOUT,
+    SITE_PORT,
+    Cluster,
+)
 from tests.cluster.machines import leftovers
 from tests.cluster.partitions import END_LIMIT, Cut, Partitions, Result
+from tests.cluster.site import page_url
 
 
 class Recorded:
@@ -38,6 +48,7 @@ def judged(name: str, cuts: list[Cut], fetches: list[Any], events: list[Any]) ->
 
 ENGINE = "engine-1"
 ADDRESS = MACHINES[ENGINES[ENGINE]]
+PORT = SITE_PORT  # the site's host that served a fetch
 
 
 OLD, NEW = {"session": "0x1000"}, {"session": "0x2000"}
@@ -45,7 +56,7 @@ OLD, NEW = {"session": "0x1000"}, {"session": "0x2000"}
 
 def test_a_clean_scenario_passes() -> None:
     cut = Cut(100.0, 110.0, ENGINE, recovered=0.5)  # long enough to expire the session
-    fetches = [(101.0, ADDRESS, "/p/1"), (111.0, ADDRESS, "/p/2")]  # before, and after
+    fetches = [(101.0, ADDRESS, "/p/1", PORT), (111.0, ADDRESS, "/p/2", PORT)]  # before, after
     lost = {"type": "engine_lost", "engine_id": ENGINE, "time": 104.5, "engine": OLD}
     back = {"type": "engine_joined", "engine_id": ENGINE, "time": 110.5, "engine": NEW}
     result = judged("engine-zk", [cut], fetches, [lost, back])
@@ -56,8 +67,23 @@ def test_a_clean_scenario_passes() -> None:
 def test_a_start_by_a_cut_engine_once_its_leases_could_be_recovered_fails() -> None:
     cut = Cut(100.0, 110.0, ENGINE, recovered=0.5)
     late = 100.0 + SESSION_TIMEOUT + 0.5
-    result = judged("engine-zk", [cut], [(late, ADDRESS, "/p/3")], [])
+    result = judged("engine-zk", [cut], [(late, ADDRESS, "/p/3", PORT)], [])
     assert result.late == 1
+    assert result.failures() == ["1 late starts by a fenced engine"]
+
+
+def test_an_engine_cut_from_redis_past_its_bucket_leases_must_start_nothing() -> None:
+    """Owned hosts: an engine cut from Redis may start requests of its hosts only until
+    its bucket leases' TTL has passed (shorter than ``lease_ttl``), the others may own
+    its hosts after that."""
+    assert partitions.REDIS_LIMIT == OWNER_TTL_MS / 1000 < partitions.LEASE_TTL
+    cut = Cut(100.0, 110.0, ENGINE, recovered=0.5)
+    fetches = [
+        (100.0 + OWNER_TTL_MS / 1000 - 0.5, ADDRESS, "/p/1", PORT),  # still its own
+        (100.0 + OWNER_TTL_MS / 1000 + 0.5, ADDRESS, "/p/2", PORT),  # its hosts may move
+    ]
+    result = judged("engine-redis", [cut], fetches, [])
+    assert (result.expired, result.late) == (1, 1)
     assert result.failures() == ["1 late starts by a fenced engine"]
 
 
@@ -133,3 +159,20 @@ def test_a_process_of_the_run_left_behind_is_found() -> None:
         child.kill()
         child.wait()
     assert not [f for f in leftovers(mark) if f.startswith("process")]
+
+
+def test_the_engines_frontier_url_joins_a_scenarios_options_to_owned_hosts(tmp_path: Any) -> None:
+    cluster = Cluster(tmp_path)
+    base = f"redis://{MACHINES['redis']}:{REDIS_PORT}/0"
+    assert cluster.frontier() == f"{base}?politeness=owner"
+    assert cluster.frontier("?lease_ttl=5") == f"{base}?politeness=owner&lease_ttl=5"
+    assert f'frontier = "{base}?politeness=owner&lease_ttl=5"' in cluster.engine_toml(
+        ENGINE, crawl=True, extra="?lease_ttl=5"
+    )
+
+
+def test_the_sites_pages_spread_over_its_hosts() -> None:
+    base = f"http://{MACHINES['site']}:{SITE_PORT}"
+    ports = {urlsplit(page_url(base, n, hosts=8)).port for n in range(16)}
+    assert ports == set(range(SITE_PORT, SITE_PORT + 8))
+    assert page_url(base, 9, hosts=8) == f"http://{MACHINES['site']}:{SITE_PORT + 1}/p/9"

@@ -1,6 +1,11 @@
 """The cluster on namespaced machines: a 3-server ZooKeeper ensemble, Redis, an SMTP sink,
 the monitor, three engines and the counting site, configured as production would be
 (an engine token, a monitor token, a deploy token, a ZooKeeper digest).
+
+The site is ``HOSTS`` hosts (ports from ``SITE_PORT`` up on its machine, see
+tests/cluster/site.py) and the engines share the crawl with owned hosts
+(``politeness=owner`` in their frontier URL): each host is crawled by one engine at a
+time, so every engine has hosts of its own to crawl.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any, TypeVar
 from netdisco.testing import ZK_CONF_DIR, ZK_JAR, zookeeper_mode
 from netdisco.testing import wait_for as poll
 from tests.cluster.machines import Network
-from tests.cluster.site import SITE_ENV
+from tests.cluster.site import SITE_ENV, Fetch, site_ports
 
 T = TypeVar("T")
 MACHINES = {
@@ -32,7 +37,9 @@ MACHINES = {
 ZKS = ("zk1", "zk2", "zk3")
 ENGINES = {"engine-1": "e1", "engine-2": "e2", "engine-3": "e3"}
 ZK_PORT, REDIS_PORT, MONITOR_PORT, ENGINE_PORT = 7181, 7379, 7316, 7715
-SITE_PORT, SMTP_PORT, MAIL_WEB_PORT = 7080, 7025, 7026
+SITE_PORT, SMTP_PORT, MAIL_WEB_PORT = 7080, 7025, 7026  # the site: SITE_PORT + 0..HOSTS-1
+#: the frontier URL's options every engine of the shared crawl uses
+FRONTIER_OPTIONS = "politeness=owner"
 SESSION_TIMEOUT = 4.0
 BIN = Path(sys.executable).parent
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -65,7 +72,7 @@ class Cluster:
         self.digest = f"netdisco:{secrets.token_hex(12)}"
         self.zk_hosts = ",".join(f"{MACHINES[z]}:{ZK_PORT}" for z in ZKS)
         self.redis_url = f"redis://{MACHINES['redis']}:{REDIS_PORT}/0"
-        self.site = f"http://{MACHINES['site']}:{SITE_PORT}"
+        self.site = f"http://{MACHINES['site']}:{SITE_PORT}"  # its first host
         self.monitor = f"http://{MACHINES['monitor']}:{MONITOR_PORT}"
         self.mails = f"http://{MACHINES['mail']}:{MAIL_WEB_PORT}"
 
@@ -132,7 +139,9 @@ class Cluster:
         argv = [sys.executable, "-m", "tests.cluster.site", "--host", MACHINES["site"],
                 "--port", str(SITE_PORT)]  # fmt: skip
         self.net.spawn("site", "site", argv, self.env())
-        wait_for("the site", lambda: http("GET", f"{self.site}/counts"), 30)
+        for port in site_ports(SITE_PORT):
+            url = f"http://{MACHINES['site']}:{port}/counts"
+            wait_for(f"the site on port {port}", partial(http, "GET", url), 30)
 
     def start_mail(self) -> None:
         code = (
@@ -164,6 +173,12 @@ class Cluster:
         self.net.spawn("monitor", "monitor", argv, self.env())
         wait_for("the monitor", lambda: http("GET", f"{self.monitor}/netdiscovery/health"), 60)
 
+    def frontier(self, extra: str = "") -> str:
+        """The engines' frontier URL: Redis with ``FRONTIER_OPTIONS`` and ``extra``
+        (more options, with or without their leading ``?``)."""
+        query = "&".join(q for q in (FRONTIER_OPTIONS, extra.lstrip("?&")) if q)
+        return f"{self.redis_url}?{query}"
+
     def engine_toml(self, engine_id: str, crawl: bool, extra: str = "") -> str:
         machine = ENGINES[engine_id]
         text = (
@@ -178,7 +193,7 @@ class Cluster:
             feed = self.work / "items" / "tree-{engine}.jsonl"
             text += (
                 '\n[[spiders]]\nspider = "tests.cluster.site:Tree"\n\n[spiders.settings]\n'
-                f'frontier = "{self.redis_url}{extra}"\n\n[spiders.settings.feeds."{feed}"]\n'
+                f'frontier = "{self.frontier(extra)}"\n\n[spiders.settings.feeds."{feed}"]\n'
             )
         return text
 
@@ -222,6 +237,20 @@ class Cluster:
     def counts(self) -> dict[str, int]:
         found: dict[str, int] = http("GET", f"{self.site}/counts")
         return found
+
+    def fetches(self) -> list[Fetch]:
+        """Every fetch at the site: (time, client address, path, port)."""
+        return [(t, a, p, port) for t, a, p, port in http("GET", f"{self.site}/fetches")]
+
+    def hosts_fetched(self) -> dict[str, dict[int, int]]:
+        """Per engine (by its machine's address), pages it fetched per host of the site
+        (the port's offset from ``SITE_PORT``)."""
+        names = {MACHINES[machine]: engine for engine, machine in ENGINES.items()}
+        per: dict[str, dict[int, int]] = {}
+        for _, address, _, port in self.fetches():
+            hosts = per.setdefault(names.get(address, address), {})
+            hosts[port - SITE_PORT] = hosts.get(port - SITE_PORT, 0) + 1
+        return {engine: dict(sorted(hosts.items())) for engine, hosts in sorted(per.items())}
 
     def items(self) -> list[str]:
         urls = []

@@ -2,8 +2,9 @@
 
 Ten machines (tests/cluster/machines.py) on one bridge, addresses in 198.18.0.0/15:
 three ZooKeeper servers, Redis, the monitor, three engines, the site, an SMTP sink.
-Steps: a shared crawl on the three engines, counted at the site (nothing lost, nothing
-fetched twice); a project deployed through the monitor; jobs started by name; a URL
+Steps: a shared crawl on the three engines with owned hosts, counted at the site
+(nothing lost, nothing fetched twice, every page on its own host of the site's
+``HOSTS``); a project deployed through the monitor; jobs started by name; a URL
 pushed to a private address the spider allows; a control call through the monitor
 (the engine token only to proven engines at engine_hosts); a kill -9 of an engine, its
 engine_lost event and its alert e-mail at the sink. One line per step; exit 0 only if
@@ -24,8 +25,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from tests.cluster.cluster import BIN, ENGINES, MACHINES, Cluster, http, wait_for
-from tests.cluster.site import PAGES, page_paths
+from tests.cluster.cluster import BIN, ENGINES, MACHINES, SITE_PORT, Cluster, http, wait_for
+from tests.cluster.site import HOSTS, PAGES, page_paths, page_url
 
 VICTIM = "engine-2"
 PROJECT = """from netdisco import Spider
@@ -33,7 +34,7 @@ PROJECT = """from netdisco import Spider
 
 class Leaves(Spider):
     name = "leaves"
-    start_urls = ["{site}/p/{first}"]
+    start_urls = ["{first}"]
     allowed_domains = ["{host}"]
 
     def parse(self, response):
@@ -103,17 +104,27 @@ class Journey:
         per_engine = {
             f.name: len(f.read_text().splitlines()) for f in (self.c.work / "items").glob("*")
         }
-        if missing or twice or len(items) != PAGES:
+        # each page on its own host: the tree spread over the site's hosts as meant
+        elsewhere = [
+            (path, port)
+            for _, _, path, port in self.c.fetches()
+            if port != SITE_PORT + int(path.rsplit("/", 1)[1]) % HOSTS
+        ]
+        if missing or twice or len(items) != PAGES or elsewhere:
             raise StepFailed(f"{len(missing)} pages not fetched, {len(twice)} twice, "
-                             f"{len(items)} items")  # fmt: skip
-        return f"{PAGES} pages fetched once each (counted at the site), items {per_engine}"
+                             f"{len(items)} items, {len(elsewhere)} on another host "
+                             f"{elsewhere[:3]}")  # fmt: skip
+        # Tree sets no download_delay: no spacing between two starts at a host to check
+        return (f"{PAGES} pages fetched once each (counted at the site) on {HOSTS} hosts, "
+                f"items {per_engine}, pages per engine and host "
+                f"(port - {SITE_PORT}) {self.c.hosts_fetched()}")  # fmt: skip
 
     def deploy(self) -> str:
         project = self.c.work / "leafproj"
         (project / "leafproj").mkdir(parents=True)
-        first = PAGES - 3
+        first = page_url(self.c.site, PAGES - 3)
         (project / "leafproj" / "spiders.py").write_text(
-            PROJECT.format(site=self.c.site, first=first, host=MACHINES["site"])
+            PROJECT.format(first=first, host=MACHINES["site"])
         )
         (project / "pyproject.toml").write_text(
             '[project]\nname = "leafproj"\nversion = "1.0"\ndependencies = []\n'

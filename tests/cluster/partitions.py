@@ -1,23 +1,35 @@
 """``make partitions``: links cut at random moments under a running shared crawl.
 
 The machines of ``make cluster-check`` (tests/cluster/cluster.py); per scenario a fresh
-crawl of the counting site by three engines (Redis emptied, engines restarted), then
-``NDC_CUTS`` cuts (20 by default) of 1 to 10 s at random moments, each healed and waited
-out, then the site is made fast so the crawl ends. Scenarios:
+crawl of the counting site (``HOSTS`` hosts, tests/cluster/site.py) by three engines
+with owned hosts (``politeness=owner``: each host crawled by one engine at a time; Redis
+emptied, engines restarted), then ``NDC_CUTS`` cuts (20 by default) of 1 to 10 s at
+random moments, each healed and waited out, then the site is made fast so the crawl
+ends. Scenarios:
 
 * ``engine-zk``: one engine and the three ZooKeeper servers (blackhole routes on both
   sides); its session expires on a cut longer than ``SESSION_TIMEOUT``;
-* ``engine-redis``: one engine and Redis (``lease_ttl`` 5 s, so some cuts outlast it);
+* ``engine-redis``: one engine and Redis (``lease_ttl`` 5 s; its bucket leases, the
+  ownership of its hosts, last ``OWNER_TTL_MS`` 3 s unless renewed, so most cuts
+  outlast them and its hosts move to the other engines);
 * ``monitor-zk``: the monitor and the three ZooKeeper servers;
 * ``zk-follower``: one ZooKeeper follower's link down;
 * ``zk-leader``: the ZooKeeper leader's link down (a new leader is elected).
 
 Per scenario: pages never fetched (lost), pages fetched twice (counted at the site),
-late starts (requests the cut engine *began* at the site after its leases could be
-handed to others: after the cut plus the session timeout, or plus ``lease_ttl``),
-false events (``engine_lost``/``engine_left`` of an engine not cut, or of a cut engine
-whose cut was too short to expire its session), and the time from the heal until the
-cut part works again. ``NDC_SCENARIOS=engine-zk,monitor-zk`` picks some.
+late starts (requests the cut engine *began* at the site after what it held could be
+handed to others: after the cut plus the session timeout in ``engine-zk``; in
+``engine-redis`` after the cut plus the shorter of ``lease_ttl`` and the bucket-lease
+TTL, past which an engine cut from Redis must start nothing of its hosts), false events
+(``engine_lost``/``engine_left`` of an engine not cut, or of a cut engine whose cut was
+too short to expire its session), and the time from the heal until the cut part works
+again. ``NDC_SCENARIOS=engine-zk,monitor-zk`` picks some.
+
+Working again, for a cut engine of ``engine-redis``: it is a member again (its entry in
+the crawl's ``members`` set in Redis pushed on since the heal) and, if it wins a host of
+the site among the live members, it fetched a page since the heal; if it wins none
+(members are engine incarnations, so a run may give one engine no host of the few),
+holding a bucket lease again shows it settled, since there is nothing it could fetch.
 
 The run fails (exit 1) on any page lost, any late start, any false event, a crawl not
 finished ``END_LIMIT`` s after the last cut healed (the site made fast), a cut part that
@@ -39,11 +51,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.cluster.cluster import ENGINES, MACHINES, SESSION_TIMEOUT, ZKS, Cluster, http, wait_for
+import redis
+
+from netdisco.crawl.urls import host_key
+from netdisco.frontiers.redis.leases import DEFAULT_PREFIX, Keys
+from netdisco.frontiers.redis.owned import OWNER_TTL_MS
+from netdisco.frontiers.redis.owners import BUCKETS, BucketKeys, bucket_of, winner
+from tests.cluster.cluster import (
+    ENGINES,
+    MACHINES,
+    REDIS_PORT,
+    SESSION_TIMEOUT,
+    SITE_PORT,
+    ZKS,
+    Cluster,
+    http,
+    wait_for,
+)
 from tests.cluster.machines import leftovers
-from tests.cluster.site import PAGES, page_paths
+from tests.cluster.site import HOSTS, PAGES, Fetch, page_paths, page_url
 
 LEASE_TTL = 5.0
+#: how long after a cut from Redis an engine may still start requests of its hosts: its
+#: bucket leases' TTL (counted from its last renewal, sent before the cut) when shorter
+#: than the request leases'
+REDIS_LIMIT = min(LEASE_TTL, OWNER_TTL_MS / 1000)
+SPIDER = "tree"  # the crawl's name in Redis: tests.cluster.site.Tree
 CUTS = int(os.environ.get("NDC_CUTS", "20"))
 SLOW, FAST = 1.0, 0.002  # the site's delay while links are cut, then to end the crawl
 RECOVERY_LIMIT = 60.0
@@ -147,6 +180,8 @@ class Partitions:
                   flush=True)  # fmt: skip
         self.finish(result, began)
         self.judge(result, began)
+        print(f"     {name}: pages per engine and host (port - {SITE_PORT}): "
+              f"{self.c.hosts_fetched()}", flush=True)  # fmt: skip
         return result
 
     # -- the cuts --------------------------------------------------------------------------
@@ -172,8 +207,7 @@ class Partitions:
         time.sleep(seconds)
         self.c.net.mend_pair(machine, "redis")
         done = Cut(began, time.time(), engine)
-        address = MACHINES[machine]
-        done.recovered = self.until(done, lambda: self.fetched_since(address, done.healed))
+        done.recovered = self.until(done, lambda: self.owning_again(engine, done.healed))
         return done
 
     def monitor_zk(self, seconds: float) -> Cut:
@@ -243,16 +277,39 @@ class Partitions:
         view = http("GET", f"{self.c.monitor}/netdiscovery/monitor")
         return True if len(view["engines"]) == len(ENGINES) else None
 
-    def fetches(self) -> list[tuple[float, str, str]]:
-        return [(t, a, p) for t, a, p in http("GET", f"{self.c.site}/fetches")]
+    def fetches(self) -> list[Fetch]:
+        return self.c.fetches()
 
     def fetched_since(self, address: str, since: float) -> bool | None:
-        return True if any(t > since and a == address for t, a, _ in self.fetches()) else None
+        return True if any(t > since and a == address for t, a, _, _ in self.fetches()) else None
+
+    def owning_again(self, engine: str, since: float) -> bool | None:
+        """An engine cut from Redis works again (module docstring): a member again and
+        fetching if it wins a host of the site, holding a bucket lease if it wins none."""
+        incarnation = http("GET", self.c.engine_url(engine, "/netdiscovery/health"))["incarnation"]
+        with redis.Redis(MACHINES["redis"], REDIS_PORT, socket_timeout=5) as r:
+            members = Keys(DEFAULT_PREFIX, SPIDER).members
+            deadline = r.zscore(members, incarnation)
+            if deadline is None or deadline < since * 1000 + OWNER_TTL_MS:
+                return None  # no beat since the heal
+            seconds, micros = r.time()  # the members' deadlines are on Redis's clock
+            live = [
+                m.decode()
+                for m in r.zrangebyscore(members, seconds * 1000 + micros // 1000, "+inf")
+            ]
+            hosts = {host_key(page_url(self.c.site, n)) for n in range(HOSTS)}
+            if any(winner(bucket_of(h), live) == incarnation for h in hosts):
+                return self.fetched_since(MACHINES[ENGINES[engine]], since)
+            with r.pipeline(transaction=False) as pipe:
+                for bucket in range(BUCKETS):
+                    pipe.hget(BucketKeys.of(DEFAULT_PREFIX, SPIDER, bucket).lease, "owner")
+                owners = pipe.execute()
+        return True if incarnation.encode() in owners else None
 
     def judge(self, result: Result, began: float) -> None:
         """Late starts and false events, from the site's log and the monitor's events."""
         fetches = self.fetches()
-        limit = LEASE_TTL if result.name == "engine-redis" else SESSION_TIMEOUT
+        limit = REDIS_LIMIT if result.name == "engine-redis" else SESSION_TIMEOUT
         engine_cut = result.name.startswith("engine-")
         for cut in result.cuts:
             long = cut.healed - cut.began > limit
@@ -260,7 +317,7 @@ class Partitions:
             if engine_cut and long:
                 address = MACHINES[ENGINES[cut.target]]
                 result.late += sum(
-                    cut.began + limit < t <= cut.healed and a == address for t, a, _ in fetches
+                    cut.began + limit < t <= cut.healed and a == address for t, a, _, _ in fetches
                 )
         events = sorted(
             (e for e in self.c.events() if e["time"] >= began),
@@ -330,7 +387,8 @@ def main() -> int:
         cluster.start_site()
         cluster.start_mail()
         cluster.start_monitor()
-        print(f"partitions: seed {seed}, {CUTS} cuts a scenario, {PAGES} pages", flush=True)
+        print(f"partitions: seed {seed}, {CUTS} cuts a scenario, {PAGES} pages on {HOSTS} "
+              f"hosts (ports {SITE_PORT}-{SITE_PORT + HOSTS - 1})", flush=True)  # fmt: skip
         for name in chosen:
             cut, extra = scenarios[name]
             results.append(p.run(name, cut, extra))
