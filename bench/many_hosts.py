@@ -3,7 +3,7 @@ politeness allows, standalone and with three engines on Redis?
 
 Usage: .venv/bin/python bench/many_hosts.py [--latency 0.02] [--delays 0,0.05]
        [--engines 1,3] [--per-host 2] [--concurrency 64] [--rounds 3] [--out FILE]
-       [--politeness cluster|owner] [--redis-for-one]
+       [--politeness owner|engine] [--redis-for-one]
 
 Each site is a real documentation tree from a Debian package (``SITES``; install them
 with ``apt-get install cmake-doc postgresql-doc-15 python-django-doc python3.11-doc
@@ -219,9 +219,9 @@ def main() -> None:
     parser.add_argument("--redis-for-one", action="store_true", help="one engine on Redis too")
     parser.add_argument(
         "--politeness",
-        default="cluster",
-        choices=["cluster", "owner"],
-        help="how engines on Redis keep hosts polite: host queues in Redis, or owned hosts",
+        default="owner",
+        choices=["owner", "engine"],
+        help="how engines on Redis keep hosts polite: owned hosts, or each engine alone",
     )
     parser.add_argument("--out", type=Path, help="also append every JSON line here")
     parser.add_argument("--keep-logs", type=Path, help="copy each crawl's access log here")

@@ -9,9 +9,9 @@ Generates the site (``gen_site.py``), serves it with a fixed latency per respons
 from a separate process on ``--hosts`` loopback addresses (127.0.0.1, .2, ...;
 each a host of its own with the whole site, so a crawl has hosts x pages pages),
 starts a private ``redis-server`` (with ``--cluster``, a Redis Cluster of 3 masters and
-3 replicas, the frontier's hosts over its 16 shards), then for each N runs N engine
+3 replicas, the frontier's hosts over its 256 buckets), then for each N runs N engine
 processes (a
-``Crawler`` on the frontier the URL names: host queues unless
+``Crawler`` on the frontier the URL names: owned hosts unless
 ``--options politeness=engine``, concurrency 16 each). With ``--download-delay``
 politeness is the limit: each row also gives the time the delay imposes, pages
 per host x (delay + latency) (a host's next start waits for its last end).

@@ -106,7 +106,8 @@ async def measure(url: str, count: int, hosts: int) -> dict[str, Any]:
 async def measure_seen(url: str, count: int, hosts: int) -> dict[str, Any]:
     spider = Shop()
     options = RedisOptions.from_url(url)
-    frontier = RedisFrontier(options, spider.name, RequestCodec(spider), owner="bench")
+    kind = RedisFrontier if options.politeness == "engine" else OwnedFrontier
+    frontier = kind(options, spider.name, RequestCodec(spider), owner="bench")
     await frontier.open()
     before = used_memory(options.url)
     false_positives = 0  # claims always ask Redis: every False is the filter's

@@ -72,8 +72,8 @@ class RedisOptions(Section):
     )
     bloom_capacity: int = _option(
         1_000_000,
-        "URLs the Bloom filter's first stage holds; each next stage, added when the "
-        "last is full, holds twice as many",
+        "URLs the Bloom filter's first stage holds (owned hosts: over all their buckets' "
+        "filters); each next stage, added when the last is full, holds twice as many",
         "must be from 1000 to 1000000000",
         lambda c: 1000 <= c <= 1_000_000_000,
     )
@@ -135,12 +135,14 @@ class RedisOptions(Section):
         if _is_cluster(self.url):
             cluster_seeds(self.url)
 
-    def seen_mode(self) -> str:
+    def seen_mode(self, parts: int = 1) -> str:
         """The seen set's mode as the scripts read it: ``exact``, or ``bloom:C:P``, the
-        first stage's capacity and false-positive rate (``BLOOM_LUA``)."""
+        first stage's capacity and false-positive rate (``BLOOM_LUA``). A crawl whose
+        seen set is cut in ``parts`` (owned hosts' buckets) gives each part its share of
+        the first stage (at least 1,000 URLs): the filters grow as their parts fill."""
         if self.seen == "exact":
             return "exact"
-        return f"bloom:{self.bloom_capacity}:{self.bloom_error / 2!r}"
+        return f"bloom:{max(1000, self.bloom_capacity // parts)}:{self.bloom_error / 2!r}"
 
 
 def _is_cluster(url: str) -> bool:

@@ -107,6 +107,7 @@ class OwnedFrontier(RedisFrontier[R]):
     ) -> None:
         super().__init__(options, name, codec, owner=owner, redis=redis)
         self.buckets = buckets
+        self._seen_mode = options.seen_mode(buckets)  # a seen set in each bucket
         self.shard_keys = self.bucket_keys = [
             BucketKeys.of(options.prefix, name, b) for b in range(buckets)
         ]
