@@ -40,6 +40,7 @@ from netdisco.frontiers.base import start_over_state_dir
 from netdisco.frontiers.redis.leases import Client, Keys, text
 from netdisco.frontiers.redis.options import RedisOptions, connect
 from netdisco.frontiers.redis.owners import recover_engine
+from netdisco.frontiers.redis.ownership import RedisMembers
 from netdisco.frontiers.sqlite_store import DB_NAME, lock_directory
 from netdisco.procs.channel import MAX_LINE, Sink, Worker
 from netdisco.procs.server import PrivateRedis, die_with_parent, run_directory
@@ -52,6 +53,9 @@ RESTARTS = 3
 #: seconds between two stores of the counters (``state_dir``): what a kill -9 of the
 #: crawl may leave uncounted
 STORE_INTERVAL = 0.5
+#: how long a worker counts as a member before its own first beat (ms): ample for it to
+#: start; one that dies sooner is removed at once (``ProcessCrawl._recover``)
+WORKER_START_MS = 30_000
 
 
 class ProcessCrawl:
@@ -206,6 +210,7 @@ class ProcessCrawl:
         for attempt in range(RESTARTS + 1):
             owner = f"{self.run_id}-{index}-{attempt}"
             self._closed[owner] = asyncio.Event()
+            await self._member(owner)
             process = self.processes[index] = await self._spawn(index, owner, url, socket)
             await _relay(process)
             code = await process.wait()
@@ -222,13 +227,26 @@ class ProcessCrawl:
         log.error("worker_given_up", worker=index, restarts=RESTARTS)
         self._failed = True
 
+    def _options(self) -> RedisOptions:
+        """The workers' frontier: the private server's, or the setting's."""
+        return RedisOptions.from_url(self._redis.url if self._redis else self.settings.frontier)
+
+    async def _member(self, owner: str) -> None:
+        """Make the worker ``owner`` a member of the crawl before it starts: every worker's
+        first settle then sees them all, and no host moves as they come up one by one
+        (a move costs its host a robots.txt fetch and a rest). Its own beat takes over;
+        a worker that dies first is removed by ``_recover``."""
+        assert self._client is not None
+        prefix = self._options().prefix
+        members = RedisMembers(self._client, prefix, self.name, owner, ttl_ms=WORKER_START_MS)
+        await members.beat()
+
     async def _recover(self, owner: str, worker: Worker | None) -> None:
         """A dead worker: its leases back in the queue now, its unfinished pages dropped."""
         if worker is not None:
             self.sink.lost(worker)
         assert self._client is not None
-        options = RedisOptions.from_url(self._redis.url if self._redis else self.settings.frontier)
-        counts = await recover_engine(self._client, options.prefix, owner)
+        counts = await recover_engine(self._client, self._options().prefix, owner)
         log.info("leases_recovered", owner=owner, count=sum(counts.values()))
 
     async def _spawn(
