@@ -135,6 +135,19 @@ def analyse(
     return {"wall": round(last - first, 2), "bound": round(bound, 2), "hosts": hosts}
 
 
+def redis_calls(url: str) -> int:
+    """Commands Redis has run so far (``INFO commandstats``): a pipeline of scripts
+    counts each script, one round trip counts as many commands as it carries."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    return sum(int(v["calls"]) for v in stats.values())
+
+
 def crawl_once(
     args: argparse.Namespace,
     work: Path,
@@ -151,10 +164,11 @@ def crawl_once(
     frontier = "memory" if engines == 1 and not args.redis_for_one else redis_url
     if frontier != "memory":
         frontier = f"{redis_url}?prefix=many{uuid.uuid4().hex[:8]}&politeness={args.politeness}"
-    before = cpu_seconds(pids)
+    before, calls = cpu_seconds(pids), redis_calls(redis_url)
     crawl = [bases, str(args.concurrency), str(delay), str(args.per_host)]
     results = run_engines(engines, frontier, crawl)
     redis_cpu = cpu_seconds(pids) - before
+    calls = redis_calls(redis_url) - calls
     time.sleep(1.5)  # nginx flushes its log buffer every second
     row = analyse(read_log(log), args.latency, delay, args.per_host)
     row.update(
@@ -169,6 +183,10 @@ def crawl_once(
         idle_share=[r.get("idle_share") for r in results],
     )
     row["ratio_to_bound"] = round(row["wall"] / row["bound"], 2)
+    if frontier != "memory":  # counted by the crawl, and by Redis (its commands)
+        trips = sum(r.get("round_trips", 0) for r in results)
+        row["round_trips_per_page"] = round(trips / max(row["served"], 1), 3)
+        row["redis_commands_per_page"] = round(calls / max(row["served"], 1), 2)
     row["engine_cpu_per_5s"] = [_per_bucket(r["cpu_each_second"]) for r in results]
     if args.keep_logs is not None:
         args.keep_logs.mkdir(parents=True, exist_ok=True)

@@ -385,8 +385,10 @@ class OwnedFrontier(RedisFrontier[R]):
     async def _take_from(self, asked: list[int]) -> list[Any]:
         """One pipeline of takes, one from each bucket of ``asked``: what they leased."""
         tokens = self.ownership.leases.tokens
-        plan = [(b, tokens[b], self.bucket_keys[b].take_token(uuid.uuid4().hex)) for b in asked]
-        counts = {b: self._windows.room(b) for b in asked}  # as many as may wait here
+        counts = {b: n for b in asked if (n := self._windows.book(b))}  # as many as may wait
+        plan = [(b, tokens[b], self.bucket_keys[b].take_token(uuid.uuid4().hex)) for b in counts]
+        if not plan:  # other takes booked their room meanwhile
+            return []
         adds = {bucket: self._add_wakes[bucket] for bucket in asked}  # see below
         calls: list[Call] = []
         for bucket, token, take in plan:
@@ -396,21 +398,29 @@ class OwnedFrontier(RedisFrontier[R]):
             args = [self.owner, self._ttl_ms, counts[bucket], self.epoch, token]
             calls.append((OWNED_TAKE_LUA, keys, args))
         replicated = self.options.wait == "all"  # a lease a failover undid is a duplicate
-        answers = await self._call(lambda: self._run(calls, stale=True, replicated=replicated))
+        try:
+            answers = await self._call(lambda: self._run(calls, stale=True, replicated=replicated))
+        except BaseException:
+            for bucket, booked in counts.items():
+                self._windows.taken(bucket, [], booked)
+            raise
         found: list[Any] = []
         for (bucket, _, _), answer in zip(plan, answers, strict=True):
+            rids: list[str] = []
             if isinstance(answer, ResponseError) and "STALE" in str(answer):
+                self._windows.taken(bucket, [], counts[bucket])
                 self._full.discard(bucket)  # not ours any more: the next settle sees it
                 self.ownership.leases.tokens.pop(bucket, None)
                 continue
-            if isinstance(answer, list) and answer:
+            leased = isinstance(answer, list) and bool(answer)
+            if leased:
                 answer = self._not_held(answer)
                 rids = [text(rid) for rid in answer[::2]]
                 self._bucket_of_id.update(dict.fromkeys(rids, bucket))
-                self._windows.taken(bucket, rids)
                 found += answer
-            elif self._add_wakes[bucket] == adds[bucket]:  # empty, and no add came since we
-                self._full.discard(bucket)  # asked: the next add to it wakes us (``_woken``)
+            self._windows.taken(bucket, rids, counts[bucket])
+            if not leased and self._add_wakes[bucket] == adds[bucket]:  # empty, and no add
+                self._full.discard(bucket)  # came since we asked: the next wakes us (``_woken``)
         return found
 
     def _not_held(self, pairs: list[Any]) -> list[Any]:

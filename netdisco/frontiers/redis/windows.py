@@ -39,10 +39,20 @@ class Windows:
         """Half the window free: a busy host costs a round trip for every few pages."""
         return self.room(bucket) >= max(1, int(self._caps.get(bucket, CAP_FIRST)) // 2)
 
-    def taken(self, bucket: int, rids: list[str]) -> None:
-        """``rids`` of ``bucket`` were leased to us: they wait until they start."""
+    def book(self, bucket: int) -> int:
+        """The room a take of ``bucket`` asks for, booked until ``taken``: the crawl's
+        workers take at once, and each must not see the same room free."""
+        room = max(self.room(bucket), 0)
+        self._out[bucket] += room
+        return room
+
+    def taken(self, bucket: int, rids: list[str], booked: int = 0) -> None:
+        """``rids`` of ``bucket`` were leased to us (by a take that booked ``booked``):
+        they wait until they start."""
         self._waiting.update(dict.fromkeys(rids, bucket))
-        self._out[bucket] += len(rids)
+        self._out[bucket] += len(rids) - booked
+        if self._out[bucket] <= 0:
+            del self._out[bucket]
 
     def left(self, rid: str, *, started: bool) -> None:
         """``rid`` waits here no more: it started (the window grows by one for every
