@@ -15,6 +15,7 @@ from redis import asyncio as aioredis
 from netdisco import Request
 from netdisco._fence import Fence
 from netdisco.crawl.codec import RequestCodec
+from netdisco.exceptions import CrawlLost
 from netdisco.frontiers.redis import RedisOptions
 from netdisco.frontiers.redis.leases import sweep_expired
 from netdisco.frontiers.redis.owned import OwnedFrontier
@@ -237,3 +238,14 @@ async def test_an_engine_fenced_from_zookeeper_is_no_member_and_its_hosts_move(
     await a.settle()
     members = await lost.redis.zrange(f"{lost.prefix}:{{owned}}:members", 0, -1)
     assert sorted(members) == [b"a", b"b"]
+
+
+async def test_counts_sum_every_bucket_and_refuse_a_bucket_that_lost_the_crawl(
+    lost: Lost,
+) -> None:
+    a = lost.a
+    assert await a.counts() == (len(HOSTS), 0, len(HOSTS))  # one script over the buckets
+    await lost.redis.delete(a.bucket_keys[3].epoch)  # as a Redis come back empty would
+    a._counted = None  # not the count reused from a moment ago
+    with pytest.raises(CrawlLost, match="no crawl"):
+        await a.counts()

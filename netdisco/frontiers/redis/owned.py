@@ -80,7 +80,27 @@ OWNED_TAKE_LUA = (
 )
 
 
-SCRIPTS = (OWNED_ADD_LUA, OWNED_TAKE_LUA, DONE_LUA)
+#: the crawl's counts over every bucket, on one server (a Cluster reads them in one
+#: pipeline instead): ARGV prefix, spider, buckets, epoch, bloom (1/0) -> queued, leased,
+#: seen, or LOST and the epoch a bucket holds. One call and three numbers back, where
+#: the pipeline sends 1,024 commands and parses as many answers (idle workers ask often)
+COUNTS_LUA = """
+local queued, leased, seen = 0, 0, 0
+for b = 0, tonumber(ARGV[3]) - 1 do
+  local tag = ARGV[1] .. ':{' .. ARGV[2] .. '#b' .. b .. '}:'
+  local epoch = redis.call('GET', tag .. 'epoch')
+  if epoch ~= ARGV[4] then return {'LOST', tostring(epoch)} end
+  queued = queued + redis.call('ZCARD', tag .. 'queue')
+  leased = leased + redis.call('ZCARD', tag .. 'leases')
+  if ARGV[5] == '1' then
+    seen = seen + tonumber(redis.call('GET', tag .. 'seen_n') or '0')
+  else
+    seen = seen + redis.call('SCARD', tag .. 'seen')
+  end
+end
+return {queued, leased, seen}
+"""
+SCRIPTS = (OWNED_ADD_LUA, OWNED_TAKE_LUA, DONE_LUA, COUNTS_LUA)
 NO_MOVES = Moves({}, frozenset(), frozenset(), frozenset())
 #: how many times an add is sent until its replicas confirm it (``replication``)
 ADD_TRIES = 5
@@ -260,10 +280,29 @@ class OwnedFrontier(RedisFrontier[R]):
             now = time.monotonic()
             if self._counted is not None and now - self._counted[0] < COUNTS_REUSE:
                 return self._counted[1]
-            found = await super().counts()
+            found = await (self._counts_here() if self._by_sha else super().counts())
             queued, leased, _ = found
             self._counted = (time.monotonic(), found) if queued or leased else None
             return found
+
+    async def _counts_here(self) -> tuple[int, int, int]:
+        """``counts`` on one server: one script sums every bucket (``COUNTS_LUA``)."""
+        if not self._opened:
+            await self.open()
+        await self.flush()  # our own finished requests do not count as leased
+        prefix, bloom = self.options.prefix, "1" if self._bloom else "0"
+        args = [prefix, self.name, self.buckets, self.epoch, bloom]
+
+        async def count() -> list[Any]:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                self._script(pipe, COUNTS_LUA, [], args)
+                return await self._execute(pipe)
+
+        (found,) = await self._call(count)
+        if text(found[0]) == "LOST":
+            raise self._lost(text(found[1]))
+        queued, leased, seen = (int(n) for n in found)
+        return queued, leased, seen
 
     async def _hand_off_drained(self) -> None:
         """Release each leaving bucket that has nothing in flight here any more."""
