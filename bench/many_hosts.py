@@ -187,6 +187,11 @@ def crawl_once(
         trips = sum(r.get("round_trips", 0) for r in results)
         row["round_trips_per_page"] = round(trips / max(row["served"], 1), 3)
         row["redis_commands_per_page"] = round(calls / max(row["served"], 1), 2)
+        by: dict[str, int] = {}
+        for r in results:
+            for what, n in r.get("round_trips_by", {}).items():
+                by[what] = by.get(what, 0) + n
+        row["round_trips_by"] = dict(sorted(by.items(), key=lambda kv: -kv[1]))
     row["engine_cpu_per_5s"] = [_per_bucket(r["cpu_each_second"]) for r in results]
     if args.keep_logs is not None:
         args.keep_logs.mkdir(parents=True, exist_ok=True)

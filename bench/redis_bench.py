@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,7 @@ async def engine(redis_url: str, bases: str, concurrency: int, delay: float, per
     frontier = shared if isinstance(shared, RedisFrontier) else None
     crawler = Crawler(spider, settings, frontier=shared)
     empty = _count_empty_takes(crawler)
+    trips_by = _count_round_trips(frontier) if frontier is not None else {}
     if frontier is not None:
         await frontier.open()
     print("ready", flush=True)
@@ -91,6 +93,7 @@ async def engine(redis_url: str, bases: str, concurrency: int, delay: float, per
     result = {"pages": stats.succeeded, "start": started, "end": finished, "round_trips": trips}
     result["cpu"] = cpu
     result["empty_takes"] = empty[0]
+    result["round_trips_by"] = dict(trips_by)
     result["idle_share"] = stats.idle_share
     result["cpu_each_second"] = samples
     print(json.dumps(result), flush=True)
@@ -105,6 +108,20 @@ async def _sample_cpu(samples: list[float]) -> None:
         now = time.process_time()
         samples.append(round(now - last, 3))
         last = now
+
+
+def _count_round_trips(frontier: Any) -> Counter[str]:
+    """Round trips by the frontier method that made them (the crawl counts only the
+    total): where to look first when a page costs too many."""
+    made: Counter[str] = Counter()
+    call = frontier._call
+
+    async def counted(operation: Any) -> Any:
+        made[sys._getframe(1).f_code.co_name] += 1
+        return await call(operation)
+
+    frontier._call = counted
+    return made
 
 
 def _count_empty_takes(crawler: Any) -> list[int]:

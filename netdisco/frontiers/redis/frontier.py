@@ -427,11 +427,13 @@ class RedisFrontier(Frontier[R]):
         must end, not count the page as failed and acknowledge it without its links.
         """
         delay = _RETRY_FIRST
+        task = asyncio.current_task()
+        cancels = 0 if task is None else task.cancelling()
         while True:
             try:
                 result = await operation()
             except (RedisError, SlotNotCoveredError) as exc:
-                if (task := asyncio.current_task()) is not None and task.cancelling():
+                if task is not None and task.cancelling():
                     # our cancellation came back as a Redis error (asyncio.timeout on
                     # Python 3.11 can turn one into a TimeoutError): a retry would swallow it
                     raise asyncio.CancelledError from exc
@@ -442,6 +444,10 @@ class RedisFrontier(Frontier[R]):
                 await self._wait_out(exc, delay)
                 delay = min(delay * 2, _RETRY_MAX)
             else:
+                if task is not None and task.cancelling() > cancels:
+                    # cancelled during the call, and redis-py retried the TimeoutError
+                    # it became (above) to an answer: the cancellation would be lost
+                    raise asyncio.CancelledError
                 return self._answered(result)
 
     async def _wait_out(self, exc: Exception, delay: float) -> None:

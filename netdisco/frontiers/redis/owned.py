@@ -53,7 +53,7 @@ from netdisco.frontiers.redis.options import RedisOptions
 from netdisco.frontiers.redis.owners import BUCKETS, BucketKeys, BucketLeases, bucket_of
 from netdisco.frontiers.redis.ownership import Moves, Ownership, RedisMembers
 from netdisco.frontiers.redis.replication import REPLICA_WAIT_MS, replicas_for
-from netdisco.frontiers.redis.scripts import ADD_LUA, DONE_LUA, TAKE_LUA
+from netdisco.frontiers.redis.scripts import COUNTS_LUA, DONE_LUA, OWNED_ADD_LUA, OWNED_TAKE_LUA
 from netdisco.frontiers.redis.windows import Windows
 
 log = structlog.get_logger(__name__)
@@ -69,37 +69,6 @@ COUNTS_REUSE = 1.0
 #: take with little to find costs little
 TAKE_BUCKETS = 8
 
-#: the plain add, publishing the queue it added to: its bucket's owner is woken for it
-OWNED_ADD_LUA = ADD_LUA.replace(
-    "redis.call('PUBLISH', ARGV[2], added)", "redis.call('PUBLISH', ARGV[2], KEYS[3])"
-)
-#: the plain take, refused unless the caller holds the bucket's lease (KEYS[8], ARGV[5])
-OWNED_TAKE_LUA = (
-    "if redis.call('HGET', KEYS[8], 'token') ~= ARGV[5] then\n"
-    "  return redis.error_reply('STALE bucket lease')\nend\n" + TAKE_LUA
-)
-
-
-#: the crawl's counts over every bucket, on one server (a Cluster reads them in one
-#: pipeline instead): ARGV prefix, spider, buckets, epoch, bloom (1/0) -> queued, leased,
-#: seen, or LOST and the epoch a bucket holds. One call and three numbers back, where
-#: the pipeline sends 1,024 commands and parses as many answers (idle workers ask often)
-COUNTS_LUA = """
-local queued, leased, seen = 0, 0, 0
-for b = 0, tonumber(ARGV[3]) - 1 do
-  local tag = ARGV[1] .. ':{' .. ARGV[2] .. '#b' .. b .. '}:'
-  local epoch = redis.call('GET', tag .. 'epoch')
-  if epoch ~= ARGV[4] then return {'LOST', tostring(epoch)} end
-  queued = queued + redis.call('ZCARD', tag .. 'queue')
-  leased = leased + redis.call('ZCARD', tag .. 'leases')
-  if ARGV[5] == '1' then
-    seen = seen + tonumber(redis.call('GET', tag .. 'seen_n') or '0')
-  else
-    seen = seen + redis.call('SCARD', tag .. 'seen')
-  end
-end
-return {queued, leased, seen}
-"""
 SCRIPTS = (OWNED_ADD_LUA, OWNED_TAKE_LUA, DONE_LUA, COUNTS_LUA)
 NO_MOVES = Moves({}, frozenset(), frozenset(), frozenset())
 #: how many times an add is sent until its replicas confirm it (``replication``)
@@ -153,6 +122,7 @@ class OwnedFrontier(RedisFrontier[R]):
         self._owner_task: asyncio.Task[None] | None = None
         self._settled = asyncio.Event()  # the first settle ran: we know what we own
         self._settling = asyncio.Lock()  # one settle at a time (the beat, or a caller)
+        self._handing = asyncio.Lock()  # one hand-off of drained buckets at a time
 
     # -- what the crawl asks -------------------------------------------------------
 
@@ -305,15 +275,21 @@ class OwnedFrontier(RedisFrontier[R]):
         return queued, leased, seen
 
     async def _hand_off_drained(self) -> None:
-        """Release each leaving bucket that has nothing in flight here any more."""
-        drained = self.ownership.leaving - set(self._bucket_of_id.values())
-        if drained & set(self._acking.values()):
-            await self.flush()  # their acks first: the next owner must not take them
-        for bucket in sorted(drained):
-            self._cold.pop(bucket, None)
-            self.moves += 1
-            self.round_trips += 1
-            await self.ownership.hand_off(bucket, self._pace_of(bucket))
+        """Release each leaving bucket that has nothing in flight here any more, one
+        caller at a time: two (a worker's ``done``, the beat) would both release a
+        bucket, one with its hosts' paces and one with none, on two connections whose
+        order Redis does not keep, and the next owner could get the empty one."""
+        async with self._handing:
+            if self._drained() & set(self._acking.values()):
+                await self.flush()  # their acks first: the next owner must not take them
+            for bucket in sorted(self._drained()):  # read again: the flush took a while
+                self._cold.pop(bucket, None)
+                self.moves += 1
+                self.round_trips += 1
+                await self.ownership.hand_off(bucket, self._pace_of(bucket))
+
+    def _drained(self) -> frozenset[int]:
+        return self.ownership.leaving - set(self._bucket_of_id.values())
 
     def _pace_of(self, bucket: int) -> dict[str, tuple[float, float]]:
         hosts = self._hosts.pop(bucket, set())

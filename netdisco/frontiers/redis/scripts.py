@@ -167,3 +167,36 @@ end
 return 1
 """
 )
+
+
+#: the plain add, publishing the queue it added to: its bucket's owner is woken for it
+OWNED_ADD_LUA = ADD_LUA.replace(
+    "redis.call('PUBLISH', ARGV[2], added)", "redis.call('PUBLISH', ARGV[2], KEYS[3])"
+)
+#: the plain take, refused unless the caller holds the bucket's lease (KEYS[8], ARGV[5])
+OWNED_TAKE_LUA = (
+    "if redis.call('HGET', KEYS[8], 'token') ~= ARGV[5] then\n"
+    "  return redis.error_reply('STALE bucket lease')\nend\n" + TAKE_LUA
+)
+
+
+#: the crawl's counts over every bucket, on one server (a Cluster reads them in one
+#: pipeline instead): ARGV prefix, spider, buckets, epoch, bloom (1/0) -> queued, leased,
+#: seen, or LOST and the epoch a bucket holds. One call and three numbers back, where
+#: the pipeline sends 1,024 commands and parses as many answers (idle workers ask often)
+COUNTS_LUA = """
+local queued, leased, seen = 0, 0, 0
+for b = 0, tonumber(ARGV[3]) - 1 do
+  local tag = ARGV[1] .. ':{' .. ARGV[2] .. '#b' .. b .. '}:'
+  local epoch = redis.call('GET', tag .. 'epoch')
+  if epoch ~= ARGV[4] then return {'LOST', tostring(epoch)} end
+  queued = queued + redis.call('ZCARD', tag .. 'queue')
+  leased = leased + redis.call('ZCARD', tag .. 'leases')
+  if ARGV[5] == '1' then
+    seen = seen + tonumber(redis.call('GET', tag .. 'seen_n') or '0')
+  else
+    seen = seen + redis.call('SCARD', tag .. 'seen')
+  end
+end
+return {queued, leased, seen}
+"""
