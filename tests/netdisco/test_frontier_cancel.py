@@ -32,7 +32,7 @@ async def test_a_cancellation_the_operation_swallowed_is_raised_again() -> None:
     async def swallowing() -> str:
         started.set()
         with contextlib.suppress(asyncio.CancelledError):  # as a retry that answered would
-            await asyncio.sleep(30)
+            await asyncio.Event().wait()  # until cancelled
         return "answer"
 
     call = asyncio.create_task(frontier._call(swallowing))
@@ -51,16 +51,19 @@ async def test_a_call_made_while_cancelled_already_still_answers() -> None:
         RedisOptions.from_url("redis://127.0.0.1:1/0"), "s", RequestCodec(spider)
     )
 
+    started = asyncio.Event()
+
     async def cleanup() -> str:
+        started.set()
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.sleep(30)
+            await asyncio.Event().wait()  # until cancelled
         return await frontier._call(answer)
 
     async def answer() -> str:
         return "answer"
 
     task = asyncio.create_task(cleanup())
-    await asyncio.sleep(0)
+    await started.wait()
     task.cancel()
     assert await task == "answer"
     await frontier._redis.aclose()
