@@ -106,8 +106,15 @@ def most_in_flight(visits: list[Visit]) -> int:
 
 def closest_starts(visits: list[Visit]) -> float:
     """The shortest time between two request starts at the server."""
-    starts = sorted(v.start for v in visits)
-    return min((b - a for a, b in itertools.pairwise(starts)), default=float("inf"))
+    return closest_pair(visits)[0]
+
+
+def closest_pair(visits: list[Visit]) -> tuple[float, list[Visit]]:
+    """The shortest time between two request starts at the server, and those two
+    visits (what a failed assertion shows)."""
+    ordered = sorted(visits, key=lambda v: v.start)
+    pairs = [(b.start - a.start, [a, b]) for a, b in itertools.pairwise(ordered)]
+    return min(pairs, key=lambda pair: pair[0], default=(float("inf"), []))
 
 
 def reachable(pages: int) -> set[str]:

@@ -51,7 +51,7 @@ from netdisco.frontiers.redis.frontier import RedisFrontier
 from netdisco.frontiers.redis.leases import Client, return_leases, text
 from netdisco.frontiers.redis.options import RedisOptions
 from netdisco.frontiers.redis.owners import BUCKETS, BucketKeys, BucketLeases, bucket_of
-from netdisco.frontiers.redis.ownership import Moves, Ownership, RedisMembers
+from netdisco.frontiers.redis.ownership import TRUSTED, Moves, Ownership, RedisMembers
 from netdisco.frontiers.redis.replication import REPLICA_WAIT_MS, replicas_for
 from netdisco.frontiers.redis.scripts import COUNTS_LUA, DONE_LUA, OWNED_ADD_LUA, OWNED_TAKE_LUA
 from netdisco.frontiers.redis.windows import Windows
@@ -107,6 +107,9 @@ class OwnedFrontier(RedisFrontier[R]):
         self._members = RedisMembers(*where, ttl_ms=OWNER_TTL_MS)
         self._book: PaceBook | None = None
         self._delay = 0.0  # the crawl's download_delay: a cold bucket's hosts rest it once
+        # ...and the share of a lease its last owner did not trust (``TRUSTED``): a request
+        # it checked just in time may reach the host that much later (a stalled loop)
+        self._untrusted = (1 - TRUSTED) * OWNER_TTL_MS / 1000
         self._bucket_of_id: dict[str, int] = {}  # ids we hold (taken, not done)
         self._acking: dict[str, int] = {}  # ids done, their ack or requeue not sent yet
         self._hosts: defaultdict[int, set[str]] = defaultdict(set)  # hosts taken, by bucket
@@ -320,7 +323,8 @@ class OwnedFrontier(RedisFrontier[R]):
         return request
 
     def _taken(self, request: R) -> None:
-        """A request handed out: its host rests once if its bucket came unreleased."""
+        """A request handed out: its host rests once if its bucket came unreleased: the
+        delay, and the last owner's untrusted share of its lease (``_untrusted``)."""
         rid = self._ids.get(id(request))
         bucket = self._bucket_of_id.get(rid or "")
         if bucket is None:
@@ -330,8 +334,8 @@ class OwnedFrontier(RedisFrontier[R]):
         rested = self._cold.get(bucket)
         if rested is not None and host not in rested:
             rested.add(host)
-            if self._book is not None and self._delay:
-                self._book.seed(host, self._delay)
+            if self._book is not None:
+                self._book.seed(host, self._delay + self._untrusted)
 
     async def done(self, request: R, *, requeue: bool = False) -> None:
         if requeue:  # given back unstarted (no room for its host here, say): ``Windows``
