@@ -63,6 +63,10 @@ OWNER_BEAT = 1.0
 #: how long a member entry and a bucket lease last unless pushed on (ms): a dead engine's
 #: hosts move this long after its last beat when nothing recovers it sooner
 OWNER_TTL_MS = 3_000
+#: the share of a bucket lease its last owner did not trust (``ownership.TRUSTED``), in s:
+#: a request it checked just in time may reach the host that much later (a stalled
+#: loop), so a bucket whose lease ran out rests each host this long beside the delay
+UNTRUSTED = (1 - TRUSTED) * OWNER_TTL_MS / 1000
 #: how long a count that says work remains is reused (s): see ``OwnedFrontier.counts``
 COUNTS_REUSE = 1.0
 #: buckets one take asks at most (one pipeline): enough for a batch, few enough that a
@@ -107,9 +111,6 @@ class OwnedFrontier(RedisFrontier[R]):
         self._members = RedisMembers(*where, ttl_ms=OWNER_TTL_MS)
         self._book: PaceBook | None = None
         self._delay = 0.0  # the crawl's download_delay: a cold bucket's hosts rest it once
-        # ...and the share of a lease its last owner did not trust (``TRUSTED``): a request
-        # it checked just in time may reach the host that much later (a stalled loop)
-        self._untrusted = (1 - TRUSTED) * OWNER_TTL_MS / 1000
         self._bucket_of_id: dict[str, int] = {}  # ids we hold (taken, not done)
         self._acking: dict[str, int] = {}  # ids done, their ack or requeue not sent yet
         self._hosts: defaultdict[int, set[str]] = defaultdict(set)  # hosts taken, by bucket
@@ -324,7 +325,7 @@ class OwnedFrontier(RedisFrontier[R]):
 
     def _taken(self, request: R) -> None:
         """A request handed out: its host rests once if its bucket came unreleased: the
-        delay, and the last owner's untrusted share of its lease (``_untrusted``)."""
+        delay, and the last owner's untrusted share of its lease (``UNTRUSTED``)."""
         rid = self._ids.get(id(request))
         bucket = self._bucket_of_id.get(rid or "")
         if bucket is None:
@@ -335,7 +336,7 @@ class OwnedFrontier(RedisFrontier[R]):
         if rested is not None and host not in rested:
             rested.add(host)
             if self._book is not None:
-                self._book.seed(host, self._delay + self._untrusted)
+                self._book.seed(host, self._delay + UNTRUSTED)
 
     async def done(self, request: R, *, requeue: bool = False) -> None:
         if requeue:  # given back unstarted (no room for its host here, say): ``Windows``
