@@ -114,7 +114,7 @@ class OwnedFrontier(RedisFrontier[R]):
         self._bucket_of_id: dict[str, int] = {}  # ids we hold (taken, not done)
         self._acking: dict[str, int] = {}  # ids done, their ack or requeue not sent yet
         self._hosts: defaultdict[int, set[str]] = defaultdict(set)  # hosts taken, by bucket
-        self._cold: dict[int, set[str]] = {}  # bucket acquired unreleased -> hosts rested
+        self._cold: dict[int, tuple[float, set[str]]] = {}  # new bucket -> its rest, hosts rested
         self._full: set[int] = set()  # held buckets that may have requests queued
         self._windows = Windows(self._wake)
         self._unstarted: set[int] = set()  # id() of requests being given back unstarted
@@ -213,13 +213,13 @@ class OwnedFrontier(RedisFrontier[R]):
             self.moves += 1
             self._full.add(bucket)
             self._hosts.pop(bucket, None)
-            if got.released:
-                self._cold.pop(bucket, None)
-                for host, rest in got.rests.items():
-                    if self._book is not None:
-                        self._book.seed(host, rest)
-            else:  # its last owner did not say how its hosts stand: each rests a delay
-                self._cold[bucket] = set()
+            # each host rests a delay before its first start here (the delay and the
+            # last owner's untrusted share if its lease ran out): the pace handed on says
+            # more for the hosts it names, and a host it does not name costs one delay
+            self._cold[bucket] = (self._delay + (0 if got.released else UNTRUSTED), set())
+            for host, rest in got.rests.items():
+                if self._book is not None:
+                    self._book.seed(host, rest)
         if moves.gained:
             log.info("frontier_buckets_gained", count=len(moves.gained), at=round(now, 3))
             self._wake()
@@ -324,19 +324,18 @@ class OwnedFrontier(RedisFrontier[R]):
         return request
 
     def _taken(self, request: R) -> None:
-        """A request handed out: its host rests once if its bucket came unreleased: the
-        delay, and the last owner's untrusted share of its lease (``UNTRUSTED``)."""
+        """A request handed out: its host rests once after its bucket came here (``_cold``)."""
         rid = self._ids.get(id(request))
         bucket = self._bucket_of_id.get(rid or "")
         if bucket is None:
             return
         host = request.host_key
         self._hosts[bucket].add(host)
-        rested = self._cold.get(bucket)
-        if rested is not None and host not in rested:
-            rested.add(host)
-            if self._book is not None:
-                self._book.seed(host, self._delay + UNTRUSTED)
+        cold = self._cold.get(bucket)
+        if cold is not None and host not in cold[1]:
+            cold[1].add(host)
+            if self._book is not None and cold[0] > 0:
+                self._book.seed(host, cold[0])
 
     async def done(self, request: R, *, requeue: bool = False) -> None:
         if requeue:  # given back unstarted (no room for its host here, say): ``Windows``
