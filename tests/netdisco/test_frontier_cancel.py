@@ -19,20 +19,22 @@ def unconnected() -> RedisFrontier[Request]:
     return RedisFrontier(RedisOptions.from_url("redis://127.0.0.1:1/0"), "s", RequestCodec(spider))
 
 
+async def outlive_cancel(started: asyncio.Event) -> None:
+    """Say it started, then wait until cancelled, and swallow the cancellation."""
+    started.set()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.Event().wait()
+
+
 async def test_a_cancellation_the_operation_swallowed_is_raised_again() -> None:
     """redis-py may turn a cancellation into a TimeoutError and retry it to an answer
     (asyncio.timeout on Python 3.11): the task that was cancelled must still end, or a
     crawl's progress loop sleeps on after its crawl was told to stop."""
-    spider = SiteSpider(start_urls=[])
-    frontier = RedisFrontier(
-        RedisOptions.from_url("redis://127.0.0.1:1/0"), "s", RequestCodec(spider)
-    )
+    frontier = unconnected()
     started = asyncio.Event()
 
     async def swallowing() -> str:
-        started.set()
-        with contextlib.suppress(asyncio.CancelledError):  # as a retry that answered would
-            await asyncio.Event().wait()  # until cancelled
+        await outlive_cancel(started)  # as a retry that answered would
         return "answer"
 
     call = asyncio.create_task(frontier._call(swallowing))
@@ -46,17 +48,11 @@ async def test_a_cancellation_the_operation_swallowed_is_raised_again() -> None:
 async def test_a_call_made_while_cancelled_already_still_answers() -> None:
     """Clean-up after a cancellation (handing leases back) goes on: only a cancellation
     that arrives during the call is raised."""
-    spider = SiteSpider(start_urls=[])
-    frontier = RedisFrontier(
-        RedisOptions.from_url("redis://127.0.0.1:1/0"), "s", RequestCodec(spider)
-    )
-
+    frontier = unconnected()
     started = asyncio.Event()
 
     async def cleanup() -> str:
-        started.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.Event().wait()  # until cancelled
+        await outlive_cancel(started)
         return await frontier._call(answer)
 
     async def answer() -> str:
