@@ -1,5 +1,6 @@
 """Several hosts on loopback (127.0.0.1, .2, .3...) that log every request's start and
-end at the server, and an engine process that crawls them through host queues.
+end at the server (its start as the kernel received it), and an engine process that
+crawls them on a shared Redis crawl.
 
 Usage: python -m tests.netdisco.hosts_support REDIS_URL DELAY PER_HOST BASE [BASE...]
 (prints "ready" and its frontier's owner, crawls on a "go" line, stops gracefully on a
@@ -14,19 +15,21 @@ import contextlib
 import itertools
 import json
 import os
+import re
+import socket
+import struct
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import structlog
-from aiohttp import web
 
 from netdisco import Crawler, Response, Settings, Spider
 from netdisco.crawl.feeds.spec import parse_feeds
-from netdisco.testing import serve
 
 #: pages per host: page n links to 2n+1 and 2n+2, a tree from /p0.html
 PAGES = 24
@@ -36,7 +39,10 @@ ROBOTS = "User-agent: *\nDisallow: /p23.html\n"
 
 @dataclass
 class Visit:
-    """One request as the server saw it (``time.monotonic``, the server's clock)."""
+    """One request as the server saw it, on the system clock (``time.time``): ``start``
+    is when the kernel received its first bytes (``SO_TIMESTAMPNS``), so a server
+    process that its scheduler or its loop holds back cannot move it; ``end`` is taken
+    just before the answer is written."""
 
     path: str
     start: float
@@ -44,9 +50,14 @@ class Visit:
     status: int = 200
 
 
+#: an answer: status, headers, body
+Answer = tuple[int, dict[str, str], bytes]
+
+
 @dataclass
 class LoggingHost:
-    """A site on one loopback address that records what it served, and when."""
+    """A site on one loopback address that records what it served, and when
+    (``served``)."""
 
     latency: float
     pages: int = PAGES
@@ -57,41 +68,163 @@ class LoggingHost:
     robots_fetches: int = 0
     robots_visits: list[Visit] = field(default_factory=list)
 
-    async def robots(self, request: web.Request) -> web.Response:
+    async def answer(self, path: str, arrived: float) -> Answer:
+        """What the site answers a GET of ``path`` that arrived at ``arrived``."""
+        if path == "/robots.txt":
+            return await self.robots(path, arrived)
+        if re.fullmatch(r"/p[0-9]+\.html", path):
+            return await self.handle(path, arrived)
+        return 404, {}, b""
+
+    async def robots(self, path: str, arrived: float) -> Answer:
         """Not a page: counted apart (``robots_visits``), fetched inside a page's slot."""
         self.robots_fetches += 1
-        visit = Visit(request.path, time.monotonic())
+        visit = Visit(path, arrived)
         self.robots_visits.append(visit)
         await asyncio.sleep(self.latency)
-        visit.end = time.monotonic()
-        return web.Response(text=ROBOTS)
+        visit.end = time.time()
+        return 200, {"Content-Type": "text/plain"}, ROBOTS.encode()
 
-    async def handle(self, request: web.Request) -> web.Response:
-        visit = Visit(request.path, time.monotonic())
+    async def handle(self, path: str, arrived: float) -> Answer:
+        visit = Visit(path, arrived)
         self.visits.append(visit)
         self.visited()
         await asyncio.sleep(self.latency)
-        wait = self.throttle.pop(request.path, None)
+        wait = self.throttle.pop(path, None)
         if wait is not None:
-            visit.status, visit.end = 429, time.monotonic()
-            return web.Response(status=429, headers={"Retry-After": str(wait)})
-        if request.path in self.redirects:
-            visit.status, visit.end = 302, time.monotonic()
-            return web.Response(status=302, headers={"Location": self.redirects[request.path]})
-        number = int(request.path[2:-5])  # /p<n>.html
+            visit.status, visit.end = 429, time.time()
+            return 429, {"Retry-After": str(wait)}, b""
+        if path in self.redirects:
+            visit.status, visit.end = 302, time.time()
+            return 302, {"Location": self.redirects[path]}, b""
+        number = int(path[2:-5])  # /p<n>.html
         links = "".join(
             f'<a href="/p{n}.html">{n}</a>'
             for n in (2 * number + 1, 2 * number + 2)
             if n < self.pages
         )
-        visit.end = time.monotonic()
-        return web.Response(text=f"<html><body>{links}</body></html>", content_type="text/html")
+        visit.end = time.time()
+        body = f"<html><body>{links}</body></html>".encode()
+        return 200, {"Content-Type": "text/html; charset=utf-8"}, body
 
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/{page:p[0-9]+\\.html}", self.handle)
-        app.router.add_get("/robots.txt", self.robots)
-        return app
+
+#: the kernel's receive time of a socket's data, as a ``struct timespec``
+_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_STAMP = struct.Struct("qq")
+_REASONS = {200: "OK", 302: "Found", 404: "Not Found", 429: "Too Many Requests"}
+
+
+async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    readable: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    loop.add_reader(sock, ready)
+    try:
+        await readable
+    finally:
+        loop.remove_reader(sock)
+
+
+async def _receive(sock: socket.socket) -> tuple[bytes, float | None]:
+    """The next bytes on ``sock`` and when the kernel received them (None at the end
+    of the stream, or while the kernel stamps nothing yet)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            data, ancillary, _, _ = sock.recvmsg(65536, socket.CMSG_SPACE(_STAMP.size))
+        except BlockingIOError:
+            await _readable(loop, sock)
+            continue
+        for level, kind, value in ancillary:
+            if level == socket.SOL_SOCKET and kind == _TIMESTAMPNS:
+                seconds, nanos = _STAMP.unpack(value[: _STAMP.size])
+                return data, seconds + nanos / 1e9
+        return data, None
+
+
+async def _converse(site: LoggingHost, sock: socket.socket) -> None:
+    """One connection: HTTP/1.1 GETs, kept alive; a request's arrival is the kernel's
+    stamp of the bytes that began it."""
+    loop = asyncio.get_running_loop()
+    buffer, arrived = b"", 0.0
+    with sock:
+        while True:
+            data, stamp = await _receive(sock)
+            if not data:
+                return
+            if stamp is None:
+                raise AssertionError("the kernel stamped no request: SO_TIMESTAMPNS is off")
+            if not buffer:
+                arrived = stamp
+            buffer += data
+            while (end := buffer.find(b"\r\n\r\n")) >= 0:
+                head, buffer = buffer[:end].decode("latin-1"), buffer[end + 4 :]
+                method, target, _ = head.split("\r\n", 1)[0].split(" ", 2)
+                assert method == "GET", head  # a GET, with no body
+                assert "content-length:" not in head.lower(), head
+                status, headers, body = await site.answer(urlsplit(target).path, arrived)
+                lines = [f"HTTP/1.1 {status} {_REASONS[status]}", f"Content-Length: {len(body)}"]
+                lines += [f"{name}: {value}" for name, value in headers.items()]
+                await loop.sock_sendall(sock, "\r\n".join(lines).encode() + b"\r\n\r\n" + body)
+                arrived = stamp  # what is left of the buffer came with these bytes
+
+
+async def _stamping(listener: socket.socket) -> None:
+    """Wait until the kernel stamps what arrives: enabling it may take effect a little
+    later (a deferred switch), and an unstamped request would be an error."""
+    loop = asyncio.get_running_loop()
+    for _ in range(200):
+        with socket.create_connection(listener.getsockname()) as client:
+            sock, _ = await loop.sock_accept(listener)
+            with sock:
+                sock.setblocking(False)
+                client.sendall(b"x")
+                _, stamp = await _receive(sock)
+        if stamp is not None:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the kernel stamps no received data (SO_TIMESTAMPNS)")
+
+
+@contextlib.asynccontextmanager
+async def served(site: LoggingHost, address: str = "127.0.0.1") -> AsyncIterator[str]:
+    """Serve ``site`` on a free port of ``address`` in this loop; yields its base URL."""
+    loop = asyncio.get_running_loop()
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, _TIMESTAMPNS, 1)  # accepted sockets inherit it
+    listener.bind((address, 0))
+    listener.listen(128)
+    listener.setblocking(False)
+    conversations: set[asyncio.Task[None]] = set()
+    broken: list[BaseException] = []  # a conversation's error fails the test at the end
+
+    def ended(task: asyncio.Task[None]) -> None:
+        conversations.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            broken.append(error)
+
+    async def accept() -> None:
+        while True:
+            sock, _ = await loop.sock_accept(listener)
+            sock.setblocking(False)
+            task = asyncio.create_task(_converse(site, sock))
+            conversations.add(task)
+            task.add_done_callback(ended)
+
+    with listener:
+        await _stamping(listener)
+        acceptor = asyncio.create_task(accept())
+        try:
+            yield f"http://{address}:{listener.getsockname()[1]}"
+        finally:
+            for task in (acceptor, *conversations):
+                task.cancel()
+            await asyncio.gather(acceptor, *conversations, return_exceptions=True)
+    if broken:
+        raise broken[0]
 
 
 def most_in_flight(visits: list[Visit]) -> int:
@@ -140,7 +273,7 @@ async def hosts(
     sites = [LoggingHost(latency, pages, visited) for _ in addresses]
     async with contextlib.AsyncExitStack() as stack:
         bases = [
-            await stack.enter_async_context(serve(s.app(), a))
+            await stack.enter_async_context(served(s, a))
             for s, a in zip(sites, addresses, strict=True)
         ]
         yield list(zip(bases, sites, strict=True))

@@ -1,8 +1,9 @@
 """Three engine processes, three hosts: the per-host limits hold for them together,
 measured where it matters, at the server (``tests.netdisco.hosts_support``).
 
-The server's clock is ``time.monotonic``; the only slack allowed is its own
-granularity: at a tie an end counts before a start.
+A start is when the server's kernel received the request (``SO_TIMESTAMPNS``): what
+the site sees, however late the server's own loop reads it. No slack is allowed: at a
+tie an end counts before a start.
 """
 
 from __future__ import annotations

@@ -20,13 +20,14 @@ from netdisco.frontiers.redis import RedisFrontier, RedisOptions
 from netdisco.frontiers.redis.owned import OwnedFrontier
 from netdisco.frontiers.redis.owners import BUCKETS, bucket_of, winner
 from netdisco.frontiers.redis.ownership import RedisMembers
-from netdisco.testing import RedisServer, serve
+from netdisco.testing import RedisServer
 from tests.netdisco.hosts_support import (
     PAGES,
     HostsSpider,
     LoggingHost,
     closest_starts,
     most_in_flight,
+    served,
 )
 from tests.netdisco.redis_support import SiteSpider
 
@@ -56,7 +57,7 @@ async def test_a_redirect_to_another_host_waits_for_a_slot_of_that_host(
     than ``per_host_concurrency`` requests are ever in flight; every page is fetched
     once and yields its item, under the URL it was found at the end of its hops."""
     a, b = LoggingHost(latency=0.05), LoggingHost(latency=0.05)
-    async with serve(a.app(), "127.0.0.1") as base_a, serve(b.app(), "127.0.0.2") as base_b:
+    async with served(a, "127.0.0.1") as base_a, served(b, "127.0.0.2") as base_b:
         a.redirects = {f"/p{n}.html": f"{base_b}/p{n + 100}.html" for n in range(1, 21)}
         seeds = [f"{base_a}/p{n}.html" for n in range(1, 21)] + [f"{base_b}/p0.html"]
         settings = Settings(
@@ -111,7 +112,7 @@ async def test_a_redirect_to_a_host_another_engine_owns_goes_to_it_and_a_loop_en
     its page once; with ``dont_filter`` (each engine queues its seed: two chains) the
     hops are counted across the engines and ``max_redirects`` ends each loop."""
     a, b = LoggingHost(latency=0.0), LoggingHost(latency=0.0)
-    async with serve(a.app(), "127.0.0.1") as base_a, serve(b.app(), "127.0.0.2") as base_b:
+    async with served(a, "127.0.0.1") as base_a, served(b, "127.0.0.2") as base_b:
         a.redirects = {"/p1.html": f"{base_b}/p1.html"}
         b.redirects = {"/p1.html": f"{base_a}/p1.html"}
         seeds = [f"{base_a}/p1.html"]
@@ -140,7 +141,7 @@ async def test_the_page_after_a_robots_fetch_waits_the_delay(redis_url: str) -> 
     too, so at the server that page starts no sooner than the delay after it."""
     delay = 0.3
     site = LoggingHost(latency=0.01)
-    async with serve(site.app(), "127.0.0.1") as base:
+    async with served(site, "127.0.0.1") as base:
         settings = Settings(frontier=redis_url, download_delay=delay, progress_interval=0)
         spider = HostsSpider(start_urls=[f"{base}/p{n}.html" for n in range(3)])
         stats = await Crawler(spider, settings).run()
