@@ -39,6 +39,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,23 +59,31 @@ BUCKET = 5.0  # seconds a timeline column covers
 SLACK = 0.002  # what nginx's millisecond timestamps cannot tell apart (s)
 
 
-def nginx_conf(work: Path, port: int, latency: float) -> Path:
-    """One server per site on 127.0.1.N:port, each answer after ``latency`` seconds."""
+def addresses(count: int, first: int = 1) -> list[str]:
+    """``count`` loopback addresses from 127.0.1.1: 250 in each /24 (127.0.1.x, 127.0.2.x,
+    ...), none ending in .0 or .255."""
+    return [f"127.0.{1 + n // 250}.{1 + n % 250}" for n in range(first - 1, first - 1 + count)]
+
+
+def nginx_conf(work: Path, sites: list[tuple[str, str]], port: int, latency: float) -> Path:
+    """One server for each (address, document root) on address:port, each answer after
+    ``latency`` seconds."""
     servers = "\n".join(
         f"""
     server {{
-        listen 127.0.1.{n}:{port};
+        listen {address}:{port};
         root {root};
         location / {{ echo_sleep {latency}; echo_exec @file; }}
         location @file {{ try_files $uri $uri/index.html =404; }}
     }}"""
-        for n, (_, root) in enumerate(SITES, 1)
+        for address, root in sites
     )
     conf = work / "nginx.conf"
     conf.write_text(
         f"""
 load_module {ECHO_MODULE};
 worker_processes 1;
+worker_rlimit_nofile 65536;
 daemon off;
 pid {work}/nginx.pid;
 error_log {work}/error.log warn;
@@ -102,11 +111,15 @@ def read_log(path: Path) -> list[tuple[float, float, str, str]]:
 
 
 def analyse(
-    rows: list[tuple[float, float, str, str]], latency: float, delay: float, slots: int
+    rows: list[tuple[float, float, str, str]],
+    latency: float,
+    delay: float,
+    slots: int,
+    names: dict[str, str],
 ) -> dict[str, Any]:
-    """Per host: pages, duplicates, span, busy share of its slots, closest starts, and the
-    timeline; for the crawl: wall and the politeness bound."""
-    names = {f"127.0.1.{n}": name for n, (name, _) in enumerate(SITES, 1)}
+    """Per host (``names``: address -> name): pages, duplicates, span, busy share of its
+    slots, closest starts, and the timeline; for the crawl: wall and the politeness
+    bound."""
     by_host: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
     for start, end, address, uri in rows:
         by_host[names.get(address, address)].append((start, end, uri))
@@ -151,16 +164,18 @@ def redis_calls(url: str) -> int:
 def crawl_once(
     args: argparse.Namespace,
     work: Path,
+    names: dict[str, str],
     engines: int,
     delay: float,
     redis_url: str,
     pids: list[int],
 ) -> dict[str, Any]:
+    """One crawl of the hosts ``names`` (address -> name) by ``engines`` engines."""
     log = work / "access.log"
     log.write_text("")
     os.kill(int((work / "nginx.pid").read_text()), signal.SIGUSR1)  # reopen the log
     time.sleep(0.3)
-    bases = ",".join(f"http://127.0.1.{n}:{args.port}" for n in range(1, len(SITES) + 1))
+    bases = ",".join(f"http://{address}:{args.port}" for address in names)
     frontier = "memory" if engines == 1 and not args.redis_for_one else redis_url
     if frontier != "memory":
         frontier = f"{redis_url}?prefix=many{uuid.uuid4().hex[:8]}&politeness={args.politeness}"
@@ -170,7 +185,7 @@ def crawl_once(
     redis_cpu = cpu_seconds(pids) - before
     calls = redis_calls(redis_url) - calls
     time.sleep(1.5)  # nginx flushes its log buffer every second
-    row = analyse(read_log(log), args.latency, delay, args.per_host)
+    row = analyse(read_log(log), args.latency, delay, args.per_host, names)
     row.update(
         engines=engines,
         delay=delay,
@@ -230,15 +245,16 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(description: str, port: int) -> argparse.ArgumentParser:
+    """The options both many-hosts benchmarks take."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--latency", type=float, default=0.02)
     parser.add_argument("--delays", default="0,0.05")
     parser.add_argument("--engines", default="1,3")
     parser.add_argument("--per-host", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--port", type=int, default=8480)
+    parser.add_argument("--port", type=int, default=port)
     parser.add_argument("--redis-for-one", action="store_true", help="one engine on Redis too")
     parser.add_argument(
         "--politeness",
@@ -248,17 +264,26 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, help="also append every JSON line here")
     parser.add_argument("--keep-logs", type=Path, help="copy each crawl's access log here")
-    args = parser.parse_args()
-    missing = [root for _, root in SITES if not Path(root).is_dir()]
-    if missing or not Path(ECHO_MODULE).exists():
-        sys.exit(f"missing: {', '.join(missing) or ECHO_MODULE} (see this file's docstring)")
+    return parser
+
+
+def run(
+    args: argparse.Namespace,
+    sites: list[tuple[str, str, str]],
+    shown: Callable[[dict[str, Any]], dict[str, Any]] = lambda row: row,
+) -> None:
+    """Serve ``sites`` ((address, name, document root) each) with nginx and crawl them
+    ``args.rounds`` times in every configuration, the order rotated every round; print
+    ``shown(row)`` for each crawl, then a summary of each configuration."""
     from netdisco.testing import RedisServer, wait_port
 
     work = Path(tempfile.mkdtemp(prefix="many-hosts-"))
-    nginx = subprocess.Popen(["nginx", "-c", str(nginx_conf(work, args.port, args.latency))])
+    conf = nginx_conf(work, [(a, root) for a, _, root in sites], args.port, args.latency)
+    nginx = subprocess.Popen(["nginx", "-c", str(conf)])
+    names = {address: name for address, name, _ in sites}
     try:
-        for n in range(1, len(SITES) + 1):
-            wait_port(f"127.0.1.{n}", args.port)
+        for address in names:
+            wait_port(address, args.port)
         with RedisServer() as redis_server:
             pids = [nginx.pid, redis_server.process.pid]
             configs = [
@@ -268,8 +293,10 @@ def main() -> None:
             for round_ in range(args.rounds):
                 shift = round_ % len(configs)
                 for engines, delay in configs[shift:] + configs[:shift]:
-                    row = crawl_once(args, work, engines, delay, redis_server.url, pids[1:])
+                    url = redis_server.url
+                    row = crawl_once(args, work, names, engines, delay, url, pids[1:])
                     row["round"] = round_ + 1
+                    row = shown(row)
                     emit(args, row)
                     runs[(engines, delay)].append(row)
             for config in configs:
@@ -278,6 +305,15 @@ def main() -> None:
         nginx.terminate()
         nginx.wait(10)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    args = arguments(__doc__.splitlines()[0], 8480).parse_args()
+    missing = [root for _, root in SITES if not Path(root).is_dir()]
+    if missing or not Path(ECHO_MODULE).exists():
+        sys.exit(f"missing: {', '.join(missing) or ECHO_MODULE} (see this file's docstring)")
+    sites = [(a, name, root) for a, (name, root) in zip(addresses(len(SITES)), SITES, strict=True)]
+    run(args, sites)
 
 
 def emit(args: argparse.Namespace, row: dict[str, Any]) -> None:
