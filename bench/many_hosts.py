@@ -285,6 +285,7 @@ def run(
         for address in names:
             wait_port(address, args.port)
         with RedisServer() as redis_server:
+            assert redis_server.process is not None
             pids = [nginx.pid, redis_server.process.pid]
             configs = [
                 (int(e), float(d)) for d in args.delays.split(",") for e in args.engines.split(",")
