@@ -138,6 +138,8 @@ async def _receive(sock: socket.socket) -> tuple[bytes, float | None]:
         except BlockingIOError:
             await _readable(loop, sock)
             continue
+        except ConnectionError:  # a client killed (kill -9): its connection is reset
+            return b"", None
         for level, kind, value in ancillary:
             if level == socket.SOL_SOCKET and kind == _TIMESTAMPNS:
                 seconds, nanos = _STAMP.unpack(value[: _STAMP.size])
@@ -168,7 +170,11 @@ async def _converse(site: LoggingHost, sock: socket.socket) -> None:
                 status, headers, body = await site.answer(urlsplit(target).path, arrived)
                 lines = [f"HTTP/1.1 {status} {_REASONS[status]}", f"Content-Length: {len(body)}"]
                 lines += [f"{name}: {value}" for name, value in headers.items()]
-                await loop.sock_sendall(sock, "\r\n".join(lines).encode() + b"\r\n\r\n" + body)
+                answer = "\r\n".join(lines).encode() + b"\r\n\r\n" + body
+                try:
+                    await loop.sock_sendall(sock, answer)
+                except ConnectionError:  # the client went away while its answer was due
+                    return
                 arrived = stamp  # what is left of the buffer came with these bytes
 
 
