@@ -13,8 +13,6 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from netdisco._tasks import wait_event
-
 if TYPE_CHECKING:
     from netdisco.crawl.request import Request
     from netdisco.crawl.settings import Settings
@@ -35,14 +33,19 @@ class CrawlContext:
     failure: Exception | None = None
     #: set by ``finish``: the workers take no more requests
     finished: bool = False
-    _work: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
-    _idle: int = 0
+    #: idle workers' wake-ups, the latest last (``notify`` wakes the latest first)
+    _waiters: dict[asyncio.Future[None], None] = field(default_factory=dict, repr=False)
 
-    def notify(self) -> None:
-        """Wake idle workers: there is new work, or the crawl may be over."""
-        if self._idle:
-            self._work.set()
-            self._work = asyncio.Event()
+    def notify(self, count: int | None = None) -> None:
+        """Wake idle workers: there is new work, or the crawl may be over. ``count``: as
+        many as there are new requests (waking all for one request costs every idle
+        worker a turn of the loop, at every page)."""
+        left = len(self._waiters) if count is None else count
+        while left > 0 and self._waiters:
+            waiter, _ = self._waiters.popitem()
+            if not waiter.done():
+                waiter.set_result(None)
+                left -= 1
 
     def finish(self) -> None:
         """The crawl is over: workers stop taking requests."""
@@ -56,10 +59,14 @@ class CrawlContext:
         self.finish()
 
     async def wait_for_work(self, timeout: float) -> None:
-        """Sleep until ``notify`` or ``timeout`` s (a shared frontier is polled)."""
-        event = self._work
-        self._idle += 1
+        """Sleep until ``notify`` wakes this worker or ``timeout`` s pass (a shared
+        frontier is polled)."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters[waiter] = None
         try:
-            await wait_event(event, timeout)
+            async with asyncio.timeout(timeout):  # passes a cancellation on (``wait_event``)
+                await waiter
+        except TimeoutError:
+            pass
         finally:
-            self._idle -= 1
+            self._waiters.pop(waiter, None)

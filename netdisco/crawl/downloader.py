@@ -13,6 +13,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -97,7 +98,7 @@ class Downloader:
 
         #: each host's slots, delay, rest and giving up: here, or in the frontier's queues
         self.politeness = politeness_for(
-            settings, frontier, blocked=blocked, denied=denied, wake=ctx.notify
+            settings, frontier, blocked=blocked, denied=denied, wake=partial(ctx.notify, 1)
         )
 
     async def open(self) -> None:

@@ -116,13 +116,15 @@ class Scheduler:
         if not candidates:
             return reasons
         added = iter(await self.frontier.add(candidates))
+        queued = 0
         for index, reason in enumerate(reasons):
             if reason is None and not next(added):
                 reasons[index] = "already seen"
                 self.stats.filtered += 1
             elif reason is None:
                 self.stats.scheduled += 1
-        self.ctx.notify()
+                queued += 1
+        self.ctx.notify(queued)
         return reasons
 
     async def admit_seeds(self, seeds: AsyncIterator[Request]) -> None:

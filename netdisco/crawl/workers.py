@@ -70,6 +70,7 @@ class Workers:
         self.seed_failure: SpiderStartFailed | None = None  # start() raised
         self.keep_alive = False  # idle and empty is not the end: pushes may come (``Crawler``)
         self._taking = 0  # workers waiting in the frontier's take
+        self._timer: asyncio.TimerHandle | None = None  # wakes a worker for a due host
         self._tasks: list[asyncio.Task[None]] = []
 
     async def run(self, close_limit: Callable[[], float]) -> None:
@@ -156,6 +157,8 @@ class Workers:
                 await self._idle()
                 continue
             request = self.politeness.ready()
+            if request is not None and (due := self.politeness.next_due()) is not None:
+                self._wake_at(due)  # another host has requests aside: when it is due
             if request is None and self.politeness.taking():
                 request = await self._take()
                 if request is not None and not await self._placed(request):
@@ -199,7 +202,25 @@ class Workers:
                 self.ctx.finish()
                 return
         due = self.politeness.next_due()  # a host's delay running out wakes nobody else
-        await self.ctx.wait_for_work(POLL_INTERVAL if due is None else min(due, POLL_INTERVAL))
+        if due is not None:
+            self._wake_at(due)
+        await self.ctx.wait_for_work(0 if due == 0 else POLL_INTERVAL)  # 0: look again
+
+    def _wake_at(self, due: float) -> None:
+        """Wake one idle worker in ``due`` s, when the next host with requests aside may
+        start. One timer for the crawl, not a timed sleep in each idle worker: at a delay
+        every idle worker woke at every start, most for nothing."""
+        loop = asyncio.get_running_loop()
+        at = loop.time() + due
+        if self._timer is not None:
+            if self._timer.when() <= at:
+                return  # one as early is set
+            self._timer.cancel()
+        self._timer = loop.call_at(at, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        self.ctx.notify(1)
 
     async def _process(self, request: Request) -> None:
         host = request.host_key
@@ -225,7 +246,7 @@ class Workers:
                 self.acks.add(request)
             else:
                 await release(self.frontier, request, requeue=True, bounded=self.phase.stopping)
-            self.ctx.notify()
+            self.ctx.notify(1)  # its slot is free, or the crawl may be over
 
     async def _fetch_and_scrape(self, request: Request) -> bool:
         """Steps 3 and 4 (a re-crawl may skip the download); False: give it back unfetched."""

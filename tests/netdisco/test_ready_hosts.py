@@ -269,3 +269,34 @@ async def test_a_host_handed_to_another_owner_keeps_its_pace(
     assert losing.paces(["h.test"]) == {"h.test": pytest.approx((1.0, 6.0))}
     clock[0] = 16.0
     assert losing.paces(["h.test"]) == {}
+
+
+async def test_at_a_delay_a_start_wakes_one_idle_worker_not_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sixteen workers, one host with a 50 ms delay, 30 pages queued at once: most
+    workers are idle the whole crawl. Each start used to wake every idle worker, and
+    each then slept until the same due time and woke again: about 30 wake-ups a page.
+    Now a start, an end and the timer of the next due host each wake one (about 3 a
+    page, with the seeds' and the end's): counted where it happens, the workers
+    ``notify`` wakes, not by the clock."""
+    host = IndexOnly(latency=0.0)
+    async with serve(host.app(), "127.0.0.2") as base:
+        host.links = [f"{base}/p-{n}" for n in range(30)]
+        settings = Settings(
+            concurrency=16, per_host_concurrency=1, download_delay=0.05, obey_robots=False
+        )
+        crawler = Crawler(Follow(f"{base}/index", [host]), settings)
+        woken = 0
+        notify = crawler.ctx.notify
+
+        def counted(count: int | None = None) -> None:
+            nonlocal woken
+            asleep = len(crawler.ctx._waiters)
+            notify(count)
+            woken += asleep - len(crawler.ctx._waiters)
+
+        monkeypatch.setattr(crawler.ctx, "notify", counted)
+        stats = await asyncio.wait_for(crawler.run(), 60)
+    assert stats.succeeded == 31
+    assert woken <= 6 * stats.succeeded, woken  # every idle worker at each start: 15
