@@ -300,3 +300,35 @@ async def test_at_a_delay_a_start_wakes_one_idle_worker_not_all(
         stats = await asyncio.wait_for(crawler.run(), 60)
     assert stats.succeeded == 31
     assert woken <= 6 * stats.succeeded, woken  # every idle worker at each start: 15
+
+
+async def test_at_a_delay_a_host_aside_keeps_one_entry_in_the_ready_heap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One host, two slots, a 50 ms delay, 40 pages queued at once. Every start and
+    every end used to push another heap entry for the host, and each start popped and
+    pushed all of them again: 200 pages made 80,000 pops, and a host of 4,000 pages
+    at a delay spent most of its engine's CPU there. Now the host has one live entry,
+    and stale ones are dropped as they surface: the heap, read at every ``ready``,
+    never holds more than a few (stale ones included)."""
+    host = IndexOnly(latency=0.02)
+    async with serve(host.app(), "127.0.0.2") as base:
+        host.links = [f"{base}/p-{n}" for n in range(40)]
+        settings = Settings(
+            concurrency=8, per_host_concurrency=2, download_delay=0.05, obey_robots=False
+        )
+        crawler = Crawler(Follow(f"{base}/index", [host]), settings)
+        assert isinstance(crawler.politeness, Politeness)
+        hosts = crawler.politeness.hosts
+        sizes: list[int] = []
+        ready = hosts.ready
+
+        def reading() -> Request | None:
+            sizes.append(len(hosts._heap))
+            return ready()
+
+        monkeypatch.setattr(hosts, "ready", reading)
+        stats = await asyncio.wait_for(crawler.run(), 60)
+    assert stats.succeeded == 41
+    assert len(sizes) > 41  # read while the pages waited aside
+    assert max(sizes) <= 4, max(sizes)  # it grew by two a page: 79 by the end
