@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -19,6 +19,7 @@ from aiohttp import web
 from netdisco import Crawler, Request, Response, Settings, Spider
 from netdisco.crawl.hosts import ReadyHosts
 from netdisco.crawl.politeness import Politeness
+from netdisco.crawl.stats import Stats
 from netdisco.crawl.throttle import Throttle
 from netdisco.testing import serve
 
@@ -280,14 +281,9 @@ async def test_at_a_delay_a_start_wakes_one_idle_worker_not_all(
     Now a start, an end and the timer of the next due host each wake one (about 3 a
     page, with the seeds' and the end's): counted where it happens, the workers
     ``notify`` wakes, not by the clock."""
-    host = IndexOnly(latency=0.0)
-    async with serve(host.app(), "127.0.0.2") as base:
-        host.links = [f"{base}/p-{n}" for n in range(30)]
-        settings = Settings(
-            concurrency=16, per_host_concurrency=1, download_delay=0.05, obey_robots=False
-        )
-        crawler = Crawler(Follow(f"{base}/index", [host]), settings)
-        woken = 0
+    woken = 0
+
+    def watch(crawler: Crawler) -> None:
         notify = crawler.ctx.notify
 
         def counted(count: int | None = None) -> None:
@@ -297,7 +293,11 @@ async def test_at_a_delay_a_start_wakes_one_idle_worker_not_all(
             woken += asleep - len(crawler.ctx._waiters)
 
         monkeypatch.setattr(crawler.ctx, "notify", counted)
-        stats = await asyncio.wait_for(crawler.run(), 60)
+
+    settings = Settings(
+        concurrency=16, per_host_concurrency=1, download_delay=0.05, obey_robots=False
+    )
+    stats = await _crawl_one_host(30, 0.0, settings, watch)
     assert stats.succeeded == 31
     assert woken <= 6 * stats.succeeded, woken  # every idle worker at each start: 15
 
@@ -311,16 +311,11 @@ async def test_at_a_delay_a_host_aside_keeps_one_entry_in_the_ready_heap(
     at a delay spent most of its engine's CPU there. Now the host has one live entry,
     and stale ones are dropped as they surface: the heap, read at every ``ready``,
     never holds more than a few (stale ones included)."""
-    host = IndexOnly(latency=0.02)
-    async with serve(host.app(), "127.0.0.2") as base:
-        host.links = [f"{base}/p-{n}" for n in range(40)]
-        settings = Settings(
-            concurrency=8, per_host_concurrency=2, download_delay=0.05, obey_robots=False
-        )
-        crawler = Crawler(Follow(f"{base}/index", [host]), settings)
+    sizes: list[int] = []
+
+    def watch(crawler: Crawler) -> None:
         assert isinstance(crawler.politeness, Politeness)
         hosts = crawler.politeness.hosts
-        sizes: list[int] = []
         ready = hosts.ready
 
         def reading() -> Request | None:
@@ -328,7 +323,24 @@ async def test_at_a_delay_a_host_aside_keeps_one_entry_in_the_ready_heap(
             return ready()
 
         monkeypatch.setattr(hosts, "ready", reading)
-        stats = await asyncio.wait_for(crawler.run(), 60)
+
+    settings = Settings(
+        concurrency=8, per_host_concurrency=2, download_delay=0.05, obey_robots=False
+    )
+    stats = await _crawl_one_host(40, 0.02, settings, watch)
     assert stats.succeeded == 41
     assert len(sizes) > 41  # read while the pages waited aside
     assert max(sizes) <= 4, max(sizes)  # it grew by two a page: 79 by the end
+
+
+async def _crawl_one_host(
+    pages: int, latency: float, settings: Settings, watch: Callable[[Crawler], None]
+) -> Stats:
+    """A crawl of ``pages`` pages linked from one host's index, each answered after
+    ``latency`` s; ``watch(crawler)`` runs before it starts (to count what it does)."""
+    host = IndexOnly(latency=latency)
+    async with serve(host.app(), "127.0.0.2") as base:
+        host.links = [f"{base}/p-{n}" for n in range(pages)]
+        crawler = Crawler(Follow(f"{base}/index", [host]), settings)
+        watch(crawler)
+        return await asyncio.wait_for(crawler.run(), 60)
