@@ -11,7 +11,8 @@ Memory is bounded: at most ``limit`` requests wait aside in all (4 x ``concurren
 as before), and at most ``PER_HOST`` x a host's slots in one host's queue. Past those a
 request goes back to the frontier (which may keep it on disk), so that one big host
 cannot fill the room the other hosts need; after ``limit`` of those in a row nothing
-more is taken until a request starts (a crawl of one busy host does not spin).
+more is taken until a request starts, and each later run may send half as many, until
+a request taken starts at once (a crawl of busy hosts does not spin).
 
 A request robots.txt is known to forbid is never set aside: it goes at once, takes no
 slot and no turn, and is dropped before anything is sent (``RobotsDenied``).
@@ -341,7 +342,7 @@ class ReadyHosts:
         full = self._count >= self.limit or len(slot.waiting) >= PER_HOST * slot.capacity
         if not (now or denied) and full:
             return self._back()
-        if self._skips:  # going past the full hosts found another: worth it
+        if now or denied:  # going past the full hosts found one that starts: worth it
             self._budget = self.limit
         if now:
             self._hold(request, slot)
