@@ -196,6 +196,8 @@ def crawl_once(
         cpu=round(sum(r["cpu"] for r in results) + redis_cpu, 2),
         redis_cpu=round(redis_cpu, 2),
         idle_share=[r.get("idle_share") for r in results],
+        takes=sum(r.get("takes", 0) for r in results),
+        sent_back=sum(r.get("sent_back", 0) for r in results),
     )
     row["ratio_to_bound"] = round(row["wall"] / row["bound"], 2)
     if frontier != "memory":  # counted by the crawl, and by Redis (its commands)
@@ -208,6 +210,7 @@ def crawl_once(
                 by[what] = by.get(what, 0) + n
         row["round_trips_by"] = dict(sorted(by.items(), key=lambda kv: -kv[1]))
     row["engine_cpu_per_5s"] = [_per_bucket(r["cpu_each_second"]) for r in results]
+    row["sent_back_per_5s"] = [_per_bucket(r["sent_back_each_second"]) for r in results]
     if args.keep_logs is not None:
         args.keep_logs.mkdir(parents=True, exist_ok=True)
         name = f"e{engines}-d{delay}-{time.strftime('%H%M%S')}.log"

@@ -83,7 +83,8 @@ async def engine(redis_url: str, bases: str, concurrency: int, delay: float, per
     await asyncio.to_thread(sys.stdin.readline)
     started, cpu = time.time(), time.process_time()
     samples: list[float] = []
-    sampler = asyncio.create_task(_sample_cpu(samples))
+    backs: list[int] = []
+    sampler = asyncio.create_task(_sample_cpu(samples, backs, crawler))
     stats = await crawler.run()
     finished, cpu = time.time(), time.process_time() - cpu
     sampler.cancel()
@@ -92,22 +93,26 @@ async def engine(redis_url: str, bases: str, concurrency: int, delay: float, per
         await frontier.close()
     result = {"pages": stats.succeeded, "start": started, "end": finished, "round_trips": trips}
     result["cpu"] = cpu
-    result["empty_takes"] = empty[0]
+    result["empty_takes"], result["takes"] = empty
+    result["sent_back"] = crawler.politeness.hosts.sent_back  # taken, no room: given back
     result["round_trips_by"] = dict(trips_by)
     result["idle_share"] = stats.idle_share
     result["cpu_each_second"] = samples
+    result["sent_back_each_second"] = backs
     print(json.dumps(result), flush=True)
 
 
-async def _sample_cpu(samples: list[float]) -> None:
+async def _sample_cpu(samples: list[float], backs: list[int], crawler: Any) -> None:
     """The engine's CPU seconds in each wall second of the crawl (a late tick still
-    counts its second: the loop was busy, which is what is measured)."""
-    last = time.process_time()
+    counts its second: the loop was busy, which is what is measured), and the requests
+    it gave back unstarted in each."""
+    last, last_back = time.process_time(), 0
     while True:
         await asyncio.sleep(1.0)
-        now = time.process_time()
+        now, back = time.process_time(), crawler.politeness.hosts.sent_back
         samples.append(round(now - last, 3))
-        last = now
+        backs.append(back - last_back)
+        last, last_back = now, back
 
 
 def _count_round_trips(frontier: Any) -> Counter[str]:
@@ -125,13 +130,15 @@ def _count_round_trips(frontier: Any) -> Counter[str]:
 
 
 def _count_empty_takes(crawler: Any) -> list[int]:
-    """How often workers found the shared queue empty (the counter is in the list)."""
-    empty = [0]
+    """How often workers found the queue empty, and how often they took (the counters
+    are in the list)."""
+    empty = [0, 0]
     take = crawler.frontier.take
 
     async def counted_take() -> Any:
         request = await take()
         empty[0] += request is None
+        empty[1] += 1
         return request
 
     crawler.frontier.take = counted_take
