@@ -219,7 +219,8 @@ def crawl_once(
 
 
 def _per_bucket(each_second: list[float]) -> list[float]:
-    """CPU seconds an engine used in each ``BUCKET`` (its share of one core, x 5)."""
+    """Sums of a per-second series over each ``BUCKET`` s (an engine's CPU seconds: its
+    share of one core, x 5; or the requests it gave back)."""
     size = int(BUCKET)
     return [round(sum(each_second[i : i + size]), 1) for i in range(0, len(each_second), size)]
 

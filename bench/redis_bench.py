@@ -75,7 +75,7 @@ async def engine(redis_url: str, bases: str, concurrency: int, delay: float, per
     shared = None if memory else frontier_for(settings, spider, None)
     frontier = shared if isinstance(shared, RedisFrontier) else None
     crawler = Crawler(spider, settings, frontier=shared)
-    empty = _count_empty_takes(crawler)
+    takes = _count_takes(crawler)
     trips_by = _count_round_trips(frontier) if frontier is not None else {}
     if frontier is not None:
         await frontier.open()
@@ -84,7 +84,7 @@ async def engine(redis_url: str, bases: str, concurrency: int, delay: float, per
     started, cpu = time.time(), time.process_time()
     samples: list[float] = []
     backs: list[int] = []
-    sampler = asyncio.create_task(_sample_cpu(samples, backs, crawler))
+    sampler = asyncio.create_task(_sample_each_second(samples, backs, crawler))
     stats = await crawler.run()
     finished, cpu = time.time(), time.process_time() - cpu
     sampler.cancel()
@@ -93,7 +93,7 @@ async def engine(redis_url: str, bases: str, concurrency: int, delay: float, per
         await frontier.close()
     result = {"pages": stats.succeeded, "start": started, "end": finished, "round_trips": trips}
     result["cpu"] = cpu
-    result["empty_takes"], result["takes"] = empty
+    result["empty_takes"], result["takes"] = takes
     result["sent_back"] = crawler.politeness.hosts.sent_back  # taken, no room: given back
     result["round_trips_by"] = dict(trips_by)
     result["idle_share"] = stats.idle_share
@@ -102,7 +102,7 @@ async def engine(redis_url: str, bases: str, concurrency: int, delay: float, per
     print(json.dumps(result), flush=True)
 
 
-async def _sample_cpu(samples: list[float], backs: list[int], crawler: Any) -> None:
+async def _sample_each_second(samples: list[float], backs: list[int], crawler: Any) -> None:
     """The engine's CPU seconds in each wall second of the crawl (a late tick still
     counts its second: the loop was busy, which is what is measured), and the requests
     it gave back unstarted in each."""
@@ -129,20 +129,20 @@ def _count_round_trips(frontier: Any) -> Counter[str]:
     return made
 
 
-def _count_empty_takes(crawler: Any) -> list[int]:
+def _count_takes(crawler: Any) -> list[int]:
     """How often workers found the queue empty, and how often they took (the counters
     are in the list)."""
-    empty = [0, 0]
+    counts = [0, 0]
     take = crawler.frontier.take
 
     async def counted_take() -> Any:
         request = await take()
-        empty[0] += request is None
-        empty[1] += 1
+        counts[0] += request is None
+        counts[1] += 1
         return request
 
     crawler.frontier.take = counted_take
-    return empty
+    return counts
 
 
 def _spider(bases: list[str]) -> Any:
